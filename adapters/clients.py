@@ -1,0 +1,125 @@
+"""Client resolvers: the reference, a plug-in wrapper for a user's own, and never-flush.
+
+A resolver maps ``(policy, server info)`` to a ``Plan`` for one endpoint. The reference is
+written the way an RL framework's sync code is (XoRL-style ``cache_invalidation_mode``),
+independently of ``kvfence.model.client``, so that checking it against the spec means
+something.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kvfence.model.client import Plan
+from kvfence.model.state import Policy
+from kvfence.model.vocabulary import PauseMode
+
+from .protocol import AdapterFailure
+
+_WORDS = {"true": True, "1": True, "yes": True, "on": True}
+_WORDS |= {"false": False, "0": False, "no": False, "off": False}
+
+
+def _as_bool(value: object) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return value == 1
+    if isinstance(value, str):
+        return _WORDS.get(value.strip().lower())
+    return None
+
+
+class ReferenceClient:
+    """A correct resolver (SC-4..SC-8)."""
+
+    name = "reference"
+
+    def radix_enabled(self, info: Mapping[str, object] | None) -> bool | None:
+        """``radix_cache_enabled`` wins, else ``disable_radix_cache`` inverted, else None."""
+        if not isinstance(info, Mapping):
+            return None
+        enabled = _as_bool(info.get("radix_cache_enabled"))
+        if enabled is not None:
+            return enabled
+        disabled = _as_bool(info.get("disable_radix_cache"))
+        return None if disabled is None else not disabled
+
+    def wants_flush(self, policy: Policy, info: Mapping[str, object] | None) -> bool:
+        if policy.flush_cache is True or policy.mode.value == "flush":
+            return True
+        if policy.mode.value == "none":
+            return False
+        return self.radix_enabled(info) is not False
+
+    def pause_mode(self, policy: Policy, flush: bool) -> PauseMode:
+        if flush and policy.pause_mode is PauseMode.IN_PLACE:
+            return PauseMode.RETRACT
+        return policy.pause_mode
+
+    def resolve(self, policy: Policy, info: Mapping[str, object] | None) -> Plan:
+        flush = self.wants_flush(policy, info)
+        return Plan(flush, self.pause_mode(policy, flush))
+
+
+class NeverFlushClient(ReferenceClient):
+    """Violates: CLI-001. Never asks for a flush (the default of many RL frameworks before
+    their fix, e.g. huggingface/trl #3024)."""
+
+    name = "never-flush"
+
+    def wants_flush(self, policy: Policy, info: Mapping[str, object] | None) -> bool:
+        return False
+
+
+class CallableClient:
+    """Wraps a user's resolver function so it runs under the same rules.
+
+    ``fn(mode: str, flush_cache: bool | None, pause_mode: str, server_info: dict | None)``
+    must return ``{"flush": bool, "pause_mode": str}`` or a ``(flush, pause_mode)`` pair.
+    Load one with ``kvfence check --client my_pkg.sync:resolve``.
+    """
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        self.fn = fn
+        self.name = name
+
+    def resolve(self, policy: Policy, info: Mapping[str, object] | None) -> Plan:
+        raw = self.fn(
+            policy.mode.value,
+            policy.flush_cache,
+            policy.pause_mode.value,
+            None if info is None else dict(info),
+        )
+        if isinstance(raw, Plan):
+            return raw
+        if isinstance(raw, Mapping):
+            flush, pause = raw.get("flush"), raw.get("pause_mode")
+        elif isinstance(raw, (tuple, list)) and len(raw) == 2:
+            flush, pause = raw
+        else:
+            raise AdapterFailure(f"{self.name} returned {raw!r}; expected (flush, pause_mode)")
+        if not isinstance(flush, bool):
+            raise AdapterFailure(f"{self.name} returned flush={flush!r}; expected a bool")
+        try:
+            return Plan(flush, PauseMode(pause))
+        except ValueError:
+            raise AdapterFailure(f"{self.name} returned pause_mode={pause!r}") from None
+
+
+def load_callable_client(spec: str) -> CallableClient:
+    """``"package.module:function"`` -> a ``CallableClient``; ``ValueError`` names what is
+    wrong with ``spec``."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"client {spec!r}: expected 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"client {spec!r}: cannot import {module_name!r}: {e}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"client {spec!r}: {module_name} has no function {attr!r}")
+    return CallableClient(fn, spec)

@@ -1,0 +1,431 @@
+"""Faulty implementations, one per fault class seen in public bug trackers.
+
+Each mutant overrides one hook of ``ReferenceEndpoint`` or ``ReferenceClient`` and makes
+the *general* mistake, not a special case for one trace. The first line of its docstring is
+``Violates: RULE-ID``: the rule the conformance run must report when it kills it.
+``tests/test_mutants.py`` shows every one killed by that rule, and the reference passing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from attrs import frozen
+from kvfence.model.state import Policy
+from kvfence.model.vocabulary import GARBAGE, Funnel, Kind, PauseMode, Tier
+
+from .clients import NeverFlushClient, ReferenceClient
+from .reference import InFlight, Key, ReferenceEndpoint, Reply
+
+# ----- clients ---------------------------------------------------------------------------
+
+
+class UnreportedMeansDisabledClient(ReferenceClient):
+    """Violates: CLI-002.
+
+    Treats an endpoint that does not report its radix state (or cannot be reached) as
+    radix off, so ``auto`` skips the flush exactly where it cannot know. Seed contract SC-5.
+    """
+
+    name = "unreported-means-disabled"
+
+    def wants_flush(self, policy: Policy, info: Mapping[str, object] | None) -> bool:
+        if policy.flush_cache is True or policy.mode.value == "flush":
+            return True
+        return policy.mode.value == "auto" and self.radix_enabled(info) is True
+
+
+class Fp8OnlyClient(ReferenceClient):
+    """Violates: CLI-001.
+
+    Has no radix rule at all: ``auto`` flushes only when FP8 weights meet an FP8 KV cache
+    (the only reason the resolver it copies ever flushed). Seed contract SC-4.
+    """
+
+    name = "fp8-only"
+
+    def wants_flush(self, policy: Policy, info: Mapping[str, object] | None) -> bool:
+        if policy.flush_cache is True or policy.mode.value == "flush":
+            return True
+        info = info or {}
+        return policy.mode.value == "auto" and info.get("kv_cache_dtype") == "fp8_e4m3"
+
+
+class KeepsInPlacePauseClient(ReferenceClient):
+    """Violates: CLI-007.
+
+    Requests the flush but keeps an ``in_place`` pause, so in-flight requests pin KV and the
+    flush is refused. radixark/miles PR #2782 (PF-06); seed contract SC-8.
+    """
+
+    name = "keeps-in-place-pause"
+
+    def pause_mode(self, policy: Policy, flush: bool) -> PauseMode:
+        return policy.pause_mode
+
+
+class InPlaceSkipsFlushClient(ReferenceClient):
+    """Violates: CLI-001.
+
+    With an ``in_place`` pause it knows the flush would be refused, so it skips the flush
+    instead of retracting: old KV lives on across every version. radixark/miles PR #2782
+    (PF-06).
+    """
+
+    name = "in-place-skips-flush"
+
+    def wants_flush(self, policy: Policy, info: Mapping[str, object] | None) -> bool:
+        if policy.pause_mode is PauseMode.IN_PLACE:
+            return False
+        return super().wants_flush(policy, info)
+
+
+# ----- engines: the guard ----------------------------------------------------------------
+
+
+class GuardYieldsToOptOut(ReferenceEndpoint):
+    """Violates: ENG-001.
+
+    On an exact lane the guard steps aside when the caller explicitly sent
+    ``flush_cache=False`` (client mode ``none``): the opt-out overrides the exact lane.
+    Seed contract SC-1, SC-6.
+    """
+
+    def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
+        if flush_cache is False:
+            return False
+        return super()._must_flush(funnel, flush_cache)
+
+
+def guard_missing_on(missing: Funnel) -> type[ReferenceEndpoint]:
+    """An endpoint whose guard was wired into every funnel but ``missing``."""
+
+    class GuardMissingOnFunnel(ReferenceEndpoint):
+        __doc__ = f"""Violates: ENG-001.
+
+        The guard is missing on the {missing.value} funnel: an update through it flushes
+        only if asked. PrimeIntellect-ai/prime-rl PR #1650 (PF-07, disk),
+        huggingface/trl #3024 (PF-01, tensor).
+        """
+
+        def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
+            if funnel is missing:
+                return flush_cache is True
+            return super()._must_flush(funnel, flush_cache)
+
+    GuardMissingOnFunnel.__name__ = f"GuardMissingOn{missing.name.title().replace('_', '')}"
+    return GuardMissingOnFunnel
+
+
+class UpdateNeverFlushes(ReferenceEndpoint):
+    """Violates: ENG-001.
+
+    Accepts updates while KV is live and never invalidates, whatever was asked; hit counters
+    look normal. InternLM/lmdeploy #4917 (PF-08).
+    """
+
+    def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
+        return False
+
+
+class ForcesFlushOnStandardLane(ReferenceEndpoint):
+    """Violates: ENG-002.
+
+    Applies the exact-lane guard everywhere: standard lanes lose their cache on every
+    update though the caller asked to keep it. Seed contract SC-2.
+    """
+
+    def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
+        return self.config.radix
+
+
+# ----- engines: fail-closed --------------------------------------------------------------
+
+
+class SwallowsFailedFlush(ReferenceEndpoint):
+    """Violates: FC-001.
+
+    A mandatory flush that cannot run is skipped and the update still reports success.
+    vllm-project/vllm PR #12284 (PF-03 at the update level); seed contract SC-3.
+    """
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        flush = self._must_flush(funnel, flush_cache)
+        self._install(version, funnel)
+        if flush and self._can_flush():
+            self._clear_cache()
+        self.refuse_next_flush = False
+        return Reply(True)
+
+
+class ServesAfterFailedFlush(ReferenceEndpoint):
+    """Violates: FC-002.
+
+    Installs the weights, finds the flush refused and reports failure, but keeps serving
+    from the stale tree. Seed contract SC-3.
+    """
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        flush = self._must_flush(funnel, flush_cache)
+        self._install(version, funnel)
+        if flush and not self._can_flush():
+            self.refuse_next_flush = False
+            return Reply(False, message="flush refused")
+        if flush:
+            self._clear_cache()
+        return Reply(True)
+
+
+class CrashesAfterSwap(ReferenceEndpoint):
+    """Violates: FC-001.
+
+    Swaps the weights first, then asserts that the flush succeeded: a refused flush kills
+    the engine, and the caller sees a dropped connection instead of a failure it can act
+    on. areal-project/AReaL #140 (PF-04).
+    """
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        flush = self._must_flush(funnel, flush_cache)
+        self._install(version, funnel)
+        if flush and not self._can_flush():
+            self.refuse_next_flush = False
+            return Reply(False, message="connection reset: scheduler died", lost=True)
+        if flush:
+            self._clear_cache()
+        return Reply(True)
+
+
+class FlushRefusalReportedAsSuccess(ReferenceEndpoint):
+    """Violates: FC-003.
+
+    ``/reset_prefix_cache`` is refused while blocks are in use, but the route answers
+    success. vllm-project/vllm PR #12284 and #28827 (PF-03).
+    """
+
+    def flush_cache(self) -> Reply:
+        reply = super().flush_cache()
+        return Reply(True, flushed=True, message=reply.message)
+
+
+class RetractBlocksFlush(ReferenceEndpoint):
+    """Violates: LIV-001.
+
+    Retracted requests waiting in the queue still count as holding KV, so retract-then-flush
+    is refused. sgl-project/sglang PR #31962 (PF-05).
+    """
+
+    def _can_flush(self) -> bool:
+        return not self.requests and not self.refuse_next_flush
+
+
+class FlushesAroundPausedKv(ReferenceEndpoint):
+    """Violates: FC-001.
+
+    Only running requests block a flush; requests paused in place keep their old KV, the
+    tree is cleared around them, and on resume they decode under the new weights on old KV.
+    vllm-project/vllm #54443 (PF-17).
+    """
+
+    def _can_flush(self) -> bool:
+        return self.phase.value == "paused" or super()._can_flush()
+
+
+# ----- engines: tiers, draft, LoRA, sleep, scales, labels --------------------------------
+
+
+class FlushForgetsStorage(ReferenceEndpoint):
+    """Violates: ENG-003.
+
+    The flush clears device and host but not the storage tier; the prefix loads back from
+    storage with old KV. sgl-project/sglang #26792 (PF-09).
+    """
+
+    def _clear_cache(self) -> None:
+        for k in [k for k, kv in self.cache.items() if kv.tier is not Tier.STORAGE]:
+            del self.cache[k]
+
+
+class FlushForgetsEncoder(ReferenceEndpoint):
+    """Violates: ENG-003.
+
+    The flush resets the prefix cache but not the multimodal encoder cache.
+    verl-project/verl #6523 (PF-10).
+    """
+
+    def _clear_cache(self) -> None:
+        for k in [k for k in self.cache if k[1] is not Kind.ENCODER]:
+            del self.cache[k]
+
+
+class DraftLeftBehindOnDistributed(ReferenceEndpoint):
+    """Violates: ENG-004.
+
+    ``update_weights_from_distributed`` updates the target model only; the draft stays at
+    its old version. sgl-project/sglang #27718 (PF-11).
+    """
+
+    def _install(self, version: int, funnel: Funnel) -> None:
+        draft = self.draft
+        super()._install(version, funnel)
+        if funnel is Funnel.DISTRIBUTED:
+            self.draft = draft
+
+
+class LoadBackLosesDraftKv(ReferenceEndpoint):
+    """Violates: ENG-008.
+
+    Loading a prefix back from the host tier restores the target KV, but the draft KV slots
+    hold unrelated data. sgl-project/sglang PR #17338 (PF-12).
+    """
+
+    def _load_back(self, key: Key) -> None:
+        kv = self.cache[key]
+        if kv.tier is not Tier.DEVICE and key[1] is Kind.DRAFT:
+            kv.version = GARBAGE
+        kv.tier = Tier.DEVICE
+
+
+class LoraKeyedByName(ReferenceEndpoint):
+    """Violates: ENG-007.
+
+    LoRA KV is keyed by the adapter's name, so a same-name reload with new bytes hits the
+    old blocks. vllm-project/vllm #42125 (PF-13); prime-rl PR #1650 (PF-07, LoRA load).
+    """
+
+    def _keys(self, prefix: str, lora: bool) -> list[Key]:
+        keys = super()._keys(prefix, lora)
+        return [(p, kind, None if ns is None else "adapter-A") for p, kind, ns in keys]
+
+    def _forget_lora(self) -> None:
+        """Nothing to forget: the name did not change."""
+
+
+class SleepKeepsIndex(ReferenceEndpoint):
+    """Violates: ENG-006.
+
+    Sleep discards KV memory but keeps the prefix index: after wake-up a hit attends to
+    garbage. vllm-project/vllm #17103 (PF-02).
+    """
+
+    def _on_sleep(self) -> None:
+        for kv in self.cache.values():
+            if kv.tier is Tier.DEVICE:
+                kv.version = GARBAGE
+
+
+class ScalesDroppedOnIpc(ReferenceEndpoint):
+    """Violates: ENG-005.
+
+    The IPC funnel loads the weights without the FP8 KV scales; every scale silently falls
+    back to its default. NVIDIA-NeMo/RL #3225 (PF-14).
+    """
+
+    def _install(self, version: int, funnel: Funnel) -> None:
+        scales = self.scales
+        super()._install(version, funnel)
+        if funnel is Funnel.IPC:
+            self.scales = scales
+
+
+class LabelNotRecordedOnIpc(ReferenceEndpoint):
+    """Violates: INV-003.
+
+    The IPC funnel never records the new weight-version label; the endpoint keeps claiming
+    the old one. vllm-project/vime PR #45 (PF-15).
+    """
+
+    def _install(self, version: int, funnel: Funnel) -> None:
+        label = self.label
+        super()._install(version, funnel)
+        if funnel is Funnel.IPC:
+            self.label = label
+
+
+class LabelsWithFinalVersion(ReferenceEndpoint):
+    """Violates: INV-002.
+
+    A response is attributed to the version in force when it finished, though earlier
+    tokens were sampled under an older one. areal-project/AReaL PR #1569 (PF-16).
+    """
+
+    def _attribute(self, req: InFlight) -> set[int]:
+        return {self.weights}
+
+
+class HitPathNumericsDiffer(ReferenceEndpoint):
+    """Violates: INV-004.
+
+    On a cache hit the engine takes a different kernel path whose numerics differ from a
+    cold prefill, on exact lanes too. sgl-project/sglang #34683 (PF-18).
+    """
+
+    def _numerics(self, prefix: str, uses: set, hit: bool) -> tuple[object, ...]:
+        out = super()._numerics(prefix, uses, hit)
+        return (*out, "hit-kernel") if hit else out
+
+
+# ----- the catalog -----------------------------------------------------------------------
+
+
+@frozen
+class Mutant:
+    """One catalogued mutant: ``name``, the ``rule`` it must be killed by, whether it is a
+    client or an engine (``side``), how to build it, and the public ``cases`` it covers."""
+
+    name: str
+    rule: str
+    side: str
+    build: Callable[[], object]
+    cases: tuple[str, ...] = ()
+
+    @property
+    def doc(self) -> str:
+        obj = self.build()
+        return (obj.__doc__ or "").strip()
+
+
+def _engine(name: str, cls: type[ReferenceEndpoint], rule: str, *cases: str) -> Mutant:
+    return Mutant(name, rule, "engine", lambda: cls, cases)
+
+
+def _client(name: str, cls: type[ReferenceClient], rule: str, *cases: str) -> Mutant:
+    return Mutant(name, rule, "client", cls, cases)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    _client("never-flush", NeverFlushClient, "CLI-001", "PF-01"),
+    _client("unreported-means-disabled", UnreportedMeansDisabledClient, "CLI-002"),
+    _client("fp8-only", Fp8OnlyClient, "CLI-001"),
+    _client("keeps-in-place-pause", KeepsInPlacePauseClient, "CLI-007"),
+    _client("in-place-skips-flush", InPlaceSkipsFlushClient, "CLI-001", "PF-06"),
+    _engine("guard-yields-to-opt-out", GuardYieldsToOptOut, "ENG-001"),
+    *(
+        _engine(
+            f"guard-missing-on-{f.value.replace('_', '-')}",
+            guard_missing_on(f),
+            "ENG-001",
+            *{"disk": ("PF-07",), "tensor": ("PF-01",)}.get(f.value, ()),
+        )
+        for f in Funnel
+    ),
+    _engine("update-never-flushes", UpdateNeverFlushes, "ENG-001", "PF-08"),
+    _engine("forces-flush-on-standard-lane", ForcesFlushOnStandardLane, "ENG-002"),
+    _engine("swallows-failed-flush", SwallowsFailedFlush, "FC-001"),
+    _engine("serves-after-failed-flush", ServesAfterFailedFlush, "FC-002"),
+    _engine("crashes-after-swap", CrashesAfterSwap, "FC-001", "PF-04"),
+    _engine("flush-refusal-reported-as-success", FlushRefusalReportedAsSuccess, "FC-003", "PF-03"),
+    _engine("retract-blocks-flush", RetractBlocksFlush, "LIV-001", "PF-05"),
+    _engine("flushes-around-paused-kv", FlushesAroundPausedKv, "FC-001", "PF-17"),
+    _engine("flush-forgets-storage", FlushForgetsStorage, "ENG-003", "PF-09"),
+    _engine("flush-forgets-encoder", FlushForgetsEncoder, "ENG-003", "PF-10"),
+    _engine("draft-left-behind-on-distributed", DraftLeftBehindOnDistributed, "ENG-004", "PF-11"),
+    _engine("load-back-loses-draft-kv", LoadBackLosesDraftKv, "ENG-008", "PF-12"),
+    _engine("lora-keyed-by-name", LoraKeyedByName, "ENG-007", "PF-13"),
+    _engine("sleep-keeps-index", SleepKeepsIndex, "ENG-006", "PF-02"),
+    _engine("scales-dropped-on-ipc", ScalesDroppedOnIpc, "ENG-005", "PF-14"),
+    _engine("label-not-recorded-on-ipc", LabelNotRecordedOnIpc, "INV-003", "PF-15"),
+    _engine("labels-with-final-version", LabelsWithFinalVersion, "INV-002", "PF-16"),
+    _engine("hit-path-numerics-differ", HitPathNumericsDiffer, "INV-004", "PF-18"),
+)
+
+BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}

@@ -1,0 +1,81 @@
+"""The adapter contract: how kvfence drives a system under test (SUT).
+
+An *engine adapter* applies one model action to the SUT's endpoints and returns an
+``Observation``; a *client adapter* resolves a sync plan from a policy and an endpoint's
+server info. Adapters translate and classify (OK / REJECTED / INDETERMINATE); they never
+assert a spec property and never retry silently (ADP-001, ADP-002).
+
+Capabilities say what an adapter can observe. A rule whose evidence needs a capability the
+adapter lacks is SKIP with that reason, never PASS:
+
+========================  ===============================================================
+``weights_probe``         ``View.weights/draft/scales/label`` after each action
+``cache_probe``           ``View.cache``: every cache entry with its version and tier
+``exact_cache``           the SUT never evicts on its own, so a miss is as telling as a hit
+``provenance``            ``Response.uses``: the versions the reused KV was computed under
+``attribution``           ``Response.sampled``: the versions the SUT attributes to a response
+``byte_oracle``           ``Response.output`` and ``Response.cold`` (a cold prefill's bytes)
+``flush_result``          ``Observation.flushed``: the flush call's reported result
+``faults``                FaultRefuseFlush and FaultUpdateFailsMidway can be injected
+``pause``/``sleep``       PauseGeneration/ContinueGeneration, Sleep/WakeUp are supported
+``tiers``/``draft``/...   config features the SUT can be started with
+========================  ===============================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
+
+from kvfence.model.actions import Action
+from kvfence.model.client import Plan
+from kvfence.model.observation import Observation
+from kvfence.model.state import Config, Policy
+
+
+class Unsupported(Exception):
+    """The adapter cannot apply this action or start with this config (not a failure)."""
+
+
+class AdapterFailure(Exception):
+    """The SUT or its adapter broke (crash, dead endpoint, malformed answer): ERROR."""
+
+
+@runtime_checkable
+class EngineAdapter(Protocol):
+    """Drives one SUT made of ``len(configs)`` endpoints.
+
+    ``name``: shown in reports. ``capabilities``: see the module table. ``fixed_configs``:
+    the endpoint configs this SUT *is* (a real engine), or ``None`` if it can be started
+    with any config the machine draws.
+    """
+
+    name: str
+    capabilities: frozenset[str]
+    fixed_configs: tuple[Config, ...] | None
+
+    def start(self, configs: tuple[Config, ...]) -> None:
+        """(Re)start fresh: every endpoint at version 0, empty cache, nothing in flight.
+
+        Raises ``Unsupported`` for a config it cannot provide, ``AdapterFailure`` if the SUT
+        cannot be brought up."""
+
+    def apply(self, action: Action) -> Observation:
+        """Apply one engine action (never SyncWeights) and observe. Raises ``Unsupported``
+        if the action is outside its capabilities, ``AdapterFailure`` on a broken SUT."""
+
+    def server_info(self, endpoint: int) -> Mapping[str, object] | None:
+        """The decoded ``/get_server_info`` body, or ``None`` if it could not be fetched."""
+
+    def close(self) -> None:
+        """Release every resource (processes, ports, memory)."""
+
+
+@runtime_checkable
+class ClientAdapter(Protocol):
+    """A client resolver under test: policy + server info -> plan for one endpoint."""
+
+    name: str
+
+    def resolve(self, policy: Policy, info: Mapping[str, object] | None) -> Plan:
+        """The plan it would execute. ``info`` is ``None`` when server info was unreachable."""

@@ -1,0 +1,467 @@
+"""The reference system: a correct SGLang-style endpoint written imperatively, and the
+in-process adapter that drives it like a real system.
+
+``ReferenceEndpoint`` is *not* the model: it keeps a mutable radix-cache dict, in-flight
+request records and weight versions, and answers SGLang-shaped calls (``generate``,
+``update_weights``, ``flush_cache``, ``pause_generation`` ...). Every decision that a public
+bug got wrong is one small hook method, so that a mutant (``adapters/mutants.py``) overrides
+exactly one hook and nothing else.
+
+Mirrors: SGLang ``python/sglang/srt/managers/scheduler.py`` (``flush_cache`` refuses while
+requests are running or queued with KV; ``update_weights_from_*`` with ``flush_cache``),
+``mem_cache/radix_cache.py`` (prefix -> KV), HiCache host/storage tiers, and vLLM's
+``reset_prefix_cache`` / ``sleep`` / ``wake_up``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from attrs import define, field
+from kvfence.model.actions import (
+    Action,
+    ContinueGeneration,
+    EvictPrefix,
+    FaultRefuseFlush,
+    FaultUpdateFailsMidway,
+    FinishRequest,
+    FlushCache,
+    LoadLora,
+    PauseGeneration,
+    Restart,
+    ServeRequest,
+    Sleep,
+    StartRequest,
+    UpdateWeights,
+    WakeUp,
+)
+from kvfence.model.observation import Observation, Response, View
+from kvfence.model.state import Config, Entry, Use
+from kvfence.model.vocabulary import GARBAGE, Funnel, Kind, PauseMode, Phase, Status, Tier
+
+from .protocol import AdapterFailure, Unsupported
+
+Key = tuple[str, Kind, "int | None"]
+"""A radix-cache key: ``(prefix, kind, lora revision or None)``."""
+
+
+@define
+class CachedKV:
+    """The KV behind one key: the version that computed it and the tier holding it."""
+
+    version: int
+    tier: Tier = Tier.DEVICE
+    lora: int | None = None
+
+
+@define
+class InFlight:
+    """An in-flight request: its prefix, the versions that sampled it, what its KV used."""
+
+    prefix: str
+    lora: bool
+    sampled: set[int] = field(factory=set)
+    uses: set[Use] = field(factory=set)
+    retracted: bool = False
+
+
+@define
+class Reply:
+    """What one call returned: ``ok`` (HTTP 200 and success), and the call's payload."""
+
+    ok: bool
+    hit: bool = False
+    uses: frozenset[Use] = frozenset()
+    sampled: frozenset[int] = frozenset()
+    aborted: frozenset[str] = frozenset()
+    flushed: bool | None = None
+    message: str = ""
+    lost: bool = False
+    output: tuple[object, ...] | None = None
+
+
+class ReferenceEndpoint:
+    """One correct endpoint. Public methods are its API; ``_hooks`` are what mutants change.
+
+    State: ``weights``/``draft``/``scales``/``lora_rev`` versions, ``label``, ``torn``,
+    ``dirty`` (failed closed), ``phase``, ``cache`` (key -> ``CachedKV``), ``requests``
+    (rid -> ``InFlight``), ``refuse_next_flush`` (an injected fault).
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.weights = 0
+        self.draft = 0
+        self.scales = 0
+        self.lora_rev = 0
+        self.label: int | None = 0
+        self.torn = False
+        self.dirty = False
+        self.waived = False
+        self.phase = Phase.SERVING
+        self.cache: dict[Key, CachedKV] = {}
+        self.requests: dict[str, InFlight] = {}
+        self.refuse_next_flush = False
+
+    # ----- probes ---------------------------------------------------------------------
+
+    def get_server_info(self) -> dict[str, object] | None:
+        """SGLang ``GET /get_server_info``; ``None`` models an unreachable endpoint."""
+        return None if self.config.info is None else dict(self.config.info)
+
+    def weight_info(self) -> View:
+        """vLLM ``/weight_info``-style probe plus a listing of the radix cache."""
+        entries = frozenset(
+            Entry(prefix, kind, kv.tier, kv.version, kv.lora)
+            for (prefix, kind, _), kv in self.cache.items()
+        )
+        return View(
+            weights=None if self.torn else self.weights,
+            draft=self.draft if self.config.draft else None,
+            scales=self.scales if self.config.fp8_kv else None,
+            label=self.label,
+            cache=entries,
+        )
+
+    @property
+    def closed(self) -> bool:
+        return self.torn or self.dirty
+
+    # ----- requests -------------------------------------------------------------------
+
+    def current_uses(self, lora: bool = False) -> set[Use]:
+        """What freshly computed tokens depend on right now."""
+        uses = {Use("target", self.weights)}
+        if self.config.draft:
+            uses.add(Use("draft", self.draft))
+        if self.config.fp8_kv:
+            uses.add(Use("scales", self.scales))
+        if self.config.encoder:
+            uses.add(Use("encoder", self.weights))
+        if lora:
+            uses.add(Use("lora", self.lora_rev))
+        return uses
+
+    def _prefill(self, prefix: str, lora: bool) -> tuple[set[Use], bool]:
+        """Match the prefix in the radix cache, load lower tiers back, else insert."""
+        uses = self.current_uses(lora)
+        if not self.config.radix:
+            return uses, False
+        keys = self._keys(prefix, lora)
+        found = [k for k in keys if k in self.cache]
+        if found:
+            for k in found:
+                self._load_back(k)
+                kv = self.cache[k]
+                uses.add(Use(k[1].value, kv.version))
+                if kv.lora is not None:
+                    uses.add(Use("lora", kv.lora))
+            return uses, True
+        for k in keys:
+            version = self.draft if k[1] is Kind.DRAFT else self.weights
+            self.cache[k] = CachedKV(version, lora=self.lora_rev if lora else None)
+        return uses, False
+
+    def generate(self, prefix: str, lora: bool = False) -> Reply:
+        """SGLang ``POST /generate`` for a whole request."""
+        if self.closed:
+            return Reply(False, message="endpoint closed: stale cache or torn weights")
+        uses, hit = self._prefill(prefix, lora)
+        output = self._numerics(prefix, uses, hit)
+        return Reply(True, hit, frozenset(uses), frozenset({self.weights}), output=output)
+
+    def cold_output(self, prefix: str, lora: bool = False) -> tuple[object, ...]:
+        """The bytes a cold prefill of ``prefix`` gives under the weights in force."""
+        return self._numerics(prefix, self.current_uses(lora), hit=False)
+
+    def start(self, rid: str, prefix: str, lora: bool = False) -> Reply:
+        """Admit a streaming request; its prefill runs now."""
+        if self.closed:
+            return Reply(False, message="endpoint closed")
+        uses, hit = self._prefill(prefix, lora)
+        self.requests[rid] = InFlight(prefix, lora, {self.weights}, uses)
+        return Reply(True, hit=hit)
+
+    def finish(self, rid: str) -> Reply:
+        """Let a request run to its end and return its response."""
+        req = self.requests.pop(rid)
+        if self.closed:
+            return Reply(False, aborted=frozenset({rid}), message="aborted: endpoint closed")
+        req.sampled.add(self.weights)
+        uses = req.uses | self.current_uses(req.lora)
+        return Reply(True, uses=frozenset(uses), sampled=frozenset(self._attribute(req)))
+
+    # ----- weights --------------------------------------------------------------------
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        """SGLang ``POST /update_weights_from_{funnel}`` with ``flush_cache``.
+
+        The engine guard: on an exact lane with the radix cache on, flush whatever was
+        asked (ENG-001); a flush that cannot run rejects the whole update before any tensor
+        is touched (FC-001, the 'consistent' branch)."""
+        flush = self._must_flush(funnel, flush_cache)
+        if flush and not self._can_flush():
+            self.refuse_next_flush = False
+            return Reply(False, message="flush refused while requests hold KV; not updated")
+        self._install(version, funnel)
+        if flush:
+            self._clear_cache()
+            self.dirty = False
+        return Reply(True)
+
+    def fail_update_midway(self, version: int) -> Reply:
+        """A bucketed update that breaks after some buckets: roll back (FC-004)."""
+        return Reply(False, message="bucket 3/8 failed; rolled back")
+
+    def flush_cache(self) -> Reply:
+        """SGLang ``POST /flush_cache``: refused while requests hold KV (LIV-001)."""
+        if not self._can_flush():
+            self.refuse_next_flush = False
+            return Reply(False, flushed=False, message="requests hold KV")
+        self._clear_cache()
+        self.dirty = False
+        return Reply(True, flushed=True)
+
+    def load_lora(self) -> Reply:
+        """Reload the LoRA adapter in place under the same name."""
+        self.lora_rev += 1
+        self._forget_lora()
+        return Reply(True)
+
+    def evict(self, prefix: str, tier: Tier) -> Reply:
+        """HiCache write-back: move a prefix's KV (target and draft) to a lower tier."""
+        for k, kv in self.cache.items():
+            if k[0] == prefix and kv.tier is Tier.DEVICE and k[1] is not Kind.ENCODER:
+                kv.tier = tier
+        return Reply(True)
+
+    # ----- lifecycle ------------------------------------------------------------------
+
+    def pause_generation(self, mode: PauseMode) -> Reply:
+        """SGLang ``POST /pause_generation`` with ``mode``."""
+        aborted: frozenset[str] = frozenset()
+        if mode is PauseMode.ABORT:
+            aborted = frozenset(self.requests)
+            self.requests.clear()
+        elif mode is PauseMode.RETRACT:
+            for req in self.requests.values():
+                req.retracted, req.uses = True, set()
+        self.phase = Phase.PAUSED
+        return Reply(True, aborted=aborted)
+
+    def continue_generation(self) -> Reply:
+        """SGLang ``POST /continue_generation``: retracted requests recompute."""
+        self.phase = Phase.SERVING
+        if not self.closed:
+            for req in self.requests.values():
+                if req.retracted:
+                    req.uses, _ = self._prefill(req.prefix, req.lora)
+                    req.retracted = False
+        return Reply(True)
+
+    def sleep(self) -> Reply:
+        """vLLM ``POST /sleep?level=1``: KV memory is discarded; so is its index."""
+        self._on_sleep()
+        self.phase = Phase.ASLEEP
+        return Reply(True)
+
+    def wake_up(self) -> Reply:
+        self.phase = Phase.SERVING
+        return Reply(True)
+
+    def restart(self) -> None:
+        """A new process: only the last whole checkpoint survives."""
+        weights, lora_rev = self.weights, self.lora_rev
+        self.__init__(self.config)  # type: ignore[misc]
+        self._install(weights, Funnel.DISK)
+        self.lora_rev = lora_rev
+
+    # ----- hooks: the decisions public bugs got wrong ---------------------------------
+
+    def _keys(self, prefix: str, lora: bool) -> list[Key]:
+        """Cache keys of a prefix: target, plus draft KV and encoder output if present.
+        LoRA KV is keyed by the adapter's *revision* (ENG-007)."""
+        ns = self.lora_rev if lora else None
+        keys: list[Key] = [(prefix, Kind.TARGET, ns)]
+        if self.config.draft:
+            keys.append((prefix, Kind.DRAFT, ns))
+        if self.config.encoder:
+            keys.append((prefix, Kind.ENCODER, ns))
+        return keys
+
+    def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
+        """The engine guard (ENG-001) and autonomy (ENG-002)."""
+        return self.config.guarded or flush_cache is True
+
+    def _can_flush(self) -> bool:
+        """LIV-001: only KV pinned by a running or in-place-paused request blocks a flush."""
+        held = any(not r.retracted for r in self.requests.values())
+        return not held and not self.refuse_next_flush
+
+    def _install(self, version: int, funnel: Funnel) -> None:
+        """Load every tensor of ``version``: target, draft (ENG-004), scales (ENG-005)."""
+        self.weights = self.draft = self.scales = self.label = version
+        self.torn = False
+
+    def _clear_cache(self) -> None:
+        """Every tier and kind (ENG-003)."""
+        self.cache.clear()
+
+    def _load_back(self, key: Key) -> None:
+        """A lower-tier hit moves back to device, draft KV with it (ENG-008)."""
+        self.cache[key].tier = Tier.DEVICE
+
+    def _forget_lora(self) -> None:
+        """Old-revision LoRA KV can never match again; drop it to free memory."""
+        for k in [k for k in self.cache if k[2] is not None]:
+            del self.cache[k]
+
+    def _numerics(self, prefix: str, uses: set[Use], hit: bool) -> tuple[object, ...]:
+        """Stand-in output bytes: a pure function of the prompt and every version the
+        computation depended on, so stale KV changes them and a fresh hit does not."""
+        return (prefix, *sorted((u.component, u.version) for u in uses))
+
+    def _attribute(self, req: InFlight) -> set[int]:
+        """Every version that sampled the response's tokens (INV-002)."""
+        return set(req.sampled)
+
+    def _on_sleep(self) -> None:
+        """Device KV memory is gone; its index entries go with it (ENG-006)."""
+        for k in [k for k, kv in self.cache.items() if kv.tier is Tier.DEVICE]:
+            del self.cache[k]
+
+
+class ClosingEndpoint(ReferenceEndpoint):
+    """A correct endpoint that takes the spec's other fail-closed branch: it installs the
+    weights, finds the flush refused, reports failure and refuses to serve until a flush
+    completes; a torn bucketed update leaves it torn and closed (FC-004)."""
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        flush = self._must_flush(funnel, flush_cache)
+        blocked = flush and not self._can_flush()
+        self._install(version, funnel)
+        if blocked:
+            self.refuse_next_flush = False
+            self.dirty = True
+            return Reply(False, message="weights installed, flush refused: closed")
+        if flush:
+            self._clear_cache()
+            self.dirty = False
+        return Reply(True)
+
+    def fail_update_midway(self, version: int) -> Reply:
+        self.torn, self.label = True, None
+        return Reply(False, message="bucket 3/8 failed; weights torn, endpoint closed")
+
+
+def _reply_status(reply: Reply) -> Status:
+    if reply.lost:
+        return Status.INDETERMINATE
+    return Status.OK if reply.ok else Status.REJECTED
+
+
+class InProcessAdapter:
+    """Drives ``endpoint_cls`` instances in this process, one per endpoint config.
+
+    Every capability is on: these systems can be probed completely. Exceptions from the
+    endpoint propagate to the checker, which reports them as ERROR (ADP-001).
+    """
+
+    capabilities = frozenset(
+        {
+            "weights_probe",
+            "cache_probe",
+            "exact_cache",
+            "provenance",
+            "attribution",
+            "flush_result",
+            "byte_oracle",
+            "faults",
+            "inflight",
+            "restart",
+            "pause",
+            "sleep",
+            "tiers",
+            "draft",
+            "encoder",
+            "fp8_kv",
+            "lora",
+            "exact_lane",
+        }
+    )
+    fixed_configs = None
+
+    def __init__(self, endpoint_cls: type[ReferenceEndpoint], name: str) -> None:
+        self.endpoint_cls = endpoint_cls
+        self.name = name
+        self.endpoints: list[ReferenceEndpoint] = []
+
+    def start(self, configs: tuple[Config, ...]) -> None:
+        self.endpoints = [self.endpoint_cls(c) for c in configs]
+
+    def server_info(self, endpoint: int) -> Mapping[str, object] | None:
+        return self._ep(endpoint).get_server_info()
+
+    def close(self) -> None:
+        self.endpoints = []
+
+    def _ep(self, index: int) -> ReferenceEndpoint:
+        try:
+            return self.endpoints[index]
+        except IndexError:
+            n = len(self.endpoints)
+            raise AdapterFailure(f"no endpoint {index}; started with {n}") from None
+
+    def apply(self, action: Action) -> Observation:
+        index: int = action.endpoint  # type: ignore[attr-defined]
+        ep = self._ep(index)
+        reply = self._call(ep, action)
+        response = None
+        if isinstance(action, ServeRequest) and reply.ok:
+            cold = ep.cold_output(action.prefix, action.lora)
+            response = Response(reply.hit, reply.uses, reply.sampled, reply.output, cold)
+        elif isinstance(action, FinishRequest) and reply.ok:
+            response = Response(hit=reply.hit, uses=reply.uses, sampled=reply.sampled)
+        aborted = reply.aborted if isinstance(action, (PauseGeneration, FinishRequest)) else None
+        return Observation(
+            status=_reply_status(reply),
+            response=response,
+            flushed=reply.flushed,
+            aborted=aborted,
+            view=ep.weight_info(),
+            detail=reply.message,
+        )
+
+    def _call(self, ep: ReferenceEndpoint, a: Action) -> Reply:
+        calls: dict[type, Any] = {
+            ServeRequest: lambda: ep.generate(a.prefix, a.lora),
+            StartRequest: lambda: ep.start(a.rid, a.prefix, a.lora),
+            FinishRequest: lambda: ep.finish(a.rid),
+            UpdateWeights: lambda: ep.update_weights(a.version, a.funnel, a.flush_cache),
+            FaultUpdateFailsMidway: lambda: ep.fail_update_midway(a.version),
+            FlushCache: ep.flush_cache,
+            PauseGeneration: lambda: ep.pause_generation(a.mode),
+            ContinueGeneration: ep.continue_generation,
+            Sleep: ep.sleep,
+            WakeUp: ep.wake_up,
+            Restart: lambda: ep.restart() or Reply(True),
+            EvictPrefix: lambda: ep.evict(a.prefix, a.tier),
+            LoadLora: ep.load_lora,
+            FaultRefuseFlush: lambda: setattr(ep, "refuse_next_flush", True) or Reply(True),
+        }
+        if type(a) not in calls:
+            raise Unsupported(f"{a.name} is not an engine action")
+        return calls[type(a)]()
+
+
+# GARBAGE is re-exported for mutants that model KV memory that is gone.
+__all__ = [
+    "GARBAGE",
+    "CachedKV",
+    "ClosingEndpoint",
+    "InFlight",
+    "InProcessAdapter",
+    "ReferenceEndpoint",
+    "Reply",
+]

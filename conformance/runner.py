@@ -1,0 +1,252 @@
+"""Run the conformance machine against one SUT and turn what it saw into verdicts.
+
+Verdicts, worst first: FAIL (a rule broken), ERROR (the SUT or adapter could not answer),
+UNKNOWN (a rule or scenario never exercised), PASS, SKIP (the adapter cannot observe the
+rule's evidence, with the reason). The run's verdict is the worst over its rules; SKIP never
+decides it. A SHOULD rule's FAIL counts only with ``strict``; otherwise it shows as WARN.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from attrs import frozen
+from hypothesis import HealthCheck, Verbosity, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.errors import Flaky
+from hypothesis.stateful import get_state_machine_test
+from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
+from kvfence.model.checks import Violation
+from kvfence.model.rules import RULES, Rule
+from kvfence.model.state import Bounds
+
+from .machine import MACHINE_BOUNDS, AdapterError, ConformanceFailure, Recorder, build_machine
+from .trace import header, violation_json, write_trace
+
+ORDER = ("FAIL", "ERROR", "UNKNOWN", "WARN", "PASS", "SKIP")
+
+PROFILES: dict[str, settings] = {
+    "ci": settings(
+        max_examples=120,
+        stateful_step_count=25,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+        print_blob=False,
+        verbosity=Verbosity.quiet,
+    ),
+    "dev": settings(
+        max_examples=400,
+        stateful_step_count=40,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+        print_blob=False,
+        verbosity=Verbosity.quiet,
+    ),
+    "fuzz": settings(
+        max_examples=5000,
+        stateful_step_count=80,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        report_multiple_bugs=False,
+        print_blob=False,
+        verbosity=Verbosity.quiet,
+    ),
+}
+"""Named budgets. ``ci`` is derandomized (the same examples every run); ``dev`` and
+``fuzz`` are random unless ``seed`` is given. These are kvfence's own profiles and do not
+depend on Hypothesis's profile registry (which loads its own ``ci`` when ``CI`` is set)."""
+
+REQUIRES: dict[str, tuple[str, ...]] = {
+    "ENG-001": ("exact_lane",),
+    "ENG-003": ("cache_probe",),
+    "ENG-004": ("draft", "weights_probe"),
+    "ENG-005": ("fp8_kv", "weights_probe"),
+    "ENG-006": ("sleep", "cache_probe"),
+    "ENG-007": ("lora", "cache_probe"),
+    "ENG-008": ("tiers", "cache_probe"),
+    "ENG-009": ("pause", "inflight"),
+    "ENG-010": ("restart", "cache_probe"),
+    "FC-001": ("inflight",),
+    "FC-002": ("inflight",),
+    "FC-003": ("flush_result", "inflight"),
+    "FC-004": ("faults",),
+    "INV-002": ("attribution", "inflight", "pause"),
+    "INV-003": ("weights_probe",),
+    "INV-004": ("byte_oracle", "exact_lane"),
+    "LIV-001": ("inflight",),
+    "REACH-002": ("exact_lane",),
+    "REACH-003": ("inflight",),
+}
+"""Capabilities (and config features) a rule's evidence needs; without them it is SKIP."""
+
+
+@frozen
+class RuleVerdict:
+    rule: Rule
+    verdict: str
+    evidence: int
+    reason: str = ""
+
+
+@frozen
+class Result:
+    """One check. ``verdict``: the run's verdict. ``rules``: one ``RuleVerdict`` per rule.
+    ``violations``: what failed (rule, expected, actual). ``counterexample``: JSONL path.
+    ``steps``: top-level steps in the counterexample. ``seconds``: wall time."""
+
+    engine: str
+    client: str
+    profile: str
+    seed: int | None
+    verdict: str
+    rules: tuple[RuleVerdict, ...]
+    violations: tuple[Violation, ...]
+    error: str
+    counterexample: Path | None
+    steps: int
+    examples: int
+    seconds: float
+
+    @property
+    def exit_code(self) -> int:
+        return {"PASS": 0, "WARN": 0, "FAIL": 1}.get(self.verdict, 2)
+
+    def caught(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(v.rule for v in self.violations))
+
+
+def _worst(verdicts: list[str]) -> str:
+    present = [v for v in verdicts if v != "SKIP"] or ["UNKNOWN"]
+    return min(present, key=ORDER.index)
+
+
+def _rule_verdicts(
+    recorder: Recorder,
+    violations: list[Violation],
+    error: AdapterError | None,
+    capabilities: frozenset[str],
+    strict: bool,
+) -> tuple[RuleVerdict, ...]:
+    broken = {v.rule for v in violations}
+    have = capabilities
+    out = []
+    for r in RULES:
+        n = recorder.exercised[r.id] + (1 if r.id in recorder.reached else 0)
+        missing = [c for c in REQUIRES.get(r.id, ()) if c not in have]
+        if r.id in broken:
+            verdict = "FAIL" if r.level == "MUST" or strict else "WARN"
+            out.append(RuleVerdict(r, verdict, n, "violated"))
+        elif error is not None and r.id == error.rule:
+            out.append(RuleVerdict(r, "ERROR", n, str(error)))
+        elif missing and n == 0:
+            out.append(RuleVerdict(r, "SKIP", 0, f"needs {', '.join(missing)}"))
+        elif n > 0:
+            out.append(RuleVerdict(r, "PASS", n))
+        elif r.kind == "ADP":
+            out.append(RuleVerdict(r, "PASS", recorder.steps, "every call answered"))
+        elif error is not None or violations:
+            out.append(RuleVerdict(r, "UNKNOWN", 0, "run stopped before it was exercised"))
+        else:
+            out.append(RuleVerdict(r, "UNKNOWN", 0, "never exercised: raise the budget"))
+    return tuple(out)
+
+
+def _top_level_steps(lines: list[dict[str, Any]]) -> int:
+    return sum(1 for line in lines if "action" in line and "within" not in line)
+
+
+def run_check(
+    engine: EngineAdapter,
+    client: ClientAdapter,
+    profile: str = "ci",
+    seed: int | None = None,
+    out_dir: Path = Path("kvfence-results"),
+    strict: bool = False,
+    timeout: float = 60.0,
+    bounds: Bounds = MACHINE_BOUNDS,
+    max_examples: int | None = None,
+) -> Result:
+    """Run the stateful machine against ``engine`` + ``client``; never raises for what the
+    SUT does (that is the verdict), only for bad arguments (``KeyError`` for a profile)."""
+    base = PROFILES[profile]
+    overrides: dict[str, Any] = {}
+    if seed is not None:
+        overrides["derandomize"] = False
+    if max_examples is not None:
+        overrides["max_examples"] = max_examples
+    config = settings(base, **overrides)
+    recorder = Recorder()
+    machine = build_machine(engine, client, recorder, bounds, timeout)
+    test = get_state_machine_test(machine, settings=config)
+    if seed is not None:
+        test = hypothesis_seed(seed)(test)
+    started = time.monotonic()
+    violations: list[Violation] = []
+    error: AdapterError | None = None
+    lines: list[dict[str, Any]] = []
+    try:
+        test()
+    except ConformanceFailure:
+        assert recorder.failure is not None or recorder.trace
+    except AdapterError as e:
+        error = e
+    except Flaky as e:
+        error = AdapterError("ADP-001", f"the SUT is not deterministic: {e}")
+    except Exception as e:
+        error = AdapterError("ADP-001", f"{type(e).__name__}: {e}")
+    finally:
+        try:
+            engine.close()
+        except Exception as e:
+            error = error or AdapterError("ADP-001", f"close() raised {e}")
+    seconds = time.monotonic() - started
+    if recorder.failure is not None:
+        lines, violations = recorder.failure
+    elif error is not None:
+        lines = list(recorder.trace)
+    path = None
+    if lines:
+        setup = lines[0].get("setup", {}) if lines else {}
+        steps = [line for line in lines if "setup" not in line]
+        head = header(
+            engine.name,
+            client.name,
+            seed,
+            profile,
+            setup.get("configs", ()),
+            setup.get("policy"),
+        )
+        if violations:
+            last = {"verdict": "FAIL", "step": steps[-1]["step"] if steps else 0}
+            last["violations"] = [violation_json(v) for v in violations]
+        else:
+            last = {"verdict": "ERROR", "error": str(error)}
+        path = out_dir / f"counterexample-{engine.name}-{client.name}.jsonl"
+        write_trace(path, head, steps, last)
+        lines = steps
+    rules = _rule_verdicts(recorder, violations, error, engine.capabilities, strict)
+    verdict = _worst([r.verdict for r in rules])
+    if error is not None and verdict != "FAIL":
+        verdict = "ERROR"
+    return Result(
+        engine=engine.name,
+        client=client.name,
+        profile=profile,
+        seed=seed,
+        verdict=verdict,
+        rules=rules,
+        violations=tuple(violations),
+        error="" if error is None else str(error),
+        counterexample=path,
+        steps=_top_level_steps(lines),
+        examples=recorder.examples,
+        seconds=seconds,
+    )

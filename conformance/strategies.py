@@ -1,0 +1,77 @@
+"""Hypothesis strategies for what a run is made of: endpoint configs and client policies.
+
+Every strategy shrinks towards the plainest case (radix on and reported, standard lane, no
+tiers, mode ``auto``), so a counterexample carries only the features it needs.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+from kvfence.model.state import Config, Policy, server_info
+from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
+
+REPORTS_WHEN_ON = (
+    server_info(radix_cache_enabled=True),
+    server_info(),  # absent: unknown, so enabled (SC-5)
+    server_info(radix_cache_enabled="maybe"),  # garbage: unknown
+    None,  # unreachable
+    server_info(radix_cache_enabled="true"),
+    server_info(disable_radix_cache="0"),
+    server_info(disable_radix_cache="off", radix_cache_enabled="?"),
+)
+"""What an endpoint with the radix cache on may honestly report (SC-7 shapes)."""
+
+REPORTS_WHEN_OFF = (
+    server_info(radix_cache_enabled=False),
+    server_info(disable_radix_cache="true"),
+    server_info(),
+    None,
+    server_info(radix_cache_enabled=0),
+)
+"""What an endpoint with the radix cache off may report."""
+
+TIERS = (
+    frozenset({Tier.DEVICE}),
+    frozenset({Tier.DEVICE, Tier.HOST}),
+    frozenset({Tier.DEVICE, Tier.HOST, Tier.STORAGE}),
+)
+
+
+@st.composite
+def configs(draw, capabilities: frozenset[str] = frozenset(), endpoints: int = 2):
+    """``endpoints`` endpoint configs; features the adapter lacks are never drawn."""
+
+    def feature(name: str) -> bool:
+        return name in capabilities and draw(st.booleans())
+
+    out = []
+    for _ in range(endpoints):
+        radix = not draw(st.booleans())
+        lane = Lane.EXACT if feature("exact_lane") else Lane.STANDARD
+        info = draw(st.sampled_from(REPORTS_WHEN_ON if radix else REPORTS_WHEN_OFF))
+        fp8 = feature("fp8_kv")
+        if fp8 and info is not None:
+            info = tuple(sorted((*info, ("kv_cache_dtype", "fp8_e4m3"))))
+        tiers = draw(st.sampled_from(TIERS)) if "tiers" in capabilities else TIERS[0]
+        out.append(
+            Config(
+                radix=radix,
+                lane=lane,
+                info=info,
+                tiers=tiers,
+                draft=feature("draft"),
+                encoder=feature("encoder"),
+                fp8_kv=fp8,
+                lora=feature("lora"),
+            )
+        )
+    return tuple(out)
+
+
+policies = st.builds(
+    Policy,
+    mode=st.sampled_from(list(CacheMode)),
+    flush_cache=st.sampled_from([None, True, False]),
+    pause_mode=st.sampled_from([PauseMode.RETRACT, PauseMode.IN_PLACE, PauseMode.ABORT]),
+)
+"""Client policies: every ``cache_invalidation_mode``, explicit flag and pause mode."""

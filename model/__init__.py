@@ -1,0 +1,59 @@
+"""kvfence's executable specification: KV must never be reused across a weight update.
+
+Read in this order: ``vocabulary`` (the words), ``state`` (what is remembered),
+``actions`` (what can happen), ``client`` (what a sync asks), ``engine`` (what each action
+may do), ``checks`` (invariants and comparisons), ``rules`` (the registry every check
+cites), ``lifecycle`` (the phase table), ``explore`` (exhaustive search within bounds).
+
+Pure: standard library, attrs and transitions only. No I/O, clock, randomness or Hypothesis.
+"""
+
+from .actions import ACTION_TYPES, Action, TraceError, action_from_json
+from .checks import Violation, check_served, check_state, compare
+from .client import Plan, parse_bool, parse_radix, resolve_plan
+from .engine import actions, enabled, plan_for, step, sync_actions, view
+from .observation import Observation, Outcome, Response, View
+from .rules import BY_ID, RULES, Rule, rule
+from .state import Bounds, Config, Endpoint, Entry, Policy, State, Use, initial_state, server_info
+
+SPEC_VERSION = "0.1"
+"""Bumped whenever a rule's meaning or a trace field changes."""
+
+__all__ = [
+    "ACTION_TYPES",
+    "BY_ID",
+    "RULES",
+    "SPEC_VERSION",
+    "Action",
+    "Bounds",
+    "Config",
+    "Endpoint",
+    "Entry",
+    "Observation",
+    "Outcome",
+    "Plan",
+    "Policy",
+    "Response",
+    "Rule",
+    "State",
+    "TraceError",
+    "Use",
+    "View",
+    "Violation",
+    "action_from_json",
+    "actions",
+    "check_served",
+    "check_state",
+    "compare",
+    "enabled",
+    "initial_state",
+    "parse_bool",
+    "parse_radix",
+    "plan_for",
+    "resolve_plan",
+    "rule",
+    "server_info",
+    "step",
+    "sync_actions",
+    "view",
+]

@@ -1,0 +1,92 @@
+"""The endpoint phase table: which action may run in which phase, and where it leads.
+
+Only the phase table lives in a ``transitions`` machine (it also draws the docs diagram);
+data invariants stay in plain code in ``engine.py``. A ``transitions`` guard that fails
+returns False silently, so this module uses no guards at all: ``allows`` asks the table,
+``next_phase`` reads it, and both raise nothing.
+
+Phases: SERVING, PAUSED (``/pause_generation``), ASLEEP (vLLM ``/sleep``). Being *closed*
+(FC-002) is not a phase: a closed endpoint is in any phase and refuses to serve.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from transitions import Machine
+from transitions.extensions import GraphMachine
+
+from .vocabulary import Phase
+
+S, P, A = Phase.SERVING.value, Phase.PAUSED.value, Phase.ASLEEP.value
+
+TABLE: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
+    # (action, phases it may run in, phase it leads to; None = stays)
+    ("ServeRequest", (S,), None),
+    ("StartRequest", (S,), None),
+    ("FinishRequest", (S,), None),
+    ("UpdateWeights", (S, P), None),
+    ("FaultUpdateFailsMidway", (S, P), None),
+    ("FlushCache", (S, P), None),
+    ("FaultRefuseFlush", (S, P), None),
+    ("EvictPrefix", (S,), None),
+    ("LoadLora", (S, P), None),
+    ("PauseGeneration", (S,), P),
+    ("ContinueGeneration", (P,), S),
+    ("Sleep", (S,), A),
+    ("WakeUp", (A,), S),
+    ("Restart", (S, P, A), S),
+)
+"""SyncWeights is the client's: it needs every endpoint SERVING and runs through
+PauseGeneration, UpdateWeights and ContinueGeneration on each."""
+
+
+def _transitions() -> list[dict[str, object]]:
+    return [{"trigger": t, "source": list(src), "dest": dst} for t, src, dst in TABLE]
+
+
+class _Phase:
+    """The model object a ``transitions`` machine binds to (not slotted: it must not be)."""
+
+
+@cache
+def _machine() -> Machine:
+    return Machine(
+        model=None,
+        states=[p.value for p in Phase],
+        transitions=_transitions(),
+        initial=S,
+        auto_transitions=False,
+    )
+
+
+@cache
+def allows(phase: Phase, action_name: str) -> bool:
+    """``action_name`` may run in ``phase``; actions outside the table (SyncWeights) may
+    run in any phase as far as the table is concerned."""
+    if action_name not in {t for t, _, _ in TABLE}:
+        return True
+    return action_name in _machine().get_triggers(phase.value)
+
+
+def next_phase(phase: Phase, action_name: str) -> Phase:
+    """The phase after ``action_name`` runs in ``phase``; ``ValueError`` if not allowed."""
+    for trigger, sources, dest in TABLE:
+        if trigger == action_name and phase.value in sources:
+            return phase if dest is None else Phase(dest)
+    raise ValueError(f"{action_name} is not allowed in phase {phase.value}")
+
+
+def diagram() -> str:
+    """The phase table as a Mermaid state diagram (for docs/)."""
+    model = _Phase()
+    GraphMachine(
+        model=model,
+        states=[p.value for p in Phase],
+        transitions=_transitions(),
+        initial=S,
+        auto_transitions=False,
+        graph_engine="mermaid",
+        title="kvfence endpoint lifecycle",
+    )
+    return model.get_graph().draw(None)

@@ -1,0 +1,345 @@
+"""The rule registry: every requirement of the spec, with a stable ID.
+
+An ID is ``KIND-NNN``; it never changes meaning once published. Kinds:
+
+* CLI: the client resolver (what a sync asks of each endpoint).
+* ENG: the engine (what an update, flush, pause or sleep does to the prefix cache).
+* FC: fail-closed (what happens when a flush or an update cannot complete).
+* INV: invariants over everything served.
+* LIV: progress (the spec never forces a deadlock).
+* ADP: the adapter contract (a checker that cannot see is never a pass).
+* REACH: scenarios a run must reach, so that a pass is never vacuous.
+
+Levels follow RFC 2119: a MUST violation is FAIL; a SHOULD violation is FAIL only under
+``--strict`` and is otherwise reported as a warning.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+
+@frozen
+class Rule:
+    """One requirement.
+
+    ``id``: stable ``KIND-NNN``. ``name``: CamelCase handle used in code and docs.
+    ``level``: ``"MUST"`` or ``"SHOULD"``. ``text``: the requirement. ``rationale``: why.
+    ``source``: the public code or report the behaviour mirrors.
+    """
+
+    id: str
+    name: str
+    level: str
+    text: str
+    rationale: str
+    source: str
+
+    @property
+    def kind(self) -> str:
+        return self.id.split("-", 1)[0]
+
+
+RULES: tuple[Rule, ...] = (
+    # ----- client resolver -------------------------------------------------------------
+    Rule(
+        "CLI-001",
+        "AutoFlushesReportedRadix",
+        "MUST",
+        "With cache_invalidation_mode=auto, a sync requests a flush from every endpoint "
+        "whose server info reports the radix cache on.",
+        "A prefix cache that survives an update splices old-policy KV into new logprobs.",
+        "SC-4; huggingface/trl #3024 (PF-01)",
+    ),
+    Rule(
+        "CLI-002",
+        "UnknownRadixMeansEnabled",
+        "MUST",
+        "With mode auto, an endpoint whose radix state is absent, unparseable, or whose "
+        "server info cannot be fetched is treated as radix on: a flush is requested.",
+        "Guessing 'off' from silence is the unsafe direction; an extra flush only costs a "
+        "cold prefill.",
+        "SC-5",
+    ),
+    Rule(
+        "CLI-003",
+        "AutoSkipsReportedOff",
+        "SHOULD",
+        "With mode auto, an endpoint that reports the radix cache off gets no flush request.",
+        "Outside the radix cache there is nothing to flush; behaviour stays unchanged.",
+        "SC-2",
+    ),
+    Rule(
+        "CLI-004",
+        "FlushModeAlwaysFlushes",
+        "MUST",
+        "With mode flush, or an explicit flush_cache=True, a sync requests a flush from "
+        "every endpoint.",
+        "An explicit request is never second-guessed.",
+        "seed contract",
+    ),
+    Rule(
+        "CLI-005",
+        "NoneModeRequestsNoFlush",
+        "MUST",
+        "With mode none (and no explicit flush_cache=True), a sync requests no flush; the "
+        "engine guard still protects exact lanes.",
+        "The opt-out is the caller's to make, and it is honoured outside exact lanes.",
+        "SC-6",
+    ),
+    Rule(
+        "CLI-006",
+        "ServerInfoParsing",
+        "MUST",
+        "radix_cache_enabled wins when it parses as a boolean; else disable_radix_cache, "
+        "inverted; booleans may arrive as strings or 0/1 ('true', '0', 'off'); anything else "
+        "is unknown.",
+        "Servers of different versions and forks report the flag under either name and type.",
+        "SC-7; SGLang /get_server_info (server_args fields)",
+    ),
+    Rule(
+        "CLI-007",
+        "FlushUpgradesInPlacePause",
+        "MUST",
+        "When a sync requests a flush, a configured in_place pause is upgraded to retract.",
+        "In-place paused requests hold KV, so the flush would be refused (PF-06).",
+        "SC-8; radixark/miles PR #2782 (PF-06)",
+    ),
+    # ----- engine ------------------------------------------------------------------------
+    Rule(
+        "ENG-001",
+        "ExactLaneGuardFlushes",
+        "MUST",
+        "On an exact lane with the radix cache on, every completed weight update, on every "
+        "funnel, flushes the prefix cache whatever the caller asked.",
+        "Exact lanes promise byte-equal trainer/sampler parity; a stale hit breaks it.",
+        "SC-1; SGLang scheduler update_weights_from_* handlers",
+    ),
+    Rule(
+        "ENG-002",
+        "EngineAutonomy",
+        "MUST",
+        "On a standard lane, or with the radix cache off, an update flushes if and only if "
+        "the caller asked.",
+        "Outside exact lanes, existing behaviour is unchanged.",
+        "SC-2",
+    ),
+    Rule(
+        "ENG-003",
+        "FlushClearsEveryTier",
+        "MUST",
+        "A completed flush removes every cache entry of every kind (target KV, draft KV, "
+        "encoder output) on every tier (device, host, storage).",
+        "A tier the flush forgot loads old KV back after the update.",
+        "sgl-project/sglang #26792 (PF-09); verl-project/verl #6523 (PF-10)",
+    ),
+    Rule(
+        "ENG-004",
+        "DraftFollowsTarget",
+        "MUST",
+        "A completed update leaves the speculative draft model at the same weight version "
+        "as the target model.",
+        "A draft left behind silently lowers acceptance and breaks exact-lane parity.",
+        "sgl-project/sglang #27718 (PF-11)",
+    ),
+    Rule(
+        "ENG-005",
+        "ScalesFollowWeights",
+        "MUST",
+        "With an FP8 KV cache, a completed update installs the KV scales of the new weight "
+        "version.",
+        "Dropped scales make every later KV wrong without any error.",
+        "NVIDIA-NeMo/RL #3225 (PF-14)",
+    ),
+    Rule(
+        "ENG-006",
+        "SleepDropsIndex",
+        "MUST",
+        "Sleep that discards KV memory discards the prefix index with it; after WakeUp "
+        "nothing is served from the discarded KV.",
+        "An index that outlives its memory attends to garbage.",
+        "vllm-project/vllm #17103 (PF-02)",
+    ),
+    Rule(
+        "ENG-007",
+        "LoraReloadInvalidates",
+        "MUST",
+        "Reloading a LoRA adapter in place under the same name makes the KV computed under "
+        "its old bytes unreachable.",
+        "The cache key must name the adapter's contents, not its name.",
+        "vllm-project/vllm #42125 (PF-13); PrimeIntellect-ai/prime-rl PR #1650 (PF-07)",
+    ),
+    Rule(
+        "ENG-008",
+        "LoadBackRestoresDraftKv",
+        "MUST",
+        "Loading a prefix back from a lower tier restores its draft KV with its target KV.",
+        "Draft slots that hold unrelated data change behaviour on a hit.",
+        "sgl-project/sglang PR #17338 (PF-12)",
+    ),
+    Rule(
+        "ENG-009",
+        "PauseModeSemantics",
+        "MUST",
+        "abort ends in-flight requests and frees their KV; retract frees their KV and "
+        "re-queues them to recompute on resume; in_place keeps them and their KV.",
+        "Each mode leaves a different amount of old KV alive across an update.",
+        "SGLang /pause_generation; sgl-project/sglang PR #31962 (PF-05)",
+    ),
+    Rule(
+        "ENG-010",
+        "RestartStartsCold",
+        "MUST",
+        "A restarted endpoint holds no cache entries and no in-flight requests, and serves "
+        "its last completely loaded weight version.",
+        "Nothing survives a process restart but the checkpoint on disk.",
+        "seed contract",
+    ),
+    # ----- fail-closed ------------------------------------------------------------------
+    Rule(
+        "FC-001",
+        "FailedFlushFailsUpdate",
+        "MUST",
+        "An update whose flush (mandatory or requested) cannot complete reports failure.",
+        "A refused flush swallowed as success leaves the client believing the cache clean.",
+        "SC-3; areal-project/AReaL #140 (PF-04)",
+    ),
+    Rule(
+        "FC-002",
+        "NothingServedWhileClosed",
+        "MUST",
+        "After an update failed closed (weights changed, flush not done) or tore the weights, "
+        "the endpoint serves nothing until a flush completes on whole weights.",
+        "Reporting failure is not enough if the stale tree keeps serving.",
+        "SC-3",
+    ),
+    Rule(
+        "FC-003",
+        "FlushReportHonest",
+        "MUST",
+        "A flush reports success only if it removed every entry; a refused, partial or no-op "
+        "flush reports failure, and a missing result counts as failure.",
+        "vLLM's reset_prefix_cache returns False while blocks are in use; callers ignored it.",
+        "vllm-project/vllm PR #12284 and #28827 (PF-03)",
+    ),
+    Rule(
+        "FC-004",
+        "TornUpdateConsistentOrClosed",
+        "MUST",
+        "An update that fails midway (some buckets applied) reports failure and leaves the "
+        "endpoint either at its old weights with its cache, or closed.",
+        "Torn weights are no weight version at all.",
+        "seed contract; bucketed transfers",
+    ),
+    # ----- invariants -------------------------------------------------------------------
+    Rule(
+        "INV-001",
+        "NoStalePrefixReuse",
+        "MUST",
+        "No token is computed under weights v attending to KV (target, draft, encoder, LoRA) "
+        "computed under anything else; on a standard lane this is waived only after an "
+        "update the caller explicitly asked to run without a flush.",
+        "The bug class kvfence exists for.",
+        "SC-9; PF-01, PF-06, PF-07, PF-08",
+    ),
+    Rule(
+        "INV-002",
+        "ResponseVersionAttribution",
+        "MUST",
+        "The weight versions an engine attributes to a response are exactly those that "
+        "sampled its tokens; a response spanning an update is visibly mixed.",
+        "Tokens labelled with the version seen at the end poison importance ratios.",
+        "areal-project/AReaL PR #1569 (PF-16); vllm-project/vllm #54443 (PF-17)",
+    ),
+    Rule(
+        "INV-003",
+        "VersionLabelSound",
+        "MUST",
+        "The reported weight-version label is v only when target, draft and KV scales are "
+        "all at v and the weights are whole.",
+        "A label that lies hides every other fault.",
+        "vllm-project/vime PR #45 (PF-15)",
+    ),
+    Rule(
+        "INV-004",
+        "HitMatchesColdPrefill",
+        "SHOULD",
+        "On an exact lane, a response that hit fresh KV is byte-equal to a cold prefill of "
+        "the same prompt under the same weights.",
+        "Distinct from stale reuse: the hit path's numerics differ, not its provenance.",
+        "sgl-project/sglang #34683 (PF-18)",
+    ),
+    # ----- liveness ---------------------------------------------------------------------
+    Rule(
+        "LIV-001",
+        "FlushSucceedsWhenNoKvHeld",
+        "MUST",
+        "A flush is refused only while a request holds KV (running or paused in place) or a "
+        "fault is injected; retracted and aborted requests never block it.",
+        "Otherwise retract-then-flush, the fix for PF-06, deadlocks the update.",
+        "sgl-project/sglang PR #31962 (PF-05)",
+    ),
+    Rule(
+        "LIV-002",
+        "OpenEndpointAnswers",
+        "MUST",
+        "An open endpoint carries out every enabled action the spec does not allow to fail "
+        "(serving, pausing, resuming, sleeping, waking, evicting).",
+        "A system that refuses everything would otherwise pass every safety rule.",
+        "STYLE: stateright 'eventually' properties",
+    ),
+    # ----- adapter contract -------------------------------------------------------------
+    Rule(
+        "ADP-001",
+        "AdapterAnswers",
+        "MUST",
+        "Every adapter call returns an observation within its timeout; a crash or a hang is "
+        "ERROR, never PASS.",
+        "A checker that cannot see must not say 'fine'.",
+        "Jepsen checkers; etcd robustness Unknown results",
+    ),
+    Rule(
+        "ADP-002",
+        "ObservationWellFormed",
+        "MUST",
+        "An observation carries a status and only fields of the right type.",
+        "A garbled observation is not evidence either way.",
+        "kvfence adapter guide",
+    ),
+    # ----- reachability -----------------------------------------------------------------
+    Rule(
+        "REACH-001",
+        "ReuseAfterUpdateReached",
+        "MUST",
+        "The run served a prefix that was cached before a completed weight update.",
+        "Without it, NoStalePrefixReuse was never at risk and a pass means nothing.",
+        "STYLE: stateright 'sometimes' properties",
+    ),
+    Rule(
+        "REACH-002",
+        "GuardCaseReached",
+        "MUST",
+        "The run updated an exact-lane, radix-on endpoint whose caller did not ask to flush.",
+        "The engine guard is only tested where the client would have skipped the flush.",
+        "SC-1",
+    ),
+    Rule(
+        "REACH-003",
+        "RefusedFlushReached",
+        "MUST",
+        "The run attempted an update whose flush could not complete.",
+        "Fail-closed behaviour is only tested when the flush is actually refused.",
+        "SC-3",
+    ),
+)
+
+BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
+BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
+
+
+def rule(rule_id: str) -> Rule:
+    """Return the rule with this ID; ``KeyError`` names the unknown ID."""
+    try:
+        return BY_ID[rule_id]
+    except KeyError:
+        raise KeyError(f"no rule {rule_id!r} in the registry") from None

@@ -1,0 +1,267 @@
+"""The state of the spec: endpoints, their caches and requests, the client policy, the ledger.
+
+Everything here is a frozen attrs value, so a state can be hashed, compared and kept in a
+set by the explorer. Weight versions are small non-negative ints (``0`` is the initial
+policy); ``GARBAGE`` tags KV whose memory is gone.
+
+What is NOT modelled, and why:
+
+* Token-level content. A cache entry is one prefix; whether it hits is all-or-nothing.
+  Partial hits change counts, not the question "was any reused KV stale".
+* Eviction under memory pressure. Real engines may drop entries at will; the checker treats
+  a miss as always allowed and judges only what a hit reused.
+* Time. Timeouts are the adapters' business (ADP-001); the model is untimed.
+* More than one LoRA adapter: one adapter, reloaded under its name, shows the whole fault.
+"""
+
+from __future__ import annotations
+
+from attrs import evolve, field, frozen
+
+from .vocabulary import GARBAGE, CacheMode, Kind, Lane, PauseMode, Phase, Tier
+
+ServerInfo = tuple[tuple[str, object], ...] | None
+"""What ``/get_server_info`` returned, as sorted ``(key, value)`` pairs; ``None`` when the
+endpoint could not be reached. Kept raw: parsing it is the client's job (CLI-006)."""
+
+
+def server_info(**fields: object) -> ServerInfo:
+    """Build a ``ServerInfo`` from keyword fields: ``server_info(radix_cache_enabled="on")``."""
+    return tuple(sorted(fields.items()))
+
+
+@frozen
+class Config:
+    """What an endpoint is; fixed for a run.
+
+    ``radix``: the radix (prefix) cache is on. ``lane``: EXACT when ``rl_on_policy_target``
+    is set. ``info``: its server info (what it *reports*; an honest endpoint never reports
+    the radix cache off while it is on). ``tiers``: tiers its cache spans (HOST and STORAGE
+    form a hierarchical cache). ``draft``: a speculative draft model with its own KV.
+    ``encoder``: a multimodal encoder cache. ``fp8_kv``: KV stored in FP8 with per-version
+    scales. ``lora``: serves one LoRA adapter that can be reloaded in place.
+    """
+
+    radix: bool = True
+    lane: Lane = field(default=Lane.STANDARD, converter=Lane)
+    info: ServerInfo = server_info(radix_cache_enabled=True)
+    tiers: frozenset[Tier] = frozenset({Tier.DEVICE})
+    draft: bool = False
+    encoder: bool = False
+    fp8_kv: bool = False
+    lora: bool = False
+
+    @property
+    def guarded(self) -> bool:
+        """ENG-001 applies: exact lane with the radix cache on."""
+        return self.lane is Lane.EXACT and self.radix
+
+
+@frozen
+class Entry:
+    """One cache entry: the KV (or encoder output) of one prefix.
+
+    ``version``: the weight version that computed it (the draft's version for DRAFT KV), or
+    ``GARBAGE``. ``lora``: the adapter revision it was computed under; ``None`` for the base
+    model. The lookup key is ``(prefix, kind, lora is not None)`` plus, in a correct engine,
+    the revision; ``version`` is provenance, never part of the key.
+    """
+
+    prefix: str
+    kind: Kind = Kind.TARGET
+    tier: Tier = Tier.DEVICE
+    version: int = 0
+    lora: int | None = None
+
+
+@frozen
+class Use:
+    """One piece of state a response depended on: ``(component, version)``.
+
+    Components: ``target``/``draft``/``encoder`` KV and ``lora`` revision (what a hit reused),
+    ``scales`` (FP8 KV scales in force). Used to judge NoStalePrefixReuse (INV-001).
+    """
+
+    component: str
+    version: int
+
+
+@frozen
+class Request:
+    """An in-flight request.
+
+    ``sampled``: weight versions that have sampled its tokens so far (for INV-002).
+    ``uses``: what its held KV depends on; empty once retracted (its KV was freed).
+    ``holds_kv``: it pins cache memory, so a flush is refused (LIV-001).
+    """
+
+    rid: str
+    prefix: str
+    lora: bool = False
+    sampled: frozenset[int] = frozenset()
+    uses: frozenset[Use] = frozenset()
+    retracted: bool = False
+
+    @property
+    def holds_kv(self) -> bool:
+        return not self.retracted
+
+
+@frozen
+class Served:
+    """One completed response in the ledger.
+
+    ``weights``: the target version that computed its last tokens. ``uses``: every piece of
+    cached state it attended to. ``current``: the versions in force when it was served, by
+    component. ``sampled``: versions that sampled its tokens. ``hit``: it reused cached KV.
+    ``waived``: a standard-lane endpoint whose last update skipped the flush at the
+    caller's request (INV-001's waiver).
+    """
+
+    endpoint: int
+    prefix: str
+    weights: int
+    uses: frozenset[Use]
+    current: frozenset[Use]
+    sampled: frozenset[int]
+    hit: bool
+    exact: bool
+    waived: bool
+    rid: str | None = None
+
+    @property
+    def stale(self) -> frozenset[Use]:
+        """The uses that were not current when it was served."""
+        return self.uses - self.current
+
+
+@frozen
+class Endpoint:
+    """One endpoint's dynamic state.
+
+    ``weights``: last completely loaded target version. ``torn``: a failed bucketed update
+    left some tensors of a newer version in place. ``draft``/``scales``: versions of the
+    draft model and FP8 KV scales. ``lora``: revision of the LoRA adapter's bytes.
+    ``label``: the weight-version label it reports. ``dirty``: an update changed the weights
+    but its flush could not complete (FC-002 closes the endpoint). ``waived``: the last
+    completed update skipped the flush at the caller's request on a standard lane.
+    ``refuse_flush``: an injected fault, consumed by the next flush attempt.
+    """
+
+    config: Config = Config()
+    phase: Phase = Phase.SERVING
+    pause: PauseMode | None = None
+    weights: int = 0
+    torn: bool = False
+    draft: int = 0
+    scales: int = 0
+    lora: int = 0
+    label: int | None = 0
+    cache: frozenset[Entry] = frozenset()
+    requests: tuple[Request, ...] = ()
+    dirty: bool = False
+    waived: bool = False
+    refuse_flush: bool = False
+
+    @property
+    def closed(self) -> bool:
+        """FC-002: nothing may be served (torn weights, or a stale tree not yet flushed)."""
+        return self.torn or self.dirty
+
+    @property
+    def kv_held(self) -> bool:
+        """Some request pins KV, so a flush must be refused (LIV-001)."""
+        return any(r.holds_kv for r in self.requests)
+
+    def current(self, lora: bool = False) -> frozenset[Use]:
+        """The versions in force, per component: what a fresh computation depends on
+        (the LoRA revision only for a request served through the adapter)."""
+        uses = {Use("target", self.weights)}
+        if self.config.encoder:
+            uses.add(Use("encoder", self.weights))
+        if self.config.draft:
+            uses.add(Use("draft", self.draft))
+        if self.config.fp8_kv:
+            uses.add(Use("scales", self.weights))
+        if lora:
+            uses.add(Use("lora", self.lora))
+        return frozenset(uses)
+
+    def request(self, rid: str) -> Request:
+        for r in self.requests:
+            if r.rid == rid:
+                return r
+        raise KeyError(f"no in-flight request {rid!r}")
+
+
+@frozen
+class Policy:
+    """The client's sync policy: ``cache_invalidation_mode``, an explicit ``flush_cache``
+    (``None`` when not given) and the configured ``pause_mode``."""
+
+    mode: CacheMode = field(default=CacheMode.AUTO, converter=CacheMode)
+    flush_cache: bool | None = None
+    pause_mode: PauseMode = field(default=PauseMode.RETRACT, converter=PauseMode)
+
+
+@frozen
+class Bounds:
+    """How far the model may go: the explorer's search bounds and the machine's draw pool.
+
+    ``prefixes``: prompt prefixes shared across requests (so reuse happens).
+    ``rids``: request IDs available for in-flight requests. ``versions``: the newest weight
+    version the trainer may produce. ``lora_revisions``: newest LoRA revision.
+    """
+
+    prefixes: tuple[str, ...] = ("P", "Q")
+    rids: tuple[str, ...] = ("r1", "r2")
+    versions: int = 2
+    lora_revisions: int = 2
+
+
+@frozen
+class State:
+    """The whole system: endpoints, client policy, trainer version and the ledger.
+
+    ``trainer``: the newest weight version the trainer has pushed anywhere.
+    ``ledger``: every response served, in order (``Served``).
+    """
+
+    endpoints: tuple[Endpoint, ...]
+    policy: Policy = Policy()
+    trainer: int = 0
+    ledger: tuple[Served, ...] = ()
+
+    def endpoint(self, index: int) -> Endpoint:
+        return self.endpoints[index]
+
+    def with_endpoint(self, index: int, endpoint: Endpoint) -> State:
+        endpoints = list(self.endpoints)
+        endpoints[index] = endpoint
+        return evolve(self, endpoints=tuple(endpoints))
+
+    def without_ledger(self) -> State:
+        """The state the explorer deduplicates on: the ledger only grows."""
+        return evolve(self, ledger=())
+
+
+def initial_state(configs: tuple[Config, ...], policy: Policy = Policy()) -> State:
+    """All endpoints serving version 0 with empty caches."""
+    return State(endpoints=tuple(Endpoint(config=c) for c in configs), policy=policy)
+
+
+__all__ = [
+    "GARBAGE",
+    "Bounds",
+    "Config",
+    "Endpoint",
+    "Entry",
+    "Policy",
+    "Request",
+    "Served",
+    "ServerInfo",
+    "State",
+    "Use",
+    "initial_state",
+    "server_info",
+]

@@ -1,0 +1,96 @@
+"""The words of the spec: every enumerated value the model, the traces and the docs use.
+
+Each enum is a ``str`` subclass so that it serialises to the same lower-case word in a JSONL
+trace as it has in the docs (``Funnel.TWO_PHASE`` is ``"two_phase"`` everywhere).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Funnel(str, Enum):
+    """A weight-update path into an engine.
+
+    Mirrors SGLang's ``/update_weights_from_disk``, ``/update_weights_from_tensor``,
+    ``/update_weights_from_distributed`` (with ``/init_weights_update_group``), the two-phase
+    ``/update_weights_from_disk`` + commit path, CUDA-IPC handles, sparse deltas, and bucketed
+    tensor transfers. The engine guard (ENG-001) must hold on every one of them.
+    """
+
+    DISK = "disk"
+    TENSOR = "tensor"
+    DISTRIBUTED = "distributed"
+    TWO_PHASE = "two_phase"
+    IPC = "ipc"
+    SPARSE_DELTA = "sparse_delta"
+    BUCKETED = "bucketed"
+
+
+class Lane(str, Enum):
+    """EXACT when the engine runs with SGLang's ``rl_on_policy_target`` set, else STANDARD."""
+
+    EXACT = "exact"
+    STANDARD = "standard"
+
+
+class CacheMode(str, Enum):
+    """The client's ``cache_invalidation_mode`` (XoRL-style resolver)."""
+
+    AUTO = "auto"
+    FLUSH = "flush"
+    NONE = "none"
+
+
+class PauseMode(str, Enum):
+    """What ``/pause_generation`` does to in-flight requests.
+
+    ABORT ends them and frees their KV; RETRACT frees their KV and re-queues them (they
+    recompute on resume); IN_PLACE freezes them with their KV kept.
+    """
+
+    IN_PLACE = "in_place"
+    RETRACT = "retract"
+    ABORT = "abort"
+
+
+class Phase(str, Enum):
+    """Endpoint lifecycle phase; the table of allowed actions lives in ``lifecycle.py``."""
+
+    SERVING = "serving"
+    PAUSED = "paused"
+    ASLEEP = "asleep"
+
+
+class Kind(str, Enum):
+    """What a cache entry holds: target-model KV, draft-model KV, or encoder output."""
+
+    TARGET = "target"
+    DRAFT = "draft"
+    ENCODER = "encoder"
+
+
+class Tier(str, Enum):
+    """Where a cache entry lives: device memory, host memory (L2), or a storage tier (L3)."""
+
+    DEVICE = "device"
+    HOST = "host"
+    STORAGE = "storage"
+
+
+class Status(str, Enum):
+    """How a system under test answered an action, as classified by its adapter.
+
+    OK: it did what was asked. REJECTED: it reported failure (HTTP error, ``success: false``,
+    a refused flush). INDETERMINATE: the answer does not say which (timeout on a call that
+    may have taken effect).
+    """
+
+    OK = "ok"
+    REJECTED = "rejected"
+    INDETERMINATE = "indeterminate"
+
+
+GARBAGE = -1
+"""Version tag of a cache entry whose index survived but whose KV memory did not (PF-02):
+whatever it holds was computed under no weight version at all."""
