@@ -65,7 +65,7 @@ class KeepsInPlacePauseClient(ReferenceClient):
 
 
 class InPlaceSkipsFlushClient(ReferenceClient):
-    """Violates: CLI-001.
+    """Violates: CLI-007.
 
     With an ``in_place`` pause it knows the flush would be refused, so it skips the flush
     instead of retracting: old KV lives on across every version. radixark/miles PR #2782
@@ -136,7 +136,7 @@ class ForcesFlushOnStandardLane(ReferenceEndpoint):
     """
 
     def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
-        return self.config.radix
+        return self.config.radix or flush_cache is True
 
 
 # ----- engines: fail-closed --------------------------------------------------------------
@@ -397,7 +397,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _client("unreported-means-disabled", UnreportedMeansDisabledClient, "CLI-002"),
     _client("fp8-only", Fp8OnlyClient, "CLI-001"),
     _client("keeps-in-place-pause", KeepsInPlacePauseClient, "CLI-007"),
-    _client("in-place-skips-flush", InPlaceSkipsFlushClient, "CLI-001", "PF-06"),
+    _client("in-place-skips-flush", InPlaceSkipsFlushClient, "CLI-007", "PF-06"),
     _engine("guard-yields-to-opt-out", GuardYieldsToOptOut, "ENG-001"),
     *(
         _engine(

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from attrs import frozen
-from hypothesis import HealthCheck, Verbosity, settings
+from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 from hypothesis.stateful import get_state_machine_test
@@ -22,15 +22,17 @@ from kvfence.model.checks import Violation
 from kvfence.model.rules import RULES, Rule
 from kvfence.model.state import Bounds
 
-from .machine import MACHINE_BOUNDS, AdapterError, ConformanceFailure, Recorder, build_machine
+from .lockstep import MACHINE_BOUNDS, AdapterError, ConformanceFailure, Recorder
+from .machine import build_machine
+from .replay import shrink
 from .trace import header, violation_json, write_trace
 
 ORDER = ("FAIL", "ERROR", "UNKNOWN", "WARN", "PASS", "SKIP")
 
 PROFILES: dict[str, settings] = {
     "ci": settings(
-        max_examples=120,
-        stateful_step_count=25,
+        max_examples=300,
+        stateful_step_count=15,
         derandomize=True,
         database=None,
         deadline=None,
@@ -159,10 +161,6 @@ def _rule_verdicts(
     return tuple(out)
 
 
-def _top_level_steps(lines: list[dict[str, Any]]) -> int:
-    return sum(1 for line in lines if "action" in line and "within" not in line)
-
-
 def run_check(
     engine: EngineAdapter,
     client: ClientAdapter,
@@ -173,65 +171,82 @@ def run_check(
     timeout: float = 60.0,
     bounds: Bounds = MACHINE_BOUNDS,
     max_examples: int | None = None,
+    focus: str | None = None,
 ) -> Result:
-    """Run the stateful machine against ``engine`` + ``client``; never raises for what the
-    SUT does (that is the verdict), only for bad arguments (``KeyError`` for a profile)."""
-    base = PROFILES[profile]
-    overrides: dict[str, Any] = {}
+    """Run the stateful machine against ``engine`` + ``client``, shrink what fails, and
+    judge. ``focus``: search until that rule is shown broken (see ``Lockstep``). Never
+    raises for what the SUT does (that is the verdict); ``KeyError`` for an unknown
+    profile.
+
+    Hypothesis generates (derandomized under ``ci``); the first failing example is shrunk
+    by ``replay.shrink`` on its action list, which is faster here than shrinking the choice
+    sequence and yields the same JSONL record that ``kvfence replay`` reads.
+    """
+    overrides: dict[str, Any] = {"phases": (Phase.explicit, Phase.reuse, Phase.generate)}
+    budget = getattr(engine, "budget", {}) if profile == "ci" else {}
+    overrides.update(budget)
     if seed is not None:
         overrides["derandomize"] = False
     if max_examples is not None:
         overrides["max_examples"] = max_examples
-    config = settings(base, **overrides)
+    config = settings(PROFILES[profile], **overrides)
     recorder = Recorder()
-    machine = build_machine(engine, client, recorder, bounds, timeout)
+    machine = build_machine(engine, client, recorder, bounds, timeout, focus)
     test = get_state_machine_test(machine, settings=config)
     if seed is not None:
         test = hypothesis_seed(seed)(test)
     started = time.monotonic()
-    violations: list[Violation] = []
     error: AdapterError | None = None
-    lines: list[dict[str, Any]] = []
     try:
         test()
     except ConformanceFailure:
-        assert recorder.failure is not None or recorder.trace
+        pass
     except AdapterError as e:
         error = e
     except Flaky as e:
         error = AdapterError("ADP-001", f"the SUT is not deterministic: {e}")
     except Exception as e:
         error = AdapterError("ADP-001", f"{type(e).__name__}: {e}")
-    finally:
+    found = recorder.failure or (recorder.soft if error is None else None)
+    best = None
+    if found is not None:
+        # Shrink towards what stopped the run; towards the client's violation only when
+        # nothing else did, or when that is the rule a focused run is after.
+        hard = bool(found.hard)
+        targets = {v.rule for v in (found.hard or found.pending)}
+        if focus is not None:
+            hard = focus not in {v.rule for v in found.pending}
+            targets = {focus}
         try:
-            engine.close()
-        except Exception as e:
-            error = error or AdapterError("ADP-001", f"close() raised {e}")
+            best = shrink(engine, client, found, targets or {"?"}, hard, bounds, timeout)
+        except AdapterError as e:
+            error = error or e
+    try:
+        engine.close()
+    except Exception as e:
+        error = error or AdapterError("ADP-001", f"close() raised {e}")
     seconds = time.monotonic() - started
-    if recorder.failure is not None:
-        lines, violations = recorder.failure
-    elif error is not None:
-        lines = list(recorder.trace)
+    violations: list[Violation] = []
     path = None
-    if lines:
-        setup = lines[0].get("setup", {}) if lines else {}
-        steps = [line for line in lines if "setup" not in line]
-        head = header(
-            engine.name,
-            client.name,
-            seed,
-            profile,
-            setup.get("configs", ()),
-            setup.get("policy"),
-        )
+    steps = 0
+    if best is not None:
+        violations = list(best.violations)
+        run = best.run
+    elif found is not None:
+        violations = list(found.violations)
+        run = found
+    else:
+        run = None
+    if run is not None and (violations or error):
+        head = header(engine.name, client.name, seed, profile, run.configs, run.policy)
         if violations:
-            last = {"verdict": "FAIL", "step": steps[-1]["step"] if steps else 0}
+            last = {"verdict": "FAIL", "step": run.lines[-1]["step"] if run.lines else 0}
             last["violations"] = [violation_json(v) for v in violations]
         else:
             last = {"verdict": "ERROR", "error": str(error)}
         path = out_dir / f"counterexample-{engine.name}-{client.name}.jsonl"
-        write_trace(path, head, steps, last)
-        lines = steps
+        write_trace(path, head, run.lines, last)
+        steps = len(run.actions)
     rules = _rule_verdicts(recorder, violations, error, engine.capabilities, strict)
     verdict = _worst([r.verdict for r in rules])
     if error is not None and verdict != "FAIL":
@@ -246,7 +261,7 @@ def run_check(
         violations=tuple(violations),
         error="" if error is None else str(error),
         counterexample=path,
-        steps=_top_level_steps(lines),
+        steps=steps,
         examples=recorder.examples,
         seconds=seconds,
     )

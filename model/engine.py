@@ -13,6 +13,8 @@ enabled action that the explorer and the stateful machine draw from.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from functools import cache, lru_cache
+from typing import Any
 
 from attrs import evolve
 
@@ -37,7 +39,7 @@ from .actions import (
 )
 from .client import Plan, resolve_plan
 from .observation import Observation, Outcome, Response, View
-from .state import Bounds, Endpoint, Entry, Request, Served, State, Use
+from .state import Bounds, Endpoint, Entry, Policy, Request, Served, ServerInfo, State, Use
 from .vocabulary import Funnel, Kind, PauseMode, Phase, Status, Tier
 
 Branch = tuple[State, Outcome]
@@ -152,8 +154,6 @@ def _phase_allows(ep: Endpoint, action: Action) -> bool:
 
 def serve_request(s: State, a: ServeRequest, bounds: Bounds) -> tuple[Branch, ...]:
     ep = s.endpoint(a.endpoint)
-    if a.lora and not ep.config.lora:
-        return ()
     if ep.closed:
         return ((s, _rejected(ep, (("status", "FC-002"),))),)
     ep2, uses, reused = _prefill(ep, a.prefix, a.lora)
@@ -167,10 +167,6 @@ def serve_request(s: State, a: ServeRequest, bounds: Bounds) -> tuple[Branch, ..
 
 def start_request(s: State, a: StartRequest, bounds: Bounds) -> tuple[Branch, ...]:
     ep = s.endpoint(a.endpoint)
-    if a.lora and not ep.config.lora:
-        return ()
-    if any(r.rid == a.rid for e in s.endpoints for r in e.requests):
-        return ()
     if ep.closed:
         return ((s, _rejected(ep, (("status", "FC-002"),))),)
     ep2, uses, reused = _prefill(ep, a.prefix, a.lora)
@@ -182,10 +178,7 @@ def start_request(s: State, a: StartRequest, bounds: Bounds) -> tuple[Branch, ..
 
 def finish_request(s: State, a: FinishRequest, bounds: Bounds) -> tuple[Branch, ...]:
     ep = s.endpoint(a.endpoint)
-    try:
-        req = ep.request(a.rid)
-    except KeyError:
-        return ()
+    req = ep.request(a.rid)
     rest = tuple(r for r in ep.requests if r.rid != a.rid)
     if ep.closed:
         ep2 = evolve(ep, requests=rest)
@@ -225,31 +218,36 @@ def update_endpoint(
     must_flush = guarded or flush_cache is True
     why = "ENG-001" if guarded else "ENG-002"
     s = evolve(s, trainer=max(s.trainer, version))
-    if must_flush and (ep.kv_held or ep.refuse_flush):
-        ep = evolve(ep, refuse_flush=False)
-        closed = evolve(_load(ep, version), dirty=True)
-        because = (("status", "FC-001"), ("view.weights", "FC-001"), ("view.label", "INV-003"))
-        return (
-            (s.with_endpoint(index, ep), _rejected(ep, because)),
-            (s.with_endpoint(index, closed), _rejected(closed, because)),
-        )
-    loaded = _load(ep, version)
-    loaded = _flushed(loaded) if must_flush else evolve(loaded, waived=True)
-    because = (
-        ("status", why),
+    because_done = (
+        ("status", "LIV-001" if must_flush else why),
         ("view.cache", why),
         ("view.weights", why),
         ("view.draft", "ENG-004"),
         ("view.scales", "ENG-005"),
         ("view.label", "INV-003"),
     )
-    return ((s.with_endpoint(index, loaded), _ok(loaded, because)),)
+    loaded = _load(ep, version)
+    if must_flush and (ep.kv_held or ep.refuse_flush):
+        ep = evolve(ep, refuse_flush=False)
+        closed = evolve(loaded, dirty=True, refuse_flush=False)
+        because = (("status", "FC-001"), ("view.weights", "FC-001"), ("view.label", "INV-003"))
+        claimed = _ok(_flushed(loaded), because_done)
+        return (
+            (s.with_endpoint(index, ep), evolve(_rejected(ep, because), completion=claimed)),
+            (
+                s.with_endpoint(index, closed),
+                evolve(_rejected(closed, because), completion=claimed),
+            ),
+        )
+    if must_flush:
+        loaded = _flushed(loaded)
+    else:
+        # INV-001's waiver: only where the spec's own client would skip the flush too.
+        loaded = evolve(loaded, waived=not plan_for(s, index).flush)
+    return ((s.with_endpoint(index, loaded), _ok(loaded, because_done)),)
 
 
 def update_weights(s: State, a: UpdateWeights, bounds: Bounds) -> tuple[Branch, ...]:
-    ep = s.endpoint(a.endpoint)
-    if not _version_ok(s, ep, a.version, bounds):
-        return ()
     return update_endpoint(s, a.endpoint, a.version, a.flush_cache)
 
 
@@ -258,8 +256,6 @@ def fault_update_fails_midway(
 ) -> tuple[Branch, ...]:
     """FC-004: rolled back (consistent) or torn and closed; either way, failure."""
     ep = s.endpoint(a.endpoint)
-    if not _version_ok(s, ep, a.version, bounds):
-        return ()
     s = evolve(s, trainer=max(s.trainer, a.version))
     torn = evolve(ep, torn=True, label=None)
     because = (("status", "FC-004"), ("view.weights", "FC-004"), ("view.label", "INV-003"))
@@ -271,8 +267,11 @@ def fault_update_fails_midway(
 
 def plan_for(s: State, index: int) -> Plan:
     """The plan the spec's client resolves for endpoint ``index``."""
-    p = s.policy
-    info = s.endpoint(index).config.info
+    return _plan(s.policy, s.endpoint(index).config.info)
+
+
+@cache
+def _plan(p: Policy, info: ServerInfo) -> Plan:
     return resolve_plan(p.mode, p.flush_cache, p.pause_mode, None if info is None else dict(info))
 
 
@@ -295,17 +294,11 @@ def sync_weights(s: State, a: SyncWeights, bounds: Bounds) -> tuple[Branch, ...]
     The outcome of a sync is that of its last call; the stateful machine drives the calls
     one by one and compares each.
     """
-    if a.version != s.trainer + 1 or a.version > bounds.versions:
-        return ()
-    if any(ep.phase is not Phase.SERVING for ep in s.endpoints):
-        return ()
     frontier: list[Branch] = [(s, _ok(s.endpoint(0)))]
     for call in sync_actions(s, a):
         nxt: list[Branch] = []
         for state, _ in frontier:
             nxt += step(state, call, bounds)
-        if not nxt:
-            return ()
         frontier = nxt
     return tuple(frontier)
 
@@ -329,15 +322,7 @@ def flush_cache(s: State, a: FlushCache, bounds: Bounds) -> tuple[Branch, ...]:
 def evict_prefix(s: State, a: EvictPrefix, bounds: Bounds) -> tuple[Branch, ...]:
     """Hierarchical cache: a prefix's target and draft KV move down a tier together."""
     ep = s.endpoint(a.endpoint)
-    if a.tier is Tier.DEVICE or a.tier not in ep.config.tiers:
-        return ()
-    moving = frozenset(
-        e
-        for e in ep.cache
-        if e.prefix == a.prefix and e.tier is Tier.DEVICE and e.kind is not Kind.ENCODER
-    )
-    if not moving:
-        return ()
+    moving = _evictable(ep, a.prefix)
     cache = (ep.cache - moving) | {evolve(e, tier=a.tier) for e in moving}
     ep2 = evolve(ep, cache=frozenset(cache))
     return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, (("view.cache", "ENG-008"),))),)
@@ -346,20 +331,13 @@ def evict_prefix(s: State, a: EvictPrefix, bounds: Bounds) -> tuple[Branch, ...]
 def load_lora(s: State, a: LoadLora, bounds: Bounds) -> tuple[Branch, ...]:
     """ENG-007: the old revision's KV becomes unreachable (here: dropped)."""
     ep = s.endpoint(a.endpoint)
-    if not ep.config.lora or ep.lora >= bounds.lora_revisions:
-        return ()
-    if any(r.lora and r.holds_kv for r in ep.requests):
-        return ()
     cache = frozenset(e for e in ep.cache if e.lora is None)
     ep2 = evolve(ep, lora=ep.lora + 1, cache=cache)
     return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, (("view.cache", "ENG-007"),))),)
 
 
 def fault_refuse_flush(s: State, a: FaultRefuseFlush, bounds: Bounds) -> tuple[Branch, ...]:
-    ep = s.endpoint(a.endpoint)
-    if ep.refuse_flush:
-        return ()
-    ep2 = evolve(ep, refuse_flush=True)
+    ep2 = evolve(s.endpoint(a.endpoint), refuse_flush=True)
     return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2)),)
 
 
@@ -398,8 +376,6 @@ def continue_generation(s: State, a: ContinueGeneration, bounds: Bounds) -> tupl
 def sleep(s: State, a: Sleep, bounds: Bounds) -> tuple[Branch, ...]:
     """ENG-006: device KV memory is discarded, and its index entries with it."""
     ep = s.endpoint(a.endpoint)
-    if ep.requests:
-        return ()
     cache = frozenset(e for e in ep.cache if e.tier is not Tier.DEVICE)
     ep2 = evolve(ep, phase=Phase.ASLEEP, cache=cache)
     return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, (("view.cache", "ENG-006"),))),)
@@ -419,6 +395,60 @@ def restart(s: State, a: Restart, bounds: Bounds) -> tuple[Branch, ...]:
     ep2 = evolve(ep2, refuse_flush=False)
     because = (("view.cache", "ENG-010"), ("view.weights", "ENG-010"))
     return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, because)),)
+
+
+# ----- guards: when each action is enabled (the phase table is checked first) ------------
+
+
+def _evictable(ep: Endpoint, prefix: str) -> frozenset[Entry]:
+    """A prefix's device KV (target and draft) that can move to a lower tier."""
+    return frozenset(
+        e
+        for e in ep.cache
+        if e.prefix == prefix and e.tier is Tier.DEVICE and e.kind is not Kind.ENCODER
+    )
+
+
+def _rid_free(s: State, rid: str) -> bool:
+    return all(r.rid != rid for e in s.endpoints for r in e.requests)
+
+
+def _always(s: State, a: Action, bounds: Bounds) -> bool:
+    return True
+
+
+_GUARDS: dict[type[Action], Callable[[State, Any, Bounds], bool]] = {
+    ServeRequest: lambda s, a, b: not a.lora or s.endpoint(a.endpoint).config.lora,
+    StartRequest: lambda s, a, b: (
+        (not a.lora or s.endpoint(a.endpoint).config.lora) and _rid_free(s, a.rid)
+    ),
+    FinishRequest: lambda s, a, b: any(r.rid == a.rid for r in s.endpoint(a.endpoint).requests),
+    SyncWeights: lambda s, a, b: (
+        a.version == s.trainer + 1 <= b.versions
+        and all(ep.phase is Phase.SERVING for ep in s.endpoints)
+    ),
+    UpdateWeights: lambda s, a, b: _version_ok(s, s.endpoint(a.endpoint), a.version, b),
+    FaultUpdateFailsMidway: lambda s, a, b: _version_ok(s, s.endpoint(a.endpoint), a.version, b),
+    FlushCache: _always,
+    EvictPrefix: lambda s, a, b: (
+        a.tier is not Tier.DEVICE
+        and a.tier in s.endpoint(a.endpoint).config.tiers
+        and bool(_evictable(s.endpoint(a.endpoint), a.prefix))
+    ),
+    LoadLora: lambda s, a, b: (
+        s.endpoint(a.endpoint).config.lora
+        and s.endpoint(a.endpoint).lora < b.lora_revisions
+        and not any(r.lora and r.holds_kv for r in s.endpoint(a.endpoint).requests)
+    ),
+    FaultRefuseFlush: lambda s, a, b: not s.endpoint(a.endpoint).refuse_flush,
+    PauseGeneration: _always,
+    ContinueGeneration: _always,
+    Sleep: lambda s, a, b: not s.endpoint(a.endpoint).requests,
+    WakeUp: _always,
+    Restart: _always,
+}
+"""Each action's guard beyond the phase table. ``step`` calls an effect only when its guard
+holds, so no effect function re-checks it."""
 
 
 # ----- dispatch ---------------------------------------------------------------------------
@@ -442,26 +472,31 @@ _STEPS: dict[type[Action], Callable[[State, Action, Bounds], tuple[Branch, ...]]
 }
 
 
-def step(state: State, action: Action, bounds: Bounds = Bounds()) -> tuple[Branch, ...]:
-    """Every allowed ``(next_state, outcome)``; empty when ``action`` is not enabled."""
+def enabled(state: State, action: Action, bounds: Bounds = Bounds()) -> bool:
+    """``action`` may be taken in ``state``: its endpoint exists, the phase table allows
+    it, and its guard holds. Cheap: no effect is computed."""
     index = getattr(action, "endpoint", None)
     if index is not None:
         if not 0 <= index < len(state.endpoints):
-            return ()
+            return False
         if not _phase_allows(state.endpoint(index), action):
-            return ()
+            return False
+    return bool(_GUARDS[type(action)](state, action, bounds))
+
+
+def step(state: State, action: Action, bounds: Bounds = Bounds()) -> tuple[Branch, ...]:
+    """Every allowed ``(next_state, outcome)``; empty when ``action`` is not enabled."""
+    if not enabled(state, action, bounds):
+        return ()
     return _STEPS[type(action)](state, action, bounds)
 
 
-def enabled(state: State, action: Action, bounds: Bounds = Bounds()) -> bool:
-    """``action`` may be taken in ``state``."""
-    return bool(step(state, action, bounds))
-
-
 def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> Iterator[Action]:
-    """Every action instance within ``bounds`` (enabled or not), in a fixed order."""
+    """Every action instance within ``bounds`` worth asking ``enabled`` about, in a fixed
+    order (versions only the trainer's current and next: no other can be enabled)."""
     n = len(state.endpoints)
-    for v in range(1, bounds.versions + 1):
+    versions = [v for v in (state.trainer, state.trainer + 1) if 1 <= v <= bounds.versions]
+    for v in versions:
         for funnel in Funnel:
             yield SyncWeights(v, funnel)
     for i in range(n):
@@ -474,7 +509,7 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
                 yield EvictPrefix(i, p, tier)
         for rid in bounds.rids:
             yield FinishRequest(i, rid)
-        for v in range(1, bounds.versions + 1):
+        for v in versions:
             for funnel in Funnel:
                 for flush in (None, False, True):
                     yield UpdateWeights(i, v, funnel, flush)
@@ -492,6 +527,33 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
             yield FaultRefuseFlush(i)
 
 
+def conforming(state: State, action: Action) -> bool:
+    """``action`` is a call a conforming client could make.
+
+    The engine API accepts any ``flush_cache``, and ``step`` judges any call. But a raw
+    UpdateWeights that skips the flush on an unguarded endpoint where the spec's client
+    would flush breaks the client contract (CLI-001/002/004): the explorer and the stateful
+    machine draw only conforming calls, and reach off-contract ones only through a client
+    under test that makes them.
+    """
+    if not isinstance(action, UpdateWeights) or action.flush_cache is True:
+        return True
+    return (
+        state.endpoint(action.endpoint).config.guarded or not plan_for(state, action.endpoint).flush
+    )
+
+
 def actions(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> list[Action]:
-    """Every action enabled in ``state`` within ``bounds``."""
-    return [a for a in candidates(state, bounds, faults) if enabled(state, a, bounds)]
+    """Every conforming action enabled in ``state`` within ``bounds``."""
+    return list(_actions(state.without_ledger(), bounds, faults))
+
+
+@lru_cache(maxsize=1 << 16)
+def _actions(state: State, bounds: Bounds, faults: bool) -> tuple[Action, ...]:
+    """``actions`` memoized: enabledness never depends on the ledger, and the same states
+    recur across the examples of a stateful run and its shrinking."""
+    return tuple(
+        a
+        for a in candidates(state, bounds, faults)
+        if enabled(state, a, bounds) and conforming(state, a)
+    )

@@ -75,11 +75,15 @@ class Outcome:
 
     ``observation``: what a correct system shows. ``served``: the ledger entry, if any.
     ``because``: ``(field, rule_id)`` pairs; the rule a mismatch on that field violates.
+    ``completion``: for an action that must fail, what a system that nevertheless claims
+    success would have had to show; a false claim is judged against it too, so that an
+    update reported complete but never flushed is named for the flush rule it skipped.
     """
 
     observation: Observation
     served: Served | None = None
     because: tuple[tuple[str, str], ...] = ()
+    completion: Outcome | None = None
 
     def rule_for(self, field_name: str, default: str) -> str:
         return dict(self.because).get(field_name, default)

@@ -30,7 +30,7 @@ def server_info(**fields: object) -> ServerInfo:
     return tuple(sorted(fields.items()))
 
 
-@frozen
+@frozen(cache_hash=True)
 class Config:
     """What an endpoint is; fixed for a run.
 
@@ -57,7 +57,7 @@ class Config:
         return self.lane is Lane.EXACT and self.radix
 
 
-@frozen
+@frozen(cache_hash=True)
 class Entry:
     """One cache entry: the KV (or encoder output) of one prefix.
 
@@ -74,7 +74,7 @@ class Entry:
     lora: int | None = None
 
 
-@frozen
+@frozen(cache_hash=True)
 class Use:
     """One piece of state a response depended on: ``(component, version)``.
 
@@ -86,7 +86,7 @@ class Use:
     version: int
 
 
-@frozen
+@frozen(cache_hash=True)
 class Request:
     """An in-flight request.
 
@@ -107,7 +107,7 @@ class Request:
         return not self.retracted
 
 
-@frozen
+@frozen(cache_hash=True)
 class Served:
     """One completed response in the ledger.
 
@@ -135,7 +135,7 @@ class Served:
         return self.uses - self.current
 
 
-@frozen
+@frozen(cache_hash=True)
 class Endpoint:
     """One endpoint's dynamic state.
 
@@ -194,7 +194,7 @@ class Endpoint:
         raise KeyError(f"no in-flight request {rid!r}")
 
 
-@frozen
+@frozen(cache_hash=True)
 class Policy:
     """The client's sync policy: ``cache_invalidation_mode``, an explicit ``flush_cache``
     (``None`` when not given) and the configured ``pause_mode``."""
@@ -204,7 +204,7 @@ class Policy:
     pause_mode: PauseMode = field(default=PauseMode.RETRACT, converter=PauseMode)
 
 
-@frozen
+@frozen(cache_hash=True)
 class Bounds:
     """How far the model may go: the explorer's search bounds and the machine's draw pool.
 
@@ -219,7 +219,7 @@ class Bounds:
     lora_revisions: int = 2
 
 
-@frozen
+@frozen(cache_hash=True)
 class State:
     """The whole system: endpoints, client policy, trainer version and the ledger.
 

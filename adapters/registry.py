@@ -1,0 +1,57 @@
+"""Names for systems under test, as the CLI and the pytest plugin take them.
+
+Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``vllm``
+(offline in-process vLLM on CPU), ``vllm-http`` (vLLM's OpenAI server on loopback), and
+every engine mutant by its catalog name. Clients: ``reference``, ``never-flush``, every
+client mutant, or ``package.module:function`` for a user's own resolver.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from .clients import ReferenceClient, load_callable_client
+from .mutants import MUTANTS
+from .protocol import ClientAdapter, EngineAdapter
+from .reference import ClosingEndpoint, InProcessAdapter, ReferenceEndpoint
+
+
+def _lazy(module: str, attr: str, **kwargs: object) -> Callable[[], EngineAdapter]:
+    def build() -> EngineAdapter:
+        return getattr(importlib.import_module(module), attr)(**kwargs)
+
+    return build
+
+
+ENGINES: dict[str, Callable[[], EngineAdapter]] = {
+    "reference": lambda: InProcessAdapter(ReferenceEndpoint, "reference"),
+    "reference-closing": lambda: InProcessAdapter(ClosingEndpoint, "reference-closing"),
+    "vllm": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline"),
+    "vllm-http": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="http"),
+}
+for _m in MUTANTS:
+    if _m.side == "engine":
+        ENGINES[_m.name] = lambda m=_m: InProcessAdapter(m.build(), m.name)
+
+CLIENTS: dict[str, Callable[[], ClientAdapter]] = {"reference": ReferenceClient}
+for _m in MUTANTS:
+    if _m.side == "client":
+        CLIENTS[_m.name] = _m.build
+
+
+def engine(name: str) -> EngineAdapter:
+    """The engine adapter called ``name``; ``ValueError`` lists the known names."""
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+    return ENGINES[name]()
+
+
+def client(name: str) -> ClientAdapter:
+    """The client adapter called ``name``, or a ``module:function`` resolver."""
+    if ":" in name:
+        return load_callable_client(name)
+    if name not in CLIENTS:
+        known = ", ".join(CLIENTS)
+        raise ValueError(f"unknown client {name!r}; known: {known}, or package.module:function")
+    return CLIENTS[name]()

@@ -1,0 +1,355 @@
+"""Model and system under test in lockstep, one action at a time.
+
+``Lockstep`` is the core of every check: the Hypothesis machine draws actions into it, the
+shrinker and ``kvfence replay`` feed it recorded ones, and model-only trace validation
+feeds it recorded observations. For each action it asks the SUT, steps the model, and keeps
+only the model branches the observation agrees with (the model forks where the spec allows
+a choice); no branch left is a FAIL naming the rules broken. An adapter that raises, hangs
+or answers garbage is an ERROR (ADP-001, ADP-002).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from kvfence.adapters.protocol import AdapterFailure, ClientAdapter, EngineAdapter, Unsupported
+from kvfence.model import engine as spec
+from kvfence.model.actions import (
+    Action,
+    ContinueGeneration,
+    EvictPrefix,
+    FaultRefuseFlush,
+    FaultUpdateFailsMidway,
+    FinishRequest,
+    LoadLora,
+    PauseGeneration,
+    Restart,
+    ServeRequest,
+    Sleep,
+    StartRequest,
+    SyncWeights,
+    UpdateWeights,
+    WakeUp,
+)
+from kvfence.model.checks import Violation, check_state, compare, evidence
+from kvfence.model.client import Plan, resolve_plan
+from kvfence.model.observation import Observation
+from kvfence.model.state import Bounds, Config, Policy, State, initial_state
+
+from .trace import observation_json, outcome_json, plan_json
+
+MACHINE_BOUNDS = Bounds(versions=64, lora_revisions=16)
+"""Wider than the explorer's: a stateful run must never run out of versions to push."""
+
+NEEDS: dict[type[Action], str] = {
+    StartRequest: "inflight",
+    FinishRequest: "inflight",
+    PauseGeneration: "pause",
+    ContinueGeneration: "pause",
+    Sleep: "sleep",
+    WakeUp: "sleep",
+    Restart: "restart",
+    EvictPrefix: "tiers",
+    LoadLora: "lora",
+    FaultRefuseFlush: "faults",
+    FaultUpdateFailsMidway: "faults",
+}
+"""The capability an adapter must declare before an action type is drawn for it."""
+
+
+class ConformanceFailure(AssertionError):
+    """The SUT did something the spec forbids. ``violations`` name the rules."""
+
+    def __init__(self, violations: list[Violation], step: int) -> None:
+        self.violations = violations
+        self.step = step
+        super().__init__("; ".join(str(v) for v in violations))
+
+
+class AdapterError(Exception):
+    """The SUT or its adapter could not answer (crash, hang, malformed observation)."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        self.rule = rule
+        super().__init__(f"{rule}: {message}")
+
+
+class Diverged(Exception):
+    """The SUT broke rules other than the one a focused run is after: this run ends
+    without a verdict, and the search goes on (``Lockstep.focus``)."""
+
+
+class NotEnabled(Exception):
+    """A recorded action the model does not enable at its turn (replay and shrinking)."""
+
+
+class Recorder:
+    """What a run learns across every lockstep run it hosts.
+
+    ``exercised``: rule ID -> comparisons that gave it evidence. ``reached``: REACH rules
+    seen. ``failure``: ``(configs, policy, actions, lines, violations)`` of the first
+    failing run; ``soft``: the same for the shortest run whose client broke a rule without
+    (yet) a visible consequence. ``error``: ``(lines, AdapterError)``.
+    """
+
+    def __init__(self) -> None:
+        self.exercised: Counter[str] = Counter()
+        self.reached: set[str] = set()
+        self.examples = 0
+        self.steps = 0
+        self.failure: Run | None = None
+        self.soft: Run | None = None
+        self.error: tuple[list[dict[str, Any]], AdapterError] | None = None
+        self.other: set[str] = set()
+
+
+class Run:
+    """One lockstep run as data: setup, the top-level actions, trace lines, violations."""
+
+    def __init__(self, configs, policy, actions, lines, violations, pending=()) -> None:
+        self.configs: tuple[Config, ...] = configs
+        self.policy: Policy = policy
+        self.actions: list[Action] = actions
+        self.lines: list[dict[str, Any]] = lines
+        self.violations: list[Violation] = violations
+        self.pending: list[Violation] = list(pending)
+
+    @property
+    def hard(self) -> list[Violation]:
+        """The violations that stopped the run (not the client's, recorded on the way)."""
+        return [v for v in self.violations if v not in self.pending]
+
+
+_WORKER: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Run an adapter call; its exceptions and hangs become ``AdapterError`` (ADP-001).
+
+    Calls run on one worker thread, reused while calls return. A hung call's thread cannot
+    be killed: it is abandoned (the next call gets a new worker) and the run stops with
+    ERROR. ``Unsupported`` passes through (the action is outside the adapter's reach).
+    """
+    if not _WORKER:
+        _WORKER.append(concurrent.futures.ThreadPoolExecutor(1, "kvfence-adapter"))
+    future = _WORKER[0].submit(fn)
+    try:
+        return future.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        _WORKER.pop().shutdown(wait=False)
+        raise AdapterError("ADP-001", f"{what} did not answer within {timeout:g} s") from None
+    except Unsupported:
+        raise
+    except AdapterFailure as e:
+        raise AdapterError("ADP-001", f"{what} failed: {e}") from e
+    except Exception as e:
+        raise AdapterError("ADP-001", f"{what} raised {type(e).__name__}: {e}") from e
+
+
+class Lockstep:
+    """One run: ``start`` the SUT with configs and a policy, then ``run`` actions.
+
+    ``note`` receives a line of text per step (Hypothesis's ``note`` in the machine).
+    ``focus``: a rule ID; a run that breaks only other rules raises ``Diverged`` instead of
+    failing, so a search continues until it shows that rule broken (how a mutant is shown
+    killed by the rule it was written to break). Its other violations stay recorded in
+    ``Recorder.other``.
+    """
+
+    def __init__(
+        self,
+        engine: EngineAdapter,
+        client: ClientAdapter,
+        recorder: Recorder,
+        bounds: Bounds = MACHINE_BOUNDS,
+        timeout: float = 60.0,
+        note: Callable[[str], None] = lambda text: None,
+        focus: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.client = client
+        self.recorder = recorder
+        self.bounds = bounds
+        self.timeout = timeout
+        self.note = note
+        self.focus = focus
+        self.states: frozenset[State] = frozenset()
+        self.policy = Policy()
+        self.configs: tuple[Config, ...] = ()
+        self.actions: list[Action] = []
+        self.lines: list[dict[str, Any]] = []
+        self.pool: list[Action] | None = None
+        self.served_at: dict[tuple[int, str], int] = {}
+        self.pending: list[Violation] = []
+        self.off_contract = False
+
+    # ----- setup and drawing ----------------------------------------------------------
+
+    def start(self, configs: tuple[Config, ...], policy: Policy) -> None:
+        self.configs, self.policy = configs, policy
+        self.note(f"configs={configs!r} policy={policy!r}")
+        self.recorder.examples += 1
+        call_with_timeout(lambda: self.engine.start(configs), self.timeout, "start")
+        self.states = frozenset({initial_state(configs, policy)})
+
+    def enabled_actions(self) -> list[Action]:
+        """Conforming actions the model enables in every candidate state, within the
+        adapter's capabilities."""
+        if self.pool is None:
+            caps = self.engine.capabilities | {""}
+            states = list(self.states)
+            if not states:
+                return []
+            first, rest = states[0], states[1:]
+            self.pool = [
+                a
+                for a in spec.actions(first, self.bounds, faults="faults" in caps)
+                if NEEDS.get(type(a), "") in caps
+                and all(spec.enabled(s, a, self.bounds) for s in rest)
+            ]
+        return self.pool
+
+    # ----- one top-level action -------------------------------------------------------
+
+    def run(self, action: Action) -> None:
+        """Apply one top-level action (a SyncWeights expands into its engine calls)."""
+        if not all(spec.enabled(s, action, self.bounds) for s in self.states):
+            raise NotEnabled(f"{action!r} is not enabled here")
+        self.actions.append(action)
+        self.pool = None
+        self.recorder.steps += 1
+        if isinstance(action, SyncWeights):
+            self.sync(action)
+        else:
+            self.engine_step(action, within=None)
+
+    def sync(self, action: SyncWeights) -> None:
+        """Resolve each endpoint's plan with the client under test, check it against the
+        spec's plan for the server info the endpoint showed, then drive the client's plan."""
+        n = len(self.configs)
+        line: dict[str, Any] = {"step": len(self.lines), "action": action.to_json()}
+        self.lines.append(line)
+        self.note(f"{action!r}")
+        plans: list[Plan] = []
+        p = self.policy
+        for i in range(n):
+            info = call_with_timeout(
+                lambda i=i: self.engine.server_info(i), self.timeout, f"server_info({i})"
+            )
+            expected = resolve_plan(p.mode, p.flush_cache, p.pause_mode, info)
+            got = call_with_timeout(
+                lambda info=info: self.client.resolve(self.policy, info), self.timeout, "resolve"
+            )
+            if not isinstance(got, Plan):
+                raise AdapterError("ADP-002", f"client returned {got!r}, not a Plan")
+            line.setdefault("plans", []).append(
+                {
+                    "endpoint": i,
+                    "server_info": info,
+                    "expected": plan_json(expected),
+                    "observed": plan_json(got),
+                }
+            )
+            bad = [
+                Violation(expected.rule_for(f), getattr(expected, f), getattr(got, f), f"{i} {f}")
+                for f in ("flush", "pause_mode")
+                if getattr(expected, f) != getattr(got, f)
+            ]
+            for f in ("flush", "pause_mode"):
+                self.recorder.exercised[expected.rule_for(f)] += 1
+            self.recorder.exercised["CLI-006"] += 1
+            if bad:
+                self.client_violation(bad)
+            plans.append(got)
+        for i, plan in enumerate(plans):
+            for call in (
+                PauseGeneration(i, plan.pause_mode),
+                UpdateWeights(i, action.version, action.funnel, plan.flush),
+                ContinueGeneration(i),
+            ):
+                self.engine_step(call, within=line["step"])
+
+    def engine_step(self, action: Action, within: int | None) -> None:
+        self.note(f"  {action!r}" if within is not None else f"{action!r}")
+        self._note_reach(action)
+        obs = call_with_timeout(lambda: self.engine.apply(action), self.timeout, action.name)
+        if not isinstance(obs, Observation):
+            raise AdapterError("ADP-002", f"{action.name} returned {obs!r}, not an Observation")
+        caps = self.engine.capabilities
+        where = f"endpoint {getattr(action, 'endpoint', '')}"
+        branches = [b for s in self.states for b in spec.step(s, action, self.bounds)]
+        if not branches:
+            raise NotEnabled(f"{action!r} is not enabled in the model")
+        judged = [(s2, o, compare(o, obs, caps, where)) for s2, o in branches]
+        line: dict[str, Any] = {
+            "step": len(self.lines),
+            "action": action.to_json(),
+            "observed": observation_json(obs),
+            "expected": [outcome_json(o) for _, o, _ in judged],
+        }
+        if within is not None:
+            line["within"] = within
+        self.lines.append(line)
+        agreeing = [(s2, o) for s2, o, v in judged if not v]
+        if not agreeing:
+            self.fail(min((v for _, _, v in judged), key=len), line["step"])
+        for _, o in agreeing:
+            for rule_id in evidence(o, obs, caps):
+                self.recorder.exercised[rule_id] += 1
+        if isinstance(action, UpdateWeights) and len(branches) > 1:
+            # A refused flush, and the SUT chose a branch that keeps the tree sound.
+            self.recorder.reached.add("REACH-003")
+            self.recorder.exercised["FC-002"] += 1
+        self.states = frozenset(s2 for s2, _ in agreeing)
+        self.pool = None
+
+    def check_model(self) -> None:
+        """The model's own invariants on every candidate: a spec bug fails loudly."""
+        for s in self.states:
+            bad = check_state(s, ledger=not self.off_contract)
+            if bad:
+                raise AdapterError("ADP-002", f"the model broke its own invariants: {bad}")
+
+    # ----- verdicts -------------------------------------------------------------------
+
+    def snapshot(self, violations: list[Violation]) -> Run:
+        lines, actions = list(self.lines), list(self.actions)
+        return Run(self.configs, self.policy, actions, lines, violations, self.pending)
+
+    def client_violation(self, violations: list[Violation]) -> None:
+        """A plan that breaks a client rule is recorded at once but does not stop the run:
+        the engine is driven with the client's own plan, so the stale reuse it causes can
+        be observed. A client violation without a consequence is still a FAIL."""
+        self.note("client violated: " + "; ".join(str(v) for v in violations))
+        self.pending += violations
+        self.off_contract = True
+        soft = self.recorder.soft
+        focused = self.focus is None or self.focus in {v.rule for v in self.pending}
+        if focused and (soft is None or len(self.actions) < len(soft.actions)):
+            self.recorder.soft = self.snapshot(list(self.pending))
+
+    def fail(self, violations: list[Violation], step: int) -> None:
+        violations = self.pending + violations
+        if self.focus is not None and self.focus not in {v.rule for v in violations}:
+            self.recorder.other.update(v.rule for v in violations)
+            raise Diverged(violations)
+        if self.recorder.failure is None:
+            self.recorder.failure = self.snapshot(violations)
+        self.note("violated: " + "; ".join(str(v) for v in violations))
+        raise ConformanceFailure(violations, step)
+
+    def _note_reach(self, action: Action) -> None:
+        state = next(iter(self.states))
+        if isinstance(action, (ServeRequest, StartRequest)):
+            ep = state.endpoint(action.endpoint)
+            key = (action.endpoint, action.prefix)
+            if self.served_at.get(key, ep.weights) < ep.weights:
+                self.recorder.reached.add("REACH-001")
+            self.served_at[key] = ep.weights
+        if isinstance(action, UpdateWeights):
+            ep = state.endpoint(action.endpoint)
+            if ep.config.guarded and action.flush_cache is not True:
+                self.recorder.reached.add("REACH-002")

@@ -1,0 +1,283 @@
+"""Replaying actions: against an adapter, against a recorded trace (model only), and the
+shrinker that turns a failing run into a minimal counterexample.
+
+The shrinker works on the durable record, the action list, not on Hypothesis's choice
+sequence: delta debugging (ddmin) over top-level steps, with weight versions renumbered so
+that a step can go without breaking the ones after it, then plainer endpoint configs and
+client policy. Each candidate is replayed from a fresh start; one is kept only if it still
+breaks one of the rules the original run broke. The result is 1-minimal in steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from attrs import evolve, frozen
+from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
+from kvfence.model.actions import (
+    Action,
+    FaultUpdateFailsMidway,
+    SyncWeights,
+    TraceError,
+    UpdateWeights,
+)
+from kvfence.model.checks import Violation
+from kvfence.model.client import Plan
+from kvfence.model.observation import Observation
+from kvfence.model.state import Bounds, Config, Policy
+from kvfence.model.vocabulary import Lane, Tier
+
+from . import strategies
+from .lockstep import (
+    MACHINE_BOUNDS,
+    AdapterError,
+    ConformanceFailure,
+    Lockstep,
+    NotEnabled,
+    Recorder,
+    Run,
+)
+from .trace import Trace
+
+VERSIONED = (SyncWeights, UpdateWeights, FaultUpdateFailsMidway)
+
+
+@frozen
+class Replayed:
+    """How one replay ended. ``kind``: FAIL, PASS, ERROR or INVALID (a step the model does
+    not enable). ``hard``: violations that stopped it; ``soft``: client violations seen."""
+
+    kind: str
+    hard: tuple[Violation, ...]
+    soft: tuple[Violation, ...]
+    run: Run
+    message: str = ""
+
+    @property
+    def violations(self) -> tuple[Violation, ...]:
+        return self.soft + tuple(v for v in self.hard if v not in self.soft)
+
+
+def _deltas(actions: list[Action]) -> list[int]:
+    """Each versioned action's version relative to the trainer's version at its turn."""
+    trainer, out = 0, []
+    for a in actions:
+        if isinstance(a, VERSIONED):
+            out.append(a.version - trainer)
+            trainer = max(trainer, a.version)
+        else:
+            out.append(0)
+    return out
+
+
+def replay_actions(
+    engine: EngineAdapter,
+    client: ClientAdapter,
+    configs: tuple[Config, ...],
+    policy: Policy,
+    actions: list[Action],
+    deltas: list[int] | None = None,
+    bounds: Bounds = MACHINE_BOUNDS,
+    timeout: float = 60.0,
+    recorder: Recorder | None = None,
+) -> Replayed:
+    """Run ``actions`` in lockstep from a fresh start. With ``deltas``, versioned actions
+    are renumbered relative to the trainer's version at their turn (for shrinking)."""
+    lock = Lockstep(engine, client, recorder or Recorder(), bounds, timeout)
+    try:
+        lock.start(configs, policy)
+        for i, action in enumerate(actions):
+            if deltas is not None and isinstance(action, VERSIONED):
+                trainer = next(iter(lock.states)).trainer
+                action = evolve(action, version=trainer + deltas[i])
+            lock.run(action)
+            lock.check_model()
+    except ConformanceFailure as e:
+        hard = tuple(v for v in e.violations if v not in lock.pending)
+        return Replayed("FAIL", hard, tuple(lock.pending), lock.snapshot(e.violations))
+    except NotEnabled as e:
+        return Replayed("INVALID", (), tuple(lock.pending), lock.snapshot([]), str(e))
+    except AdapterError as e:
+        return Replayed("ERROR", (), tuple(lock.pending), lock.snapshot([]), str(e))
+    kind = "FAIL" if lock.pending else "PASS"
+    return Replayed(kind, (), tuple(lock.pending), lock.snapshot(list(lock.pending)))
+
+
+def _simpler_setups(configs: tuple[Config, ...], policy: Policy):
+    """Plainer variants of a setup, one change at a time."""
+    for i, c in enumerate(configs):
+        plain_info = (strategies.REPORTS_WHEN_ON if c.radix else strategies.REPORTS_WHEN_OFF)[0]
+        for change in (
+            {"draft": False},
+            {"encoder": False},
+            {"fp8_kv": False},
+            {"lora": False},
+            {"tiers": frozenset({Tier.DEVICE})},
+            {"lane": Lane.STANDARD},
+            {"info": plain_info},
+        ):
+            simpler = evolve(c, **change)
+            if simpler != c:
+                yield (*configs[:i], simpler, *configs[i + 1 :]), policy
+    for change in ({"mode": "auto"}, {"flush_cache": None}, {"pause_mode": "retract"}):
+        simpler_policy = evolve(policy, **change)
+        if simpler_policy != policy:
+            yield configs, simpler_policy
+
+
+def shrink(
+    engine: EngineAdapter,
+    client: ClientAdapter,
+    run: Run,
+    targets: set[str],
+    hard: bool,
+    bounds: Bounds = MACHINE_BOUNDS,
+    timeout: float = 60.0,
+    budget: int = 400,
+) -> Replayed | None:
+    """The smallest run that still breaks a rule in ``targets`` (among the violations that
+    stopped it if ``hard``, else among its client violations), or ``None`` if the original
+    does not reproduce (a nondeterministic SUT). ``budget``: replays at most."""
+
+    def breaks(r: Replayed) -> bool:
+        rules = {v.rule for v in (r.hard if hard else r.soft)}
+        return r.kind == "FAIL" and bool(rules & targets)
+
+    configs, policy, actions = run.configs, run.policy, list(run.actions)
+    deltas = _deltas(actions)
+    best = replay_actions(engine, client, configs, policy, actions, deltas, bounds, timeout)
+    if not breaks(best):
+        return None
+    tries = 1
+    n = 2
+    while len(actions) >= 2 and tries < budget:
+        chunk = -(-len(actions) // n)
+        for start in range(0, len(actions), chunk):
+            cand = actions[:start] + actions[start + chunk :]
+            cand_deltas = deltas[:start] + deltas[start + chunk :]
+            r = replay_actions(engine, client, configs, policy, cand, cand_deltas, bounds, timeout)
+            tries += 1
+            if breaks(r):
+                actions, deltas, best = cand, cand_deltas, r
+                n = max(n - 1, 2)
+                break
+        else:
+            if n >= len(actions):
+                break
+            n = min(len(actions), 2 * n)
+    if engine.fixed_configs is None:
+        improved = True
+        while improved and tries < budget:
+            improved = False
+            for cand_configs, cand_policy in _simpler_setups(configs, policy):
+                r = replay_actions(
+                    engine, client, cand_configs, cand_policy, actions, deltas, bounds, timeout
+                )
+                tries += 1
+                if breaks(r):
+                    configs, policy, best, improved = cand_configs, cand_policy, r, True
+                    break
+    return best
+
+
+# ----- model-only validation of a recorded trace ------------------------------------------
+
+
+class RecordedEngine:
+    """An 'engine' that answers with a trace's recorded observations, in order, so the
+    lockstep judges what a real system once did against the spec (trace validation)."""
+
+    name = "recorded"
+    capabilities = frozenset(
+        {
+            "weights_probe",
+            "cache_probe",
+            "provenance",
+            "attribution",
+            "byte_oracle",
+            "flush_result",
+            "faults",
+            "inflight",
+            "restart",
+            "pause",
+            "sleep",
+            "tiers",
+            "lora",
+        }
+    )
+
+    def __init__(self, trace: Trace) -> None:
+        self.fixed_configs = trace.configs
+        self.steps = [s for s in trace.steps if s.observed is not None]
+        self.infos = [info for s in trace.steps if s.plans for info, _ in s.plans]
+        self.cursor = 0
+        self.info_cursor = 0
+
+    def start(self, configs: tuple[Config, ...]) -> None:
+        self.cursor = self.info_cursor = 0
+
+    def apply(self, action: Action) -> Observation:
+        if self.cursor >= len(self.steps):
+            raise TraceError(f"the trace ends before {action!r}")
+        step = self.steps[self.cursor]
+        self.cursor += 1
+        if step.action != action:
+            raise TraceError(
+                f"line {step.line}: recorded {step.action!r}, but the spec drives {action!r} here"
+            )
+        assert step.observed is not None
+        return step.observed
+
+    def server_info(self, endpoint: int) -> Mapping[str, object] | None:
+        info = self.infos[self.info_cursor] if self.info_cursor < len(self.infos) else None
+        self.info_cursor += 1
+        return info
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class RecordedClient:
+    """A client that answers with a trace's recorded plans, in order."""
+
+    name = "recorded"
+
+    def __init__(self, trace: Trace) -> None:
+        self.plans: list[Plan] = [plan for s in trace.steps if s.plans for _, plan in s.plans]
+        self.cursor = 0
+
+    def resolve(self, policy: Policy, info: Mapping[str, object] | None) -> Plan:
+        if self.cursor >= len(self.plans):
+            raise TraceError("the trace records fewer plans than its syncs need")
+        plan = self.plans[self.cursor]
+        self.cursor += 1
+        return plan
+
+
+def trace_actions(trace: Trace) -> list[Action]:
+    """The top-level actions of a trace (SyncWeights sub-steps are driven, not listed)."""
+    return [s.action for s in trace.steps if s.within is None]
+
+
+def replay_trace(
+    trace: Trace,
+    engine: EngineAdapter | None,
+    client: ClientAdapter | None,
+    timeout: float = 60.0,
+) -> Replayed:
+    """Replay ``trace`` against ``engine`` (and ``client``), or with both ``None`` judge
+    its recorded observations against the spec alone."""
+    if engine is None:
+        engine, client = RecordedEngine(trace), RecordedClient(trace)
+    assert client is not None
+    try:
+        return replay_actions(
+            engine, client, trace.configs, trace.policy, trace_actions(trace), timeout=timeout
+        )
+    except TraceError as e:
+        return Replayed("ERROR", (), (), Run(trace.configs, trace.policy, [], [], []), str(e))
+
+
+def describe(r: Replayed) -> dict[str, Any]:
+    return {"kind": r.kind, "message": r.message, "violations": [str(v) for v in r.violations]}
