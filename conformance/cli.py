@@ -1,0 +1,314 @@
+"""``kvfence``: check, mutants, replay, explore, rules, diagram.
+
+Exit codes: 0 pass (or FIXED), 1 fail (or FAILED), 2 error or unknown, 3 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import NoReturn
+
+from attrs import frozen
+from kvfence.adapters import registry
+from kvfence.adapters.mutants import BY_NAME as MUTANTS_BY_NAME
+from kvfence.adapters.mutants import MUTANTS, Mutant
+from kvfence.model import lifecycle
+from kvfence.model.actions import TraceError
+from kvfence.model.rules import RULES
+from rich.console import Console
+from rich.table import Table
+
+from .report import print_result, write_json, write_junit
+from .runner import PROFILES, Result, run_check
+
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_USAGE = 0, 1, 2, 3
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error exits 3 (2 means ERROR/UNKNOWN for kvfence)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", choices=sorted(PROFILES), default="ci", help="budget")
+    p.add_argument("--seed", type=int, help="random seed (dev/fuzz; ci is derandomized)")
+    p.add_argument("--strict", action="store_true", help="SHOULD rules fail too")
+    p.add_argument("--out", type=Path, default=Path("kvfence-results"), help="output folder")
+    p.add_argument("--junit", type=Path, help="write JUnit XML here")
+    p.add_argument("--json", type=Path, help="write a JSON results file here")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per adapter call")
+    p.add_argument("--max-examples", type=int, help="override the profile's example count")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="kvfence", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    p = sub.add_parser("check", help="run the conformance machine against one system")
+    p.add_argument("--engine", default="reference", help=f"one of: {', '.join(registry.ENGINES)}")
+    p.add_argument(
+        "--client",
+        default="reference",
+        help=f"one of: {', '.join(registry.CLIENTS)}, or package.module:function",
+    )
+    _common(p)
+
+    p = sub.add_parser("mutants", help="show the reference passing and every mutant killed")
+    p.add_argument("--only", nargs="*", metavar="NAME", help="only these mutants")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel runs")
+    _common(p)
+
+    p = sub.add_parser("replay", help="replay a JSONL counterexample")
+    p.add_argument("trace", type=Path)
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--engine", help="replay against this engine (default: the header's)")
+    group.add_argument(
+        "--model-only", action="store_true", help="judge the recorded observations alone"
+    )
+    p.add_argument("--client", help="client for SyncWeights steps (default: the header's)")
+    p.add_argument("--allow-other-spec", action="store_true", help="read another spec's trace")
+    p.add_argument("--timeout", type=float, default=120.0)
+
+    p = sub.add_parser("explore", help="exhaustive breadth-first search within bounds")
+    p.add_argument("--endpoints", type=int, default=2)
+    p.add_argument("--prefixes", type=int, default=1)
+    p.add_argument("--versions", type=int, default=2)
+    p.add_argument("--inflight", type=int, default=1)
+    p.add_argument("--depth", type=int, default=6)
+    p.add_argument("--engine", help="explore model x this in-process engine")
+    p.add_argument("--client", help="explore model x this client")
+
+    p = sub.add_parser("rules", help="list the rule registry")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+
+    sub.add_parser("diagram", help="print the endpoint lifecycle as a Mermaid diagram")
+    return parser
+
+
+# ----- check ---------------------------------------------------------------------------
+
+
+def cmd_check(args: argparse.Namespace, console: Console) -> int:
+    try:
+        engine = registry.engine(args.engine)
+        client = registry.client(args.client)
+    except ValueError as e:
+        console.print(f"[bold red]usage:[/] {e}")
+        return EXIT_USAGE
+    result = run_check(
+        engine,
+        client,
+        profile=args.profile,
+        seed=args.seed,
+        out_dir=args.out,
+        strict=args.strict,
+        timeout=args.timeout,
+        max_examples=args.max_examples,
+    )
+    print_result(result, console)
+    _write_reports([result], args)
+    return result.exit_code
+
+
+def _write_reports(results: list[Result], args: argparse.Namespace) -> None:
+    if args.json:
+        write_json(results, args.json)
+    if args.junit:
+        write_junit(results, args.junit)
+
+
+# ----- mutants -------------------------------------------------------------------------
+
+
+@frozen
+class Job:
+    """One run of the kill matrix: an engine and client by name, and the rule to focus."""
+
+    engine: str
+    client: str
+    label: str
+    rule: str | None
+    profile: str
+    out: Path
+    timeout: float
+    max_examples: int | None
+
+
+def _run_job(job: Job) -> Result:
+    return run_check(
+        registry.engine(job.engine),
+        registry.client(job.client),
+        profile=job.profile,
+        out_dir=job.out,
+        strict=True,
+        timeout=job.timeout,
+        max_examples=job.max_examples,
+        focus=job.rule,
+    )
+
+
+def mutant_job(m: Mutant, profile: str, out: Path, timeout: float, n: int | None) -> Job:
+    engine = m.name if m.side == "engine" else "reference"
+    client = m.name if m.side == "client" else "reference"
+    return Job(engine, client, m.name, m.rule, profile, out, timeout, n)
+
+
+def killed(m: Mutant, result: Result) -> bool:
+    """Shown killed: the run FAILed and its counterexample breaks the mutant's rule."""
+    return result.verdict == "FAIL" and m.rule in result.caught()
+
+
+def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
+    unknown = [n for n in args.only or () if n not in MUTANTS_BY_NAME]
+    if unknown:
+        console.print(f"[bold red]usage:[/] unknown mutant(s) {', '.join(unknown)}")
+        return EXIT_USAGE
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    refs = [
+        Job(e, "reference", e, None, args.profile, args.out, args.timeout, args.max_examples)
+        for e in ("reference", "reference-closing")
+    ]
+    jobs = refs + [
+        mutant_job(m, args.profile, args.out, args.timeout, args.max_examples) for m in chosen
+    ]
+    started = time.monotonic()
+    if args.jobs > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            results = list(pool.map(_run_job, jobs))
+    else:
+        results = [_run_job(j) for j in jobs]
+    table = Table(title=f"kvfence kill matrix (profile {args.profile})", title_justify="left")
+    for col in ("system", "side", "expected", "verdict", "caught", "steps", "seconds", "cases"):
+        table.add_column(col)
+    ok = True
+    for job, result in zip(jobs[: len(refs)], results[: len(refs)], strict=True):
+        passed = result.verdict == "PASS"
+        ok &= passed
+        verdict = f"[{'green' if passed else 'bold red'}]{result.verdict}[/]"
+        table.add_row(job.label, "reference", "PASS", verdict, "", "", f"{result.seconds:.1f}", "")
+    for m, result in zip(chosen, results[len(refs) :], strict=True):
+        good = killed(m, result)
+        ok &= good
+        status = "[green]killed[/]" if good else f"[bold red]{result.verdict} (survived)[/]"
+        table.add_row(
+            m.name,
+            m.side,
+            m.rule,
+            status,
+            ", ".join(result.caught()),
+            str(result.steps),
+            f"{result.seconds:.1f}",
+            ", ".join(m.cases),
+        )
+    console.print(table)
+    _write_reports(results, args)
+    total = time.monotonic() - started
+    word = "[green]all killed, reference passes[/]" if ok else "[bold red]NOT all killed[/]"
+    console.print(f"{word} ({len(chosen)} mutants, {total:.1f} s wall)")
+    return EXIT_PASS if ok else EXIT_FAIL
+
+
+# ----- replay --------------------------------------------------------------------------
+
+
+def cmd_replay(args: argparse.Namespace, console: Console) -> int:
+    from .replay import replay_trace
+    from .trace import read_trace
+
+    try:
+        trace = read_trace(args.trace, allow_other_spec=args.allow_other_spec)
+    except TraceError as e:
+        console.print(f"ERROR {e}")
+        return EXIT_ERROR
+    if args.model_only:
+        engine = client = None
+        against = "the spec alone (recorded observations)"
+    else:
+        name = args.engine or trace.header.get("engine", "reference")
+        client_name = args.client or trace.header.get("client", "reference")
+        try:
+            engine = registry.engine(name)
+            client = registry.client(client_name)
+        except ValueError as e:
+            console.print(f"ERROR {e}")
+            return EXIT_ERROR
+        against = f"engine {name}, client {client_name}"
+    try:
+        replayed = replay_trace(trace, engine, client, timeout=args.timeout)
+    finally:
+        if engine is not None:
+            engine.close()
+    word = {"FAIL": "FAILED", "PASS": "FIXED"}.get(replayed.kind, "ERROR")
+    console.print(f"{word} {args.trace} against {against}")
+    for v in replayed.violations:
+        console.print(f"  violated {v}")
+    if replayed.message:
+        console.print(f"  {replayed.message}")
+    return {"FAILED": EXIT_FAIL, "FIXED": EXIT_PASS}.get(word, EXIT_ERROR)
+
+
+# ----- explore, rules, diagram ---------------------------------------------------------
+
+
+def cmd_explore(args: argparse.Namespace, console: Console) -> int:
+    from .explore import main_explore
+
+    code, text = main_explore(
+        args.endpoints,
+        args.prefixes,
+        args.versions,
+        args.inflight,
+        args.depth,
+        args.engine,
+        args.client,
+    )
+    console.print(text, highlight=False, markup=False)
+    return code
+
+
+def cmd_rules(args: argparse.Namespace, console: Console) -> int:
+    if args.markdown:
+        lines = ["| ID | name | level | requirement | source |", "|---|---|---|---|---|"]
+        lines += [f"| {r.id} | {r.name} | {r.level} | {r.text} | {r.source} |" for r in RULES]
+        print("\n".join(lines))
+        return EXIT_PASS
+    table = Table(title="kvfence rules", title_justify="left")
+    for col in ("ID", "name", "level", "requirement"):
+        table.add_column(col)
+    for r in RULES:
+        table.add_row(r.id, r.name, r.level, r.text)
+    console.print(table)
+    return EXIT_PASS
+
+
+def cmd_diagram(args: argparse.Namespace, console: Console) -> int:
+    print(lifecycle.diagram())
+    return EXIT_PASS
+
+
+COMMANDS = {
+    "check": cmd_check,
+    "mutants": cmd_mutants,
+    "replay": cmd_replay,
+    "explore": cmd_explore,
+    "rules": cmd_rules,
+    "diagram": cmd_diagram,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    return COMMANDS[args.command](args, console)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
