@@ -114,21 +114,24 @@ def compare(
         rule = outcome.rule_for(field_name, default)
         out.append(Violation(rule, expected, actual, f"{where} {field_name}".strip()))
 
-    if obs.status is not exp.status:
+    status_differs = obs.status is not exp.status
+    if status_differs:
         miss("status", exp.status.value, obs.status.value, "LIV-002")
     flush_seen = "flush_result" in capabilities and exp.flushed is not None
     if flush_seen and (obs.flushed is True) != exp.flushed:
         miss("flushed", exp.flushed, obs.flushed, "FC-003")
     if exp.aborted is not None and obs.aborted is not None and obs.aborted != exp.aborted:
         miss("aborted", sorted(exp.aborted), sorted(obs.aborted), "ENG-009")
-    if exp.view is not None and obs.view is not None and "weights_probe" in capabilities:
+    # When the status differs, the probe differs because of it: only the status is named
+    # (a false claim of success is judged against ``completion`` below).
+    view_seen = exp.view is not None and obs.view is not None and not status_differs
+    if view_seen and "weights_probe" in capabilities:
         for name in ("weights", "draft", "scales", "label"):
             e, a = getattr(exp.view, name), getattr(obs.view, name)
             if e != a:
                 miss(f"view.{name}", e, a, "INV-003")
     if (
-        exp.view is not None
-        and obs.view is not None
+        view_seen
         and obs.view.cache is not None
         and "cache_probe" in capabilities
         and obs.view.cache != exp.view.cache
@@ -163,29 +166,48 @@ def _compare_response(
     if got.sampled is not None and "attribution" in capabilities and got.sampled != exp.sampled:
         rule = outcome.rule_for("response.sampled", "INV-002")
         out.append(Violation(rule, sorted(exp.sampled or ()), sorted(got.sampled), where))
-    if got.output is not None and got.cold is not None and got.output != got.cold:
-        out += _judge_bytes(served, got.hit, where)
+    if got.output is not None and got.cold is not None and got.output != got.cold and not out:
+        out += _judge_bytes(served, got.hit, where, got.output, got.cold)
     if "exact_cache" in capabilities and got.hit != exp.hit and not out:
         rule = outcome.rule_for("response.hit", "INV-001")
         out.append(Violation(rule, exp.hit, got.hit, f"{where} response.hit".strip()))
     return out
 
 
-def _judge_bytes(served: Served, hit: bool, where: str) -> list[Violation]:
+def divergence(output: tuple[Any, ...], cold: tuple[Any, ...]) -> str:
+    """Where two outputs first differ, in words: for ``(token_ids, logprobs)`` pairs, the
+    first diverging token position and the largest logprob difference."""
+    pairs = len(output) == 2 == len(cold)
+    if pairs and all(isinstance(x, tuple) for x in (*output, *cold)):
+        (ids, lps), (cold_ids, cold_lps) = output, cold
+        pos = next((i for i, (a, b) in enumerate(zip(ids, cold_ids, strict=False)) if a != b), None)
+        deltas = [
+            abs(a - b) for a, b in zip(lps, cold_lps, strict=False) if isinstance(a, (int, float))
+        ]
+        first = next((i for i, d in enumerate(deltas) if d), None)
+        return (
+            f"first token difference at position {pos}, first logprob difference at "
+            f"position {first}, max |delta logprob| {max(deltas, default=0.0):.3g}"
+        )
+    return f"output {output!r} differs from cold prefill {cold!r}"
+
+
+def _judge_bytes(
+    served: Served, hit: bool, where: str, output: tuple[Any, ...], cold: tuple[Any, ...]
+) -> list[Violation]:
     """The byte oracle: a response that differs from a cold prefill under the same weights.
 
     A miss that differs means the oracle itself is not deterministic (ADP-002). A hit where
     the spec allows only fresh KV, or none, is stale reuse (INV-001) unless the spec had a
     fresh hit there too, in which case the hit path's numerics differ (INV-004)."""
+    how = divergence(output, cold)
     if not hit:
-        return [
-            Violation("ADP-002", "cold prefill reproducible", "a miss differs from cold", where)
-        ]
+        return [Violation("ADP-002", "a miss equals a cold prefill", how, where)]
     if served.waived and not served.exact:
         return []
     if served.hit and not served.stale:
-        return [Violation("INV-004", "hit equals cold prefill", "bytes differ", where)]
-    return [Violation("INV-001", "no reuse across the update", "stale KV reused", where)]
+        return [Violation("INV-004", "a fresh hit equals a cold prefill", how, where)]
+    return [Violation("INV-001", "no KV reused across the update", f"stale hit: {how}", where)]
 
 
 def evidence(outcome: Outcome, obs: Observation, capabilities: Collection[str]) -> set[str]:

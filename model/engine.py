@@ -312,10 +312,10 @@ def flush_cache(s: State, a: FlushCache, bounds: Bounds) -> tuple[Branch, ...]:
     ep = s.endpoint(a.endpoint)
     if ep.kv_held or ep.refuse_flush:
         ep2 = evolve(ep, refuse_flush=False)
-        because = (("status", "LIV-001"), ("flushed", "FC-003"))
+        because = (("status", "FC-003"), ("flushed", "FC-003"))
         return ((s.with_endpoint(a.endpoint, ep2), _rejected(ep2, because, flushed=False)),)
     ep2 = _flushed(ep)
-    because = (("status", "LIV-001"), ("flushed", "FC-003"), ("view.cache", "ENG-003"))
+    because = (("status", "LIV-001"), ("flushed", "LIV-001"), ("view.cache", "ENG-003"))
     return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, because, flushed=True)),)
 
 
