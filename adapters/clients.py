@@ -65,8 +65,12 @@ class ReferenceClient:
 
 
 class NeverFlushClient(ReferenceClient):
-    """Violates: CLI-001. Never asks for a flush (the default of many RL frameworks before
-    their fix, e.g. huggingface/trl #3024)."""
+    """Violates: CLI-001.
+
+    Never asks for a flush: the default of many RL frameworks before their fix
+    (huggingface/trl #3024, PF-01). On an engine with no guard its consequence is stale
+    prefix reuse (INV-001), which is what a check against a real engine shows.
+    """
 
     name = "never-flush"
 

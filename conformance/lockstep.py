@@ -92,7 +92,8 @@ class Recorder:
     ``exercised``: rule ID -> comparisons that gave it evidence. ``reached``: REACH rules
     seen. ``failure``: ``(configs, policy, actions, lines, violations)`` of the first
     failing run; ``soft``: the same for the shortest run whose client broke a rule without
-    (yet) a visible consequence. ``error``: ``(lines, AdapterError)``.
+    (yet) a visible consequence. ``error``: ``(Run, AdapterError)`` of the first run an
+    adapter error ended, kept so that nothing recorded before the error is lost.
     """
 
     def __init__(self) -> None:
@@ -102,7 +103,7 @@ class Recorder:
         self.steps = 0
         self.failure: Run | None = None
         self.soft: Run | None = None
-        self.error: tuple[list[dict[str, Any]], AdapterError] | None = None
+        self.error: tuple[Run, AdapterError] | None = None
         self.other: set[str] = set()
 
 
@@ -221,10 +222,15 @@ class Lockstep:
         self.actions.append(action)
         self.pool = None
         self.recorder.steps += 1
-        if isinstance(action, SyncWeights):
-            self.sync(action)
-        else:
-            self.engine_step(action, within=None)
+        try:
+            if isinstance(action, SyncWeights):
+                self.sync(action)
+            else:
+                self.engine_step(action, within=None)
+        except AdapterError as e:
+            if self.recorder.error is None:
+                self.recorder.error = (self.snapshot([]), e)  # keep what was recorded
+            raise
 
     def sync(self, action: SyncWeights) -> None:
         """Resolve each endpoint's plan with the client under test, check it against the

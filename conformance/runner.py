@@ -152,8 +152,10 @@ def _rule_verdicts(
             out.append(RuleVerdict(r, "SKIP", 0, f"needs {', '.join(missing)}"))
         elif n > 0:
             out.append(RuleVerdict(r, "PASS", n))
-        elif r.kind == "ADP":
+        elif r.kind == "ADP" and error is None:
             out.append(RuleVerdict(r, "PASS", recorder.steps, "every call answered"))
+        elif r.kind == "ADP":
+            out.append(RuleVerdict(r, "UNKNOWN", 0, "the run ended on an adapter error"))
         elif error is not None or violations:
             out.append(RuleVerdict(r, "UNKNOWN", 0, "run stopped before it was exercised"))
         else:
@@ -235,6 +237,8 @@ def run_check(
     elif found is not None:
         violations = list(found.violations)
         run = found
+    elif recorder.error is not None:
+        run = recorder.error[0]
     else:
         run = None
     if run is not None and (violations or error):

@@ -1,0 +1,121 @@
+"""The engine half of the contract, SC-1..SC-3, on the model and on the reference system,
+and the byte-level SC-9 shape on the in-process byte oracle."""
+
+from __future__ import annotations
+
+import pytest
+from kvfence.adapters import registry
+from kvfence.conformance.replay import replay_actions
+from kvfence.model import engine as spec
+from kvfence.model.actions import (
+    FinishRequest,
+    FlushCache,
+    ServeRequest,
+    StartRequest,
+    UpdateWeights,
+)
+from kvfence.model.state import Config, Policy, initial_state
+from kvfence.model.vocabulary import CacheMode, Funnel, Lane, Status
+
+EXACT = Config(lane=Lane.EXACT)
+STANDARD = Config()
+OPT_OUT = Policy(mode=CacheMode.NONE)
+
+
+def only(branches):
+    assert len(branches) == 1, branches
+    return branches[0]
+
+
+def served_twice(config: Config, policy: Policy = OPT_OUT):
+    s = initial_state((config,), policy)
+    s, _ = only(spec.step(s, ServeRequest(0, "P")))
+    return s
+
+
+@pytest.mark.parametrize("funnel", list(Funnel))
+@pytest.mark.parametrize("asked", [False, None])
+def test_sc1_exact_lane_flushes_whatever_was_asked(funnel, asked):
+    s = served_twice(EXACT)
+    s, out = only(spec.step(s, UpdateWeights(0, 1, funnel, asked)))
+    assert out.observation.status is Status.OK
+    assert s.endpoint(0).cache == frozenset()
+    assert out.rule_for("view.cache", "") == "ENG-001"
+    s, out = only(spec.step(s, ServeRequest(0, "P")))
+    assert out.observation.response.hit is False
+
+
+@pytest.mark.parametrize("funnel", list(Funnel))
+@pytest.mark.parametrize(("asked", "flushed"), [(True, True), (False, False), (None, False)])
+def test_sc2_standard_lane_does_what_was_asked(funnel, asked, flushed):
+    s = served_twice(STANDARD)
+    s, out = only(spec.step(s, UpdateWeights(0, 1, funnel, asked)))
+    assert out.observation.status is Status.OK
+    assert (s.endpoint(0).cache == frozenset()) is flushed
+    assert out.rule_for("view.cache", "") == "ENG-002"
+
+
+def test_sc2_radix_off_is_standard_even_on_exact_lane():
+    s = served_twice(Config(radix=False, lane=Lane.EXACT))
+    s, out = only(spec.step(s, UpdateWeights(0, 1, Funnel.TENSOR, False)))
+    assert out.rule_for("view.cache", "") == "ENG-002"
+
+
+def test_sc3_mandatory_flush_that_cannot_complete_fails_closed():
+    s = initial_state((EXACT,), OPT_OUT)
+    s, _ = only(spec.step(s, StartRequest(0, "r1", "P")))
+    branches = spec.step(s, UpdateWeights(0, 1, Funnel.TENSOR, False))
+    assert len(branches) == 2
+    for _, out in branches:
+        assert out.observation.status is Status.REJECTED
+        assert out.rule_for("status", "") == "FC-001"
+    rejected, closed = (b[0].endpoint(0) for b in branches)
+    assert (rejected.weights, rejected.closed) == (0, False)  # consistent: nothing changed
+    assert (closed.weights, closed.closed) == (1, True)  # closed: nothing served
+    s_closed = branches[1][0]
+    _, out = only(spec.step(s_closed, ServeRequest(0, "P")))
+    assert out.observation.status is Status.REJECTED
+    assert out.rule_for("status", "") == "FC-002"
+    # the in-flight request is aborted, then a flush reopens the endpoint
+    s_closed, out = only(spec.step(s_closed, FinishRequest(0, "r1")))
+    assert out.observation.aborted == frozenset({"r1"})
+    s_closed, out = only(spec.step(s_closed, FlushCache(0)))
+    assert out.observation.flushed is True
+    assert not s_closed.endpoint(0).closed
+
+
+@pytest.mark.parametrize("engine_name", ["reference", "reference-closing"])
+def test_sc3_both_reference_systems_fail_closed(engine_name):
+    actions = [
+        StartRequest(0, "r1", "P"),
+        UpdateWeights(0, 1, Funnel.TENSOR, False),
+        ServeRequest(0, "P"),
+        FinishRequest(0, "r1"),
+        FlushCache(0),
+        ServeRequest(0, "P"),
+    ]
+    r = replay_actions(
+        registry.engine(engine_name), registry.client("reference"), (EXACT,), OPT_OUT, actions
+    )
+    assert r.kind == "PASS", r.violations
+    statuses = [line["observed"]["status"] for line in r.run.lines]
+    assert statuses[1] == "rejected"
+    if engine_name == "reference-closing":
+        assert statuses[2:5] == ["rejected", "rejected", "ok"]
+
+
+def test_sc9_shape_stale_hit_differs_from_cold_prefill_fresh_hit_does_not():
+    """On a standard lane with an explicit opt-out the stale hit is allowed, and the byte
+    oracle shows it differs from a cold prefill; after a flush the bytes are equal."""
+    actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, Funnel.TENSOR, False)]
+    r = replay_actions(
+        registry.engine("reference"),
+        registry.client("reference"),
+        (STANDARD,),
+        OPT_OUT,
+        [*actions, ServeRequest(0, "P"), FlushCache(0), ServeRequest(0, "P")],
+    )
+    assert r.kind == "PASS", r.violations
+    stale, fresh = r.run.lines[2]["observed"]["response"], r.run.lines[4]["observed"]["response"]
+    assert stale["hit"] is True and stale["output"] != stale["cold"]
+    assert fresh["hit"] is False and fresh["output"] == fresh["cold"]

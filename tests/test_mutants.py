@@ -1,0 +1,53 @@
+"""Every mutant is shown killed by the rule it was written to break, and both reference
+systems are shown passing, at the ci profile (the kill matrix of ``kvfence mutants``)."""
+
+from __future__ import annotations
+
+import pytest
+from kvfence.adapters import registry
+from kvfence.adapters.mutants import MUTANTS
+from kvfence.conformance.cli import _run_job, killed, mutant_job
+from kvfence.conformance.runner import run_check
+from kvfence.model.rules import BY_ID
+
+
+@pytest.mark.parametrize("name", ["reference", "reference-closing"])
+def test_reference_passes_every_rule(name, out_dir):
+    result = run_check(registry.engine(name), registry.client("reference"), out_dir=out_dir)
+    assert result.verdict == "PASS", [(r.rule.id, r.verdict, r.reason) for r in result.rules]
+    verdicts = {r.rule.id: r.verdict for r in result.rules}
+    assert {v for k, v in verdicts.items() if k.startswith("REACH")} == {"PASS"}
+    assert result.counterexample is None
+    assert result.exit_code == 0
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_mutant_killed_by_its_rule(mutant, out_dir):
+    result = _run_job(mutant_job(mutant, "ci", out_dir, 60.0, None))
+    assert killed(mutant, result), (result.verdict, result.caught(), result.error)
+    assert result.exit_code == 1
+    assert result.counterexample is not None and result.counterexample.exists()
+    assert 1 <= result.steps <= 6
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_mutant_documents_its_rule(mutant):
+    first = mutant.doc.splitlines()[0]
+    assert first == f"Violates: {mutant.rule}."
+    assert mutant.rule in BY_ID
+
+
+def test_missing_guard_counterexample_is_short(out_dir):
+    m = next(m for m in MUTANTS if m.name == "guard-missing-on-tensor")
+    result = _run_job(mutant_job(m, "ci", out_dir, 60.0, None))
+    assert killed(m, result)
+    assert result.steps <= 4
+
+
+def test_unfocused_check_of_a_mutant_fails(out_dir):
+    """Without focus, a plain `kvfence check` of a faulty engine FAILs too."""
+    result = run_check(
+        registry.engine("guard-missing-on-disk"), registry.client("reference"), out_dir=out_dir
+    )
+    assert result.verdict == "FAIL"
+    assert result.caught()
