@@ -260,7 +260,12 @@ class Lockstep:
                 }
             )
             bad = [
-                Violation(expected.rule_for(f), getattr(expected, f), getattr(got, f), f"{i} {f}")
+                Violation(
+                    expected.rule_for(f),
+                    getattr(expected, f),
+                    getattr(got, f),
+                    f"endpoint {i} plan.{f}",
+                )
                 for f in ("flush", "pause_mode")
                 if getattr(expected, f) != getattr(got, f)
             ]

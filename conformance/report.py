@@ -55,7 +55,7 @@ def print_result(result: Result, console: Console | None = None) -> None:
     if result.counterexample:
         console.print(
             f"counterexample ({result.steps} steps): {result.counterexample}\n"
-            f"replay it: kvfence replay {result.counterexample} --engine {result.engine}"
+            f"replay it: kvfence replay {result.counterexample}"
         )
     style = STYLE.get(result.verdict, "")
     console.print(

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# kvfence's first command: install everything into .venv, then run the main job.
+#
+#   bash scripts/setup.sh
+#
+# 1. .venv with kvfence (editable) and its dev tools;
+# 2. vLLM on CPU (scripts/install-vllm.sh; skip with KVFENCE_SKIP_VLLM=1);
+# 3. the main job: the kill matrix (reference systems pass, every mutant killed by its
+#    rule), then a live check of vLLM: the reference client PASSES, a client that never
+#    flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh).
+# Results (verdict tables, JUnit XML, JSON, counterexamples) land in kvfence-results/.
+# Exits non-zero if any verdict is not the expected one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q -e '.[dev]'
+echo "setup: kvfence installed in .venv"
+
+mkdir -p kvfence-results
+.venv/bin/kvfence mutants --out kvfence-results \
+    --junit kvfence-results/mutants.xml --json kvfence-results/mutants.json
+
+if [ "${KVFENCE_SKIP_VLLM:-0}" = 1 ]; then
+    echo "setup: KVFENCE_SKIP_VLLM=1: not installing or checking vLLM"
+    exit 0
+fi
+bash scripts/install-vllm.sh .venv/bin/python
+bash scripts/check-vllm.sh .venv/bin/python
