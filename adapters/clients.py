@@ -121,8 +121,10 @@ def load_callable_client(spec: str) -> CallableClient:
         raise ValueError(f"client {spec!r}: expected 'package.module:function'")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ValueError(f"client {spec!r}: cannot import {module_name!r}: {e}") from None
+    except Exception as e:  # ImportError, or the module's own SyntaxError/NameError...
+        raise ValueError(
+            f"client {spec!r}: cannot import {module_name!r}: {type(e).__name__}: {e}"
+        ) from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ValueError(f"client {spec!r}: {module_name} has no function {attr!r}")

@@ -104,8 +104,7 @@ def guard_missing_on(missing: Funnel) -> type[ReferenceEndpoint]:
         __doc__ = f"""Violates: ENG-001.
 
         The guard is missing on the {missing.value} funnel: an update through it flushes
-        only if asked. PrimeIntellect-ai/prime-rl PR #1650 (PF-07, disk),
-        huggingface/trl #3024 (PF-01, tensor).
+        only if asked. PrimeIntellect-ai/prime-rl PR #1650 (PF-07, disk).
         """
 
         def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
@@ -404,7 +403,7 @@ MUTANTS: tuple[Mutant, ...] = (
             f"guard-missing-on-{f.value.replace('_', '-')}",
             guard_missing_on(f),
             "ENG-001",
-            *{"disk": ("PF-07",), "tensor": ("PF-01",)}.get(f.value, ()),
+            *{"disk": ("PF-07",)}.get(f.value, ()),
         )
         for f in Funnel
     ),

@@ -17,9 +17,15 @@ adapter lacks is SKIP with that reason, never PASS:
 ``byte_oracle``           ``Response.output`` and ``Response.cold`` (a cold prefill's bytes)
 ``flush_result``          ``Observation.flushed``: the flush call's reported result
 ``faults``                FaultRefuseFlush and FaultUpdateFailsMidway can be injected
+``inflight``              StartRequest/FinishRequest: requests can stay in flight
 ``pause``/``sleep``       PauseGeneration/ContinueGeneration, Sleep/WakeUp are supported
-``tiers``/``draft``/...   config features the SUT can be started with
+``restart``               Restart is supported
+``exact_lane``            endpoints can run an exact lane (``rl_on_policy_target``)
+``tiers``/``draft``/...   config features the SUT can be started with (``tiers``,
+                          ``draft``, ``encoder``, ``fp8_kv``, ``lora``)
 ========================  ===============================================================
+
+Without ``pause``, a SyncWeights drives only UpdateWeights on each endpoint.
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ from kvfence.model.state import Config, Policy
 
 
 class Unsupported(Exception):
-    """The adapter cannot apply this action or start with this config (not a failure)."""
+    """The adapter cannot apply this action or start with this config. The checker only
+    sends what the capabilities allow, so raising it during a run is an ERROR (ADP-001):
+    declare the capability correctly instead."""
 
 
 class AdapterFailure(Exception):

@@ -41,10 +41,28 @@ for _m in MUTANTS:
 
 
 def engine(name: str) -> EngineAdapter:
-    """The engine adapter called ``name``; ``ValueError`` lists the known names."""
+    """The engine adapter called ``name``, or ``package.module:factory`` (a callable with
+    no arguments returning an ``EngineAdapter``); ``ValueError`` says what is wrong."""
+    if ":" in name:
+        return _load_engine(name)
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
     return ENGINES[name]()
+
+
+def _load_engine(spec: str) -> EngineAdapter:
+    module_name, _, attr = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except Exception as e:
+        raise ValueError(f"engine {spec!r}: cannot load: {type(e).__name__}: {e}") from None
+    adapter = factory()
+    missing = [
+        a for a in ("name", "capabilities", "start", "apply", "close") if not hasattr(adapter, a)
+    ]
+    if missing:
+        raise ValueError(f"engine {spec!r}: not an EngineAdapter (missing {', '.join(missing)})")
+    return adapter
 
 
 def client(name: str) -> ClientAdapter:

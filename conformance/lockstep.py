@@ -132,7 +132,8 @@ def call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:
 
     Calls run on one worker thread, reused while calls return. A hung call's thread cannot
     be killed: it is abandoned (the next call gets a new worker) and the run stops with
-    ERROR. ``Unsupported`` passes through (the action is outside the adapter's reach).
+    ERROR. ``Unsupported`` is an error too: the checker only sends what the adapter's
+    capabilities allow, so refusing it breaks the adapter contract.
     """
     if not _WORKER:
         _WORKER.append(concurrent.futures.ThreadPoolExecutor(1, "kvfence-adapter"))
@@ -142,12 +143,49 @@ def call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:
     except concurrent.futures.TimeoutError:
         _WORKER.pop().shutdown(wait=False)
         raise AdapterError("ADP-001", f"{what} did not answer within {timeout:g} s") from None
-    except Unsupported:
-        raise
+    except Unsupported as e:
+        raise AdapterError(
+            "ADP-001", f"{what}: unsupported ({e}), though the adapter's capabilities allow it"
+        ) from e
     except AdapterFailure as e:
         raise AdapterError("ADP-001", f"{what} failed: {e}") from e
     except Exception as e:
         raise AdapterError("ADP-001", f"{what} raised {type(e).__name__}: {e}") from e
+
+
+def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> list[Violation]:
+    """Ask the client under test for its plan on every policy and every server-info shape
+    (CLI-001..007), whatever the engine reports: a real engine shows one shape only, and a
+    pure resolver is cheap to ask. Mismatches name the policy and the server info."""
+    from itertools import product
+
+    from kvfence.model.vocabulary import CacheMode, PauseMode
+
+    from .strategies import REPORTS_WHEN_OFF, REPORTS_WHEN_ON
+
+    out: list[Violation] = []
+    infos = [None if i is None else dict(i) for i in (*REPORTS_WHEN_ON, *REPORTS_WHEN_OFF)]
+    for mode, flush, pause, info in product(CacheMode, (None, True, False), PauseMode, infos):
+        policy = Policy(mode, flush, pause)
+        expected = resolve_plan(mode, flush, pause, info)
+        got = call_with_timeout(
+            lambda policy=policy, info=info: client.resolve(policy, info), timeout, "resolve"
+        )
+        if not isinstance(got, Plan):
+            raise AdapterError("ADP-002", f"client returned {got!r}, not a Plan")
+        for f in ("flush", "pause_mode"):
+            recorder.exercised[expected.rule_for(f)] += 1
+            if getattr(got, f) != getattr(expected, f):
+                where = f"plan.{f} for policy {policy_words(policy)}, server info {info!r}"
+                out.append(
+                    Violation(expected.rule_for(f), getattr(expected, f), getattr(got, f), where)
+                )
+    recorder.exercised["CLI-006"] += len(infos)
+    return out
+
+
+def policy_words(p: Policy) -> str:
+    return f"mode={p.mode.value} flush_cache={p.flush_cache} pause_mode={p.pause_mode.value}"
 
 
 class Lockstep:
@@ -275,12 +313,11 @@ class Lockstep:
             if bad:
                 self.client_violation(bad)
             plans.append(got)
+        pauses = "pause" in self.engine.capabilities
         for i, plan in enumerate(plans):
-            for call in (
-                PauseGeneration(i, plan.pause_mode),
-                UpdateWeights(i, action.version, action.funnel, plan.flush),
-                ContinueGeneration(i),
-            ):
+            update = UpdateWeights(i, action.version, action.funnel, plan.flush)
+            calls = [PauseGeneration(i, plan.pause_mode), update, ContinueGeneration(i)]
+            for call in calls if pauses else [update]:
                 self.engine_step(call, within=line["step"])
 
     def engine_step(self, action: Action, within: int | None) -> None:

@@ -22,7 +22,7 @@ from kvfence.model.checks import Violation
 from kvfence.model.rules import RULES, Rule
 from kvfence.model.state import Bounds
 
-from .lockstep import MACHINE_BOUNDS, AdapterError, ConformanceFailure, Recorder
+from .lockstep import MACHINE_BOUNDS, AdapterError, ConformanceFailure, Recorder, client_table
 from .machine import build_machine
 from .replay import shrink
 from .trace import header, violation_json, write_trace
@@ -200,7 +200,12 @@ def run_check(
     started = time.monotonic()
     error: AdapterError | None = None
     try:
-        test()
+        table = client_table(client, recorder, timeout)
+    except AdapterError as e:
+        error, table = e, []
+    try:
+        if error is None:
+            test()
     except ConformanceFailure:
         pass
     except AdapterError as e:
@@ -231,16 +236,18 @@ def run_check(
     violations: list[Violation] = []
     path = None
     steps = 0
+    if focus is not None:
+        table = [v for v in table if v.rule == focus]
+    run = None
     if best is not None:
-        violations = list(best.violations)
-        run = best.run
+        violations, run = list(best.violations), best.run
     elif found is not None:
-        violations = list(found.violations)
-        run = found
+        violations, run = list(found.violations), found
     elif recorder.error is not None:
         run = recorder.error[0]
-    else:
-        run = None
+    if not violations and table:
+        # Only the client table saw it: a pure function's counterexample is its input.
+        violations = table[:10]
     if run is not None and (violations or error):
         head = header(engine.name, client.name, seed, profile, run.configs, run.policy)
         if violations:

@@ -166,7 +166,8 @@ def _compare_response(
     if got.sampled is not None and "attribution" in capabilities and got.sampled != exp.sampled:
         rule = outcome.rule_for("response.sampled", "INV-002")
         out.append(Violation(rule, sorted(exp.sampled or ()), sorted(got.sampled), where))
-    if got.output is not None and got.cold is not None and got.output != got.cold and not out:
+    bytes_seen = got.output is not None and got.cold is not None and "byte_oracle" in capabilities
+    if bytes_seen and got.output != got.cold and not out:
         out += _judge_bytes(served, got.hit, where, got.output, got.cold)
     if "exact_cache" in capabilities and got.hit != exp.hit and not out:
         rule = outcome.rule_for("response.hit", "INV-001")

@@ -202,7 +202,7 @@ RULES: tuple[Rule, ...] = (
         "MUST",
         "An update whose flush (mandatory or requested) cannot complete reports failure.",
         "A refused flush swallowed as success leaves the client believing the cache clean.",
-        "SC-3; areal-project/AReaL #140 (PF-04)",
+        "SC-3; areal-project/AReaL #140 (PF-04); vllm-project/vllm #54443 (PF-17)",
     ),
     Rule(
         "FC-002",
@@ -249,7 +249,7 @@ RULES: tuple[Rule, ...] = (
         "The weight versions an engine attributes to a response are exactly those that "
         "sampled its tokens; a response spanning an update is visibly mixed.",
         "Tokens labelled with the version seen at the end poison importance ratios.",
-        "areal-project/AReaL PR #1569 (PF-16); vllm-project/vllm #54443 (PF-17)",
+        "areal-project/AReaL PR #1569 (PF-16)",
     ),
     Rule(
         "INV-003",

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from kvfence.adapters import registry
+from kvfence.adapters.clients import ReferenceClient
 from kvfence.adapters.protocol import AdapterFailure
 from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
 from kvfence.conformance.runner import run_check
@@ -100,9 +101,32 @@ def test_malformed_server_info_counts_as_unknown(out_dir):
     )
     verdicts = {r.rule.id: r.verdict for r in result.rules}
     assert verdicts["CLI-002"] == "PASS"  # unknown means enabled, and the client flushed
-    # no endpoint ever reported its radix state, so the rules about reports are unreached
-    assert verdicts["CLI-001"] == verdicts["CLI-003"] == "UNKNOWN"
-    assert result.verdict == "UNKNOWN"
+    # no endpoint reported its radix state; the client table still covered those rules
+    assert verdicts["CLI-001"] == verdicts["CLI-003"] == "PASS"
+    assert result.verdict == "PASS"
+
+
+class OnlyWrongWhenReportedOn:
+    """Right for every shape but 'reported on': an engine that never reports its radix
+    state cannot show the fault, the client table does."""
+
+    name = "only-wrong-when-on"
+
+    def resolve(self, policy, info):
+        plan = ReferenceClient().resolve(policy, info)
+        auto = policy.mode.value == "auto" and policy.flush_cache is not True
+        if auto and info and info.get("radix_cache_enabled") is True:
+            return Plan(False, plan.pause_mode)
+        return plan
+
+
+def test_client_table_catches_what_the_engine_cannot_show(out_dir):
+    result = run_check(
+        MalformedInfo(ReferenceEndpoint, "malformed"), OnlyWrongWhenReportedOn(), out_dir=out_dir
+    )
+    assert result.verdict == "FAIL"
+    assert result.caught() == ("CLI-001",)
+    assert "server info {'radix_cache_enabled': True}" in result.violations[0].where
 
 
 class UnreportedMeansOff:
