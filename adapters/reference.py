@@ -406,6 +406,20 @@ class InProcessAdapter:
     def close(self) -> None:
         self.endpoints = []
 
+    def snapshot(self) -> list[ReferenceEndpoint]:
+        """A deep copy of every endpoint's state, for ``restore`` (the explorer's)."""
+        import copy
+
+        fixed = {id(ep.config): ep.config for ep in self.endpoints}  # immutable: shared
+        return copy.deepcopy(self.endpoints, fixed)
+
+    def restore(self, snap: list[ReferenceEndpoint]) -> None:
+        """Put the endpoints back as ``snapshot`` saw them; ``snap`` stays reusable."""
+        import copy
+
+        fixed = {id(ep.config): ep.config for ep in snap}
+        self.endpoints = copy.deepcopy(snap, fixed)
+
     def _ep(self, index: int) -> ReferenceEndpoint:
         try:
             return self.endpoints[index]

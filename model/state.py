@@ -73,6 +73,12 @@ class Entry:
     version: int = 0
     lora: int | None = None
 
+    def __str__(self) -> str:
+        """``P target KV of v0 on device`` (``of garbage`` when the memory is gone)."""
+        made = "garbage" if self.version == GARBAGE else f"v{self.version}"
+        lora = "" if self.lora is None else f" (LoRA revision {self.lora})"
+        return f"{self.prefix} {self.kind.value} KV of {made} on {self.tier.value}{lora}"
+
 
 @frozen(cache_hash=True)
 class Use:

@@ -1,0 +1,260 @@
+"""Exhaustive search: the model's state counts at fixed bounds, no violation in the spec,
+and model x SUT search finding a shortest counterexample for every catalogued mutant."""
+
+from __future__ import annotations
+
+import pytest
+from attrs import evolve
+from kvfence.adapters import registry
+from kvfence.adapters.mutants import MUTANTS
+from kvfence.conformance.explore import (
+    EXPLORE_BOUNDS,
+    SETUPS,
+    cli_bounds,
+    explore_adapter,
+    fingerprint,
+    main_explore,
+    setups_for,
+)
+from kvfence.conformance.replay import replay_trace, trace_actions
+from kvfence.conformance.runner import run_check
+from kvfence.conformance.trace import read_trace
+from kvfence.model.actions import ServeRequest
+from kvfence.model.explore import EXACT, STANDARD, default_configs, explore, initial_states
+from kvfence.model.state import Bounds, Config, Entry, initial_state
+
+CLI_DEFAULT = Bounds(prefixes=("P",), rids=("r1",), versions=2)
+"""``kvfence explore``'s default bounds (``--prefixes 1 --versions 2 --inflight 1``)."""
+
+
+# ----- the model alone ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("endpoints", "bounds", "depth", "states", "transitions", "reached"),
+    [
+        (2, CLI_DEFAULT, 4, 5346, 75718, 4),
+        (2, Bounds(), 3, 3375, 28028, 3),
+        # one exact-lane endpoint: the frontier runs dry at depth 9
+        (1, CLI_DEFAULT, 12, 508, 17455, 9),
+    ],
+    ids=["cli-bounds-depth4", "default-bounds-depth3", "one-endpoint-exhausted"],
+)
+def test_model_state_counts_are_pinned(endpoints, bounds, depth, states, transitions, reached):
+    x = explore(initial_states(endpoints), bounds, depth)
+    assert (x.states, x.transitions, x.depth_reached) == (states, transitions, reached)
+    assert x.complete
+    assert x.violation == () and x.trace == ()
+
+
+def test_default_initial_state_is_exact_plus_standard():
+    (s,) = initial_states()
+    assert tuple(ep.config for ep in s.endpoints) == (EXACT, STANDARD) == default_configs(2)
+    assert s.endpoints[0].config.guarded and not s.endpoints[1].config.guarded
+    assert len(initial_states(2, policies=[s.policy, evolve(s.policy, mode="none")])) == 2
+
+
+def test_max_states_truncates():
+    x = explore(initial_states(2), CLI_DEFAULT, 6, max_states=100)
+    assert x.states == 100 and not x.complete and x.violation == ()
+
+
+def _stale_standard_endpoint():
+    """A standard-lane endpoint at version 1 holding version-0 KV, with no waiver: any hit
+    on it is stale reuse (INV-001). Not reachable by the spec; built to test the search."""
+    s = initial_state((STANDARD,))
+    ep = evolve(s.endpoint(0), weights=1, draft=1, scales=1, label=1, cache=frozenset({Entry("P")}))
+    return evolve(s.with_endpoint(0, ep), trainer=1)
+
+
+def test_a_stale_hit_that_loops_back_is_caught():
+    """The stale hit leads back to the state it started from: a check of new states alone
+    would miss it; the search judges every transition's responses."""
+    x = explore(_stale_standard_endpoint(), CLI_DEFAULT, 3)
+    assert [v.rule for v in x.violation] == ["INV-001"]
+    assert x.trace == (ServeRequest(0, "P"),)
+    assert x.initial == _stale_standard_endpoint()
+    assert not x.complete
+
+
+def test_a_violating_initial_state_has_an_empty_trace():
+    s = initial_state((EXACT,))
+    bad = evolve(
+        s.endpoint(0), weights=1, draft=1, scales=1, label=1, cache=frozenset({Entry("P")})
+    )
+    x = explore(s.with_endpoint(0, bad), CLI_DEFAULT, 3)
+    assert [v.rule for v in x.violation] == ["INV-001"] and x.trace == ()
+
+
+def test_cli_bounds():
+    b = cli_bounds(3, 4, 2)
+    assert (b.prefixes, b.rids, b.versions) == (("P", "Q", "R"), ("r1", "r2"), 4)
+
+
+def test_main_explore_model_only():
+    code, text = main_explore(2, 1, 2, 1, 3, None, None)
+    assert code == 0, text
+    assert "distinct states: 1,272" in text and "transitions: 12,687" in text
+    assert "states/s" in text and "PASS" in text
+    assert main_explore(0, 1, 2, 1, 3, None, None)[0] == 2
+
+
+# ----- model x SUT ------------------------------------------------------------------------
+
+SHORTEST: dict[str, int] = {
+    "never-flush": 1,
+    "unreported-means-disabled": 1,
+    "fp8-only": 1,
+    "keeps-in-place-pause": 1,
+    "in-place-skips-flush": 1,
+    "guard-yields-to-opt-out": 2,
+    "guard-missing-on-disk": 2,
+    "guard-missing-on-tensor": 2,
+    "guard-missing-on-distributed": 2,
+    "guard-missing-on-two-phase": 2,
+    "guard-missing-on-ipc": 2,
+    "guard-missing-on-sparse-delta": 2,
+    "guard-missing-on-bucketed": 2,
+    "update-never-flushes": 2,
+    "forces-flush-on-standard-lane": 2,
+    "swallows-failed-flush": 2,
+    "serves-after-failed-flush": 3,
+    "crashes-after-swap": 2,
+    "flush-refusal-reported-as-success": 2,
+    "retract-blocks-flush": 2,
+    "flushes-around-paused-kv": 2,
+    "flush-forgets-storage": 3,
+    "flush-forgets-encoder": 2,
+    "draft-left-behind-on-distributed": 1,
+    "load-back-loses-draft-kv": 3,
+    "lora-keyed-by-name": 2,
+    "sleep-keeps-index": 2,
+    "scales-dropped-on-ipc": 1,
+    "label-not-recorded-on-ipc": 1,
+    "labels-with-final-version": 3,
+    "hit-path-numerics-differ": 2,
+}
+"""Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
+
+STATEFUL: dict[str, int] = {
+    **{name: 1 for name in ("never-flush", "unreported-means-disabled", "fp8-only")},
+    **{name: 1 for name in ("keeps-in-place-pause", "in-place-skips-flush")},
+    **{name: 1 for name in ("draft-left-behind-on-distributed", "scales-dropped-on-ipc")},
+    "label-not-recorded-on-ipc": 1,
+    "guard-missing-on-bucketed": 3,
+    "serves-after-failed-flush": 5,
+    "flush-forgets-storage": 3,
+    "load-back-loses-draft-kv": 3,
+    "labels-with-final-version": 3,
+}
+"""``run_check(..., focus=mutant.rule).steps`` at the ci profile (derandomized); every
+mutant not listed took 2 steps. ``test_no_longer_than_the_stateful_run`` re-measures."""
+
+
+def _sides(mutant) -> tuple[str, str]:
+    return (mutant.name, "reference") if mutant.side == "engine" else ("reference", mutant.name)
+
+
+def test_every_mutant_is_pinned():
+    assert set(SHORTEST) == {m.name for m in MUTANTS}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_explorer_finds_a_shortest_counterexample(mutant, out_dir):
+    engine, client = _sides(mutant)
+    x = explore_adapter(engine, client, depth=4, out_dir=out_dir)
+    assert x.error == ""
+    assert x.focus == mutant.rule
+    assert mutant.rule in x.caught(), (x.caught(), x.trace)
+    assert x.steps == SHORTEST[mutant.name], x.trace
+    assert x.steps <= STATEFUL.get(mutant.name, 2)
+    assert x.other == ()  # no shorter path broke another rule first
+    assert x.counterexample is not None
+    trace = read_trace(x.counterexample)
+    assert tuple(trace_actions(trace)) == x.trace
+    assert trace.verdict is not None and trace.verdict["verdict"] == "FAIL"
+    assert mutant.rule in {v["rule"] for v in trace.verdict["violations"]}
+    assert tuple(trace.configs) == x.configs and trace.policy == x.policy
+    # the recorded observations alone convict it, and so does a live replay
+    assert mutant.rule in {v.rule for v in replay_trace(trace, None, None).violations}
+    live = replay_trace(trace, registry.engine(engine), registry.client(client))
+    assert live.kind == "FAIL" and mutant.rule in {v.rule for v in live.violations}
+
+
+@pytest.mark.parametrize("engine", ["reference", "reference-closing"])
+def test_reference_engines_pass_at_depth_2(engine):
+    x = explore_adapter(engine, "reference", depth=2, out_dir=None)
+    assert x.focus is None and x.setups == tuple(s.name for s in SETUPS)
+    assert x.violation == () and x.other == () and x.error == ""
+    assert x.complete and x.depth_reached == 2 and x.states > 500
+
+
+def test_a_path_breaking_another_rule_is_reported_and_not_extended():
+    """Focused on a rule the mutant does not break, the search records the shortest path
+    that broke another one and goes on without extending it."""
+    x = explore_adapter("sleep-keeps-index", focus="INV-003", depth=2, out_dir=None)
+    assert x.violation == () and x.counterexample is None and x.complete
+    assert {v.rule for v in x.other} == {"ENG-006"} and len(x.other_trace) == 2
+
+
+def test_given_configs_and_policy_are_one_setup(out_dir):
+    x = explore_adapter(
+        "flush-forgets-encoder",
+        configs=(Config(encoder=True), STANDARD),
+        policy=initial_states(1)[0].policy,
+        depth=3,
+        out_dir=out_dir,
+    )
+    assert x.setups == ("given",) and x.steps == 2 and "ENG-003" in x.caught()
+
+
+def test_setups_for_a_rule():
+    assert [s.name for s in setups_for("ENG-003")] == ["tiers", "encoder"]
+    assert setups_for(None) == SETUPS == setups_for("ADP-001")
+    assert all(s.configs for s in SETUPS)
+
+
+def test_snapshot_restore_and_fingerprint():
+    e = registry.engine("reference")
+    e.start((STANDARD,))
+    before = fingerprint(e.endpoints)
+    snap = e.snapshot()
+    e.apply(ServeRequest(0, "P"))
+    e.apply(ServeRequest(0, "Q"))
+    after = fingerprint(e.endpoints)
+    assert after != before
+    e.restore(snap)
+    assert fingerprint(e.endpoints) == before
+    e.restore(snap)  # a snapshot stays reusable
+    e.apply(ServeRequest(0, "Q"))
+    e.apply(ServeRequest(0, "P"))
+    assert fingerprint(e.endpoints) == after  # insertion order does not count
+    e.close()
+
+
+def test_main_explore_against_a_mutant(out_dir, monkeypatch):
+    monkeypatch.chdir(out_dir.parent)
+    code, text = main_explore(2, 1, 2, 1, 4, "serves-after-failed-flush", None)
+    assert code == 1, text
+    assert "shortest counterexample, 3 step(s)" in text and "FC-002" in text
+    code, text = main_explore(1, 1, 2, 1, 2, "reference", None)
+    assert code == 0 and "PASS" in text, text
+    code, text = main_explore(2, 1, 2, 1, 3, None, "never-flush")
+    assert code == 1 and "CLI-001" in text, text
+
+
+def test_default_explore_bounds_name_one_prefix_and_request():
+    assert EXPLORE_BOUNDS.prefixes == ("P",) and EXPLORE_BOUNDS.rids == ("r1",)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_no_longer_than_the_stateful_run(mutant, out_dir):
+    engine, client = _sides(mutant)
+    stateful = run_check(
+        registry.engine(engine), registry.client(client), focus=mutant.rule, out_dir=out_dir
+    )
+    assert stateful.steps >= 1 and mutant.rule in stateful.caught()
+    x = explore_adapter(engine, client, depth=4, out_dir=out_dir)
+    assert mutant.rule in x.caught()
+    assert x.steps <= stateful.steps
