@@ -64,6 +64,8 @@ class EngineAdapter(Protocol):
 
     def start(self, configs: tuple[Config, ...]) -> None:
         """(Re)start fresh: every endpoint at version 0, empty cache, nothing in flight.
+        Called once per example: reset a running engine rather than relaunch it. An
+        optional ``start_timeout`` attribute (seconds) lets a slow first start through.
 
         Raises ``Unsupported`` for a config it cannot provide, ``AdapterFailure`` if the SUT
         cannot be brought up."""

@@ -231,7 +231,10 @@ class Lockstep:
         self.configs, self.policy = configs, policy
         self.note(f"configs={configs!r} policy={policy!r}")
         self.recorder.examples += 1
-        call_with_timeout(lambda: self.engine.start(configs), self.timeout, "start")
+        # An adapter may need longer to start than to answer (importing and launching an
+        # engine): it says so with ``start_timeout``.
+        limit = max(self.timeout, getattr(self.engine, "start_timeout", 0.0))
+        call_with_timeout(lambda: self.engine.start(configs), limit, "start")
         self.states = frozenset({initial_state(configs, policy)})
 
     def enabled_actions(self) -> list[Action]:

