@@ -73,3 +73,25 @@ def test_console_script_is_installed():
         [sys.executable, "-m", "kvfence.conformance.cli", "rules"], capture_output=True, text=True
     )
     assert proc.returncode == 0 and "NoStalePrefixReuse" in proc.stdout
+
+
+def test_pytest_plugin_fixture_and_options(tmp_path):
+    """The plugin as a user meets it: the fixture in their tests, and the CLI options."""
+    (tmp_path / "test_mine.py").write_text(
+        "def test_resolver(kvfence_check):\n"
+        "    result = kvfence_check(engine='reference', client='reference')\n"
+        "    assert result.verdict == 'PASS'\n"
+        "    bad = kvfence_check(engine='reference', client='never-flush')\n"
+        "    assert bad.verdict == 'FAIL' and 'CLI-001' in bad.caught()\n"
+    )
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)]
+    proc = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = subprocess.run(
+        [*run, "--kvfence-engine", "guard-missing-on-disk"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    assert "ENG-001" in proc.stdout and "counterexample" in proc.stdout
