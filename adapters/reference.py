@@ -38,7 +38,7 @@ from kvfence.model.actions import (
 )
 from kvfence.model.observation import Observation, Response, View
 from kvfence.model.state import Config, Entry, Use
-from kvfence.model.vocabulary import GARBAGE, Funnel, Kind, PauseMode, Phase, Status, Tier
+from kvfence.model.vocabulary import Funnel, Kind, PauseMode, Phase, Status, Tier
 
 from .protocol import AdapterFailure, Unsupported
 
@@ -469,9 +469,7 @@ class InProcessAdapter:
         return calls[type(a)]()
 
 
-# GARBAGE is re-exported for mutants that model KV memory that is gone.
 __all__ = [
-    "GARBAGE",
     "CachedKV",
     "ClosingEndpoint",
     "InFlight",

@@ -149,6 +149,11 @@ def _phase_allows(ep: Endpoint, action: Action) -> bool:
     return lifecycle.allows(ep.phase, action.name)
 
 
+def _next(ep: Endpoint, action: Action) -> Phase:
+    """The phase after ``action``, read from the lifecycle table (its single source)."""
+    return lifecycle.next_phase(ep.phase, action.name)
+
+
 # ----- requests ---------------------------------------------------------------------------
 
 
@@ -353,7 +358,7 @@ def pause_generation(s: State, a: PauseGeneration, bounds: Bounds) -> tuple[Bran
         aborted, requests = frozenset(r.rid for r in requests), ()
     elif a.mode is PauseMode.RETRACT:
         requests = tuple(evolve(r, uses=frozenset(), retracted=True) for r in requests)
-    ep2 = evolve(ep, phase=Phase.PAUSED, pause=a.mode, requests=requests)
+    ep2 = evolve(ep, phase=_next(ep, a), pause=a.mode, requests=requests)
     because = (("aborted", "ENG-009"),)
     return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, because, aborted=aborted)),)
 
@@ -361,7 +366,7 @@ def pause_generation(s: State, a: PauseGeneration, bounds: Bounds) -> tuple[Bran
 def continue_generation(s: State, a: ContinueGeneration, bounds: Bounds) -> tuple[Branch, ...]:
     """Retracted requests recompute their prefix under the weights now in force."""
     ep = s.endpoint(a.endpoint)
-    ep2 = evolve(ep, phase=Phase.SERVING, pause=None)
+    ep2 = evolve(ep, phase=_next(ep, a), pause=None)
     if not ep2.closed:
         requests = []
         for r in ep2.requests:
@@ -377,20 +382,20 @@ def sleep(s: State, a: Sleep, bounds: Bounds) -> tuple[Branch, ...]:
     """ENG-006: device KV memory is discarded, and its index entries with it."""
     ep = s.endpoint(a.endpoint)
     cache = frozenset(e for e in ep.cache if e.tier is not Tier.DEVICE)
-    ep2 = evolve(ep, phase=Phase.ASLEEP, cache=cache)
+    ep2 = evolve(ep, phase=_next(ep, a), cache=cache)
     return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, (("view.cache", "ENG-006"),))),)
 
 
 def wake_up(s: State, a: WakeUp, bounds: Bounds) -> tuple[Branch, ...]:
     ep = s.endpoint(a.endpoint)
-    ep2 = evolve(ep, phase=Phase.SERVING)
+    ep2 = evolve(ep, phase=_next(ep, a))
     return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, (("view.cache", "ENG-006"),))),)
 
 
 def restart(s: State, a: Restart, bounds: Bounds) -> tuple[Branch, ...]:
     """ENG-010: cold start from the last whole checkpoint."""
     ep = s.endpoint(a.endpoint)
-    ep2 = _load(evolve(ep, phase=Phase.SERVING, pause=None), ep.weights)
+    ep2 = _load(evolve(ep, phase=_next(ep, a), pause=None), ep.weights)
     ep2 = evolve(ep2, cache=frozenset(), requests=(), dirty=False, waived=False)
     ep2 = evolve(ep2, refuse_flush=False)
     because = (("view.cache", "ENG-010"), ("view.weights", "ENG-010"))
