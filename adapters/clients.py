@@ -121,7 +121,9 @@ def load_callable_client(spec: str) -> CallableClient:
         raise ValueError(f"client {spec!r}: expected 'package.module:function'")
     try:
         module = importlib.import_module(module_name)
-    except Exception as e:  # ImportError, or the module's own SyntaxError/NameError...
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as e:  # ImportError, the module's SyntaxError, even SystemExit
         raise ValueError(
             f"client {spec!r}: cannot import {module_name!r}: {type(e).__name__}: {e}"
         ) from None

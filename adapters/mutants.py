@@ -244,6 +244,21 @@ class FlushForgetsStorage(ReferenceEndpoint):
             del self.cache[k]
 
 
+class FlushSparesQueuedRequests(ReferenceEndpoint):
+    """Violates: ENG-003.
+
+    The flush skips tree nodes still referenced by retracted requests waiting in the queue
+    and reports success: after the update they resume on the old prefix KV. The naive fix
+    for PF-05 (sgl-project/sglang PR #31962) gets this wrong; found by kvfence's own
+    adversarial review.
+    """
+
+    def _clear_cache(self) -> None:
+        queued = {r.prefix for r in self.requests.values() if r.retracted}
+        for k in [k for k in self.cache if k[0] not in queued]:
+            del self.cache[k]
+
+
 class FlushForgetsEncoder(ReferenceEndpoint):
     """Violates: ENG-003.
 
@@ -417,6 +432,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _engine("flushes-around-paused-kv", FlushesAroundPausedKv, "FC-001", "PF-17"),
     _engine("flush-forgets-storage", FlushForgetsStorage, "ENG-003", "PF-09"),
     _engine("flush-forgets-encoder", FlushForgetsEncoder, "ENG-003", "PF-10"),
+    _engine("flush-spares-queued-requests", FlushSparesQueuedRequests, "ENG-003"),
     _engine("draft-left-behind-on-distributed", DraftLeftBehindOnDistributed, "ENG-004", "PF-11"),
     _engine("load-back-loses-draft-kv", LoadBackLosesDraftKv, "ENG-008", "PF-12"),
     _engine("lora-keyed-by-name", LoraKeyedByName, "ENG-007", "PF-13"),

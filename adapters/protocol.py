@@ -38,6 +38,30 @@ from kvfence.model.client import Plan
 from kvfence.model.observation import Observation
 from kvfence.model.state import Config, Policy
 
+CAPABILITIES = frozenset(
+    {
+        "weights_probe",
+        "cache_probe",
+        "exact_cache",
+        "provenance",
+        "attribution",
+        "byte_oracle",
+        "flush_result",
+        "faults",
+        "inflight",
+        "pause",
+        "sleep",
+        "restart",
+        "exact_lane",
+        "tiers",
+        "draft",
+        "encoder",
+        "fp8_kv",
+        "lora",
+    }
+)
+"""Every capability name the checker knows; any other name is an adapter error."""
+
 
 class Unsupported(Exception):
     """The adapter cannot apply this action or start with this config. The checker only

@@ -54,9 +54,11 @@ def _load_engine(spec: str) -> EngineAdapter:
     module_name, _, attr = spec.partition(":")
     try:
         factory = getattr(importlib.import_module(module_name), attr)
-    except Exception as e:
+        adapter = factory()
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as e:
         raise ValueError(f"engine {spec!r}: cannot load: {type(e).__name__}: {e}") from None
-    adapter = factory()
     missing = [
         a for a in ("name", "capabilities", "start", "apply", "close") if not hasattr(adapter, a)
     ]

@@ -6,6 +6,7 @@ Exit codes: 0 pass (or FIXED), 1 fail (or FAILED), 2 error or unknown, 3 usage.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -37,6 +38,26 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a positive number of seconds")
+    return value
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=sorted(PROFILES), default="ci", help="budget")
     p.add_argument("--seed", type=int, help="random seed (dev/fuzz; ci is derandomized)")
@@ -44,8 +65,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, default=Path("kvfence-results"), help="output folder")
     p.add_argument("--junit", type=Path, help="write JUnit XML here")
     p.add_argument("--json", type=Path, help="write a JSON results file here")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per adapter call")
-    p.add_argument("--max-examples", type=int, help="override the profile's example count")
+    p.add_argument("--timeout", type=seconds, default=120.0, help="seconds per adapter call")
+    p.add_argument("--max-examples", type=positive_int, help="override the profile's example count")
 
 
 def build_parser() -> Parser:
@@ -63,7 +84,7 @@ def build_parser() -> Parser:
 
     p = sub.add_parser("mutants", help="show the reference passing and every mutant killed")
     p.add_argument("--only", nargs="*", metavar="NAME", help="only these mutants")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel runs")
+    p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, help="parallel runs")
     _common(p)
 
     p = sub.add_parser("replay", help="replay a JSONL counterexample")
@@ -75,14 +96,14 @@ def build_parser() -> Parser:
     )
     p.add_argument("--client", help="client for SyncWeights steps (default: the header's)")
     p.add_argument("--allow-other-spec", action="store_true", help="read another spec's trace")
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--timeout", type=seconds, default=120.0)
 
     p = sub.add_parser("explore", help="exhaustive breadth-first search within bounds")
-    p.add_argument("--endpoints", type=int, default=2)
-    p.add_argument("--prefixes", type=int, default=1)
-    p.add_argument("--versions", type=int, default=2)
-    p.add_argument("--inflight", type=int, default=1)
-    p.add_argument("--depth", type=int, default=6)
+    p.add_argument("--endpoints", type=positive_int, default=2)
+    p.add_argument("--prefixes", type=positive_int, default=1)
+    p.add_argument("--versions", type=positive_int, default=2)
+    p.add_argument("--inflight", type=positive_int, default=1)
+    p.add_argument("--depth", type=positive_int, default=6)
     p.add_argument("--engine", help="explore model x this in-process engine")
     p.add_argument("--client", help="explore model x this client")
 
@@ -114,15 +135,22 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         max_examples=args.max_examples,
     )
     print_result(result, console)
-    _write_reports([result], args)
+    if not _write_reports([result], args, console):
+        return EXIT_ERROR
     return result.exit_code
 
 
-def _write_reports(results: list[Result], args: argparse.Namespace) -> None:
-    if args.json:
-        write_json(results, args.json)
-    if args.junit:
-        write_junit(results, args.junit)
+def _write_reports(results: list[Result], args: argparse.Namespace, console: Console) -> bool:
+    """Write the requested reports; False (and a message naming the file) if one fails."""
+    try:
+        if args.json:
+            write_json(results, args.json)
+        if args.junit:
+            write_junit(results, args.junit)
+    except OSError as e:
+        console.print(f"[bold magenta]error[/] could not write a report: {e}")
+        return False
+    return True
 
 
 # ----- mutants -------------------------------------------------------------------------
@@ -209,7 +237,7 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
             ", ".join(m.cases),
         )
     console.print(table)
-    _write_reports(results, args)
+    ok &= _write_reports(results, args, console)
     total = time.monotonic() - started
     word = "[green]all killed, reference passes[/]" if ok else "[bold red]NOT all killed[/]"
     console.print(f"{word} ({len(chosen)} mutants, {total:.1f} s wall)")
@@ -234,6 +262,17 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     else:
         name = args.engine or trace.header.get("engine", "reference")
         client_name = args.client or trace.header.get("client", "reference")
+        for what, value, given in (
+            ("engine", name, args.engine),
+            ("client", client_name, args.client),
+        ):
+            if not isinstance(value, str) or (":" in value and given is None):
+                # A trace is a bug report from anywhere: never import code it names.
+                console.print(
+                    f"ERROR the trace names {what} {value!r}; replay only runs registry "
+                    f"names from a trace. Pass --{what} explicitly to run it."
+                )
+                return EXIT_ERROR
         try:
             engine = registry.engine(name)
             client = registry.client(client_name)

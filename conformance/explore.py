@@ -96,6 +96,7 @@ SETUPS: tuple[Setup, ...] = (
             "CLI-004",
             "CLI-006",
             "ENG-001",
+            "ENG-003",
             "ENG-006",
             "ENG-009",
             "ENG-010",
@@ -551,18 +552,17 @@ def _main_product(
 ) -> tuple[int, str]:
     e, c = engine or "reference", client or "reference"
     focus = default_focus(e, c)
-    configs = None if focus is not None else default_configs(endpoints)
-    policy = None if focus is not None else Policy()
+    # Every setup (tiers, draft, encoder, FP8, LoRA, exact lane, opt-out, unreported) for a
+    # system we know nothing about; a catalogued mutant gets the setups its rule needs.
+    configs, policy = None, None
     started = time.perf_counter()
     try:
         x = explore_adapter(e, c, configs, policy, bounds, depth)
     except ValueError as err:
         return 2, f"kvfence explore: {err}"
     seconds = time.perf_counter() - started
-    if configs is None:
-        where = f"setups {', '.join(x.setups)} (chosen for {focus})"
-    else:
-        where = f"{endpoints} endpoint(s) " + ", ".join(_config_text(k) for k in configs)
+    chosen = f"chosen for {focus}" if focus else "all setups: an unknown system"
+    where = f"setups {', '.join(x.setups)} ({chosen})"
     lines = [
         f"kvfence explore: the model x engine {e} x client {c}; {where}",
         limits,

@@ -13,9 +13,16 @@ from __future__ import annotations
 import concurrent.futures
 from collections import Counter
 from collections.abc import Callable
+from itertools import product
 from typing import Any
 
-from kvfence.adapters.protocol import AdapterFailure, ClientAdapter, EngineAdapter, Unsupported
+from kvfence.adapters.protocol import (
+    CAPABILITIES,
+    AdapterFailure,
+    ClientAdapter,
+    EngineAdapter,
+    Unsupported,
+)
 from kvfence.model import engine as spec
 from kvfence.model.actions import (
     Action,
@@ -36,9 +43,11 @@ from kvfence.model.actions import (
 )
 from kvfence.model.checks import Violation, check_state, compare, evidence
 from kvfence.model.client import Plan, resolve_plan
-from kvfence.model.observation import Observation
+from kvfence.model.observation import malformed
 from kvfence.model.state import Bounds, Config, Policy, State, initial_state
+from kvfence.model.vocabulary import CacheMode, PauseMode
 
+from .strategies import REPORTS_WHEN_OFF, REPORTS_WHEN_ON
 from .trace import observation_json, outcome_json, plan_json
 
 MACHINE_BOUNDS = Bounds(versions=64, lora_revisions=16)
@@ -149,7 +158,9 @@ def call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:
         ) from e
     except AdapterFailure as e:
         raise AdapterError("ADP-001", f"{what} failed: {e}") from e
-    except Exception as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # SystemExit from an adapter must not end the run as 'exit 0'
         raise AdapterError("ADP-001", f"{what} raised {type(e).__name__}: {e}") from e
 
 
@@ -157,22 +168,18 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
     """Ask the client under test for its plan on every policy and every server-info shape
     (CLI-001..007), whatever the engine reports: a real engine shows one shape only, and a
     pure resolver is cheap to ask. Mismatches name the policy and the server info."""
-    from itertools import product
-
-    from kvfence.model.vocabulary import CacheMode, PauseMode
-
-    from .strategies import REPORTS_WHEN_OFF, REPORTS_WHEN_ON
-
     out: list[Violation] = []
     infos = [None if i is None else dict(i) for i in (*REPORTS_WHEN_ON, *REPORTS_WHEN_OFF)]
-    for mode, flush, pause, info in product(CacheMode, (None, True, False), PauseMode, infos):
+    # Both orders, so a resolver that remembers the first answer it saw is asked the
+    # unsafe way round too.
+    grid = list(product(CacheMode, (None, True, False), PauseMode, infos))
+    for mode, flush, pause, info in grid + grid[::-1]:
         policy = Policy(mode, flush, pause)
         expected = resolve_plan(mode, flush, pause, info)
         got = call_with_timeout(
             lambda policy=policy, info=info: client.resolve(policy, info), timeout, "resolve"
         )
-        if not isinstance(got, Plan):
-            raise AdapterError("ADP-002", f"client returned {got!r}, not a Plan")
+        check_plan(got)
         for f in ("flush", "pause_mode"):
             recorder.exercised[expected.rule_for(f)] += 1
             if getattr(got, f) != getattr(expected, f):
@@ -182,6 +189,30 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
                 )
     recorder.exercised["CLI-006"] += len(infos)
     return out
+
+
+def check_plan(plan: object) -> None:
+    """ADP-002 for a client answer that is not a well-typed ``Plan``."""
+    if not isinstance(plan, Plan):
+        raise AdapterError("ADP-002", f"the client returned {plan!r:.80}, not a Plan")
+    if not isinstance(plan.flush, bool):
+        raise AdapterError("ADP-002", f"the client's plan.flush {plan.flush!r} is not a bool")
+    if not isinstance(plan.pause_mode, PauseMode):
+        raise AdapterError(
+            "ADP-002", f"the client's plan.pause_mode {plan.pause_mode!r} is not a PauseMode"
+        )
+
+
+def check_capabilities(engine: EngineAdapter) -> None:
+    """ADP-002 for capabilities that are not a set of known names (a typo would silently
+    turn rules into SKIP)."""
+    caps = getattr(engine, "capabilities", None)
+    if not isinstance(caps, (set, frozenset)) or not all(isinstance(c, str) for c in caps):
+        raise AdapterError("ADP-002", f"capabilities {caps!r:.80} is not a set of names")
+    unknown = sorted(caps - CAPABILITIES)
+    if unknown:
+        known = ", ".join(sorted(CAPABILITIES))
+        raise AdapterError("ADP-002", f"unknown capabilities {unknown}; known: {known}")
 
 
 def policy_words(p: Policy) -> str:
@@ -290,8 +321,7 @@ class Lockstep:
             got = call_with_timeout(
                 lambda info=info: self.client.resolve(self.policy, info), self.timeout, "resolve"
             )
-            if not isinstance(got, Plan):
-                raise AdapterError("ADP-002", f"client returned {got!r}, not a Plan")
+            check_plan(got)
             line.setdefault("plans", []).append(
                 {
                     "endpoint": i,
@@ -327,8 +357,9 @@ class Lockstep:
         self.note(f"  {action!r}" if within is not None else f"{action!r}")
         self._note_reach(action)
         obs = call_with_timeout(lambda: self.engine.apply(action), self.timeout, action.name)
-        if not isinstance(obs, Observation):
-            raise AdapterError("ADP-002", f"{action.name} returned {obs!r}, not an Observation")
+        problem = malformed(obs)
+        if problem:
+            raise AdapterError("ADP-002", f"{action.name}: the adapter {problem}")
         caps = self.engine.capabilities
         where = f"endpoint {getattr(action, 'endpoint', '')}"
         branches = [b for s in self.states for b in spec.step(s, action, self.bounds)]

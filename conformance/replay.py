@@ -189,27 +189,11 @@ class RecordedEngine:
     lockstep judges what a real system once did against the spec (trace validation)."""
 
     name = "recorded"
-    capabilities = frozenset(
-        {
-            "weights_probe",
-            "cache_probe",
-            "provenance",
-            "attribution",
-            "byte_oracle",
-            "flush_result",
-            "faults",
-            "inflight",
-            "restart",
-            "pause",
-            "sleep",
-            "tiers",
-            "lora",
-        }
-    )
 
     def __init__(self, trace: Trace) -> None:
         self.fixed_configs = trace.configs
         self.steps = [s for s in trace.steps if s.observed is not None]
+        self.capabilities = recorded_capabilities(self.steps)
         self.infos = [info for s in trace.steps if s.plans for info, _ in s.plans]
         self.cursor = 0
         self.info_cursor = 0
@@ -236,6 +220,27 @@ class RecordedEngine:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def recorded_capabilities(steps: list[Any]) -> frozenset[str]:
+    """Claim only what the trace recorded: a field no step carries is not evidence, so its
+    rules judge nothing rather than pass on silence."""
+    obs = [s.observed for s in steps]
+    caps = {"faults", "inflight", "restart", "pause", "sleep", "tiers", "lora"}
+    if any(o.view is not None and o.view.weights is not None for o in obs):
+        caps.add("weights_probe")
+    if any(o.view is not None and o.view.cache is not None for o in obs):
+        caps |= {"cache_probe", "exact_cache"}
+    responses = [o.response for o in obs if o.response is not None]
+    if any(r.uses is not None for r in responses):
+        caps.add("provenance")
+    if any(r.sampled is not None for r in responses):
+        caps.add("attribution")
+    if any(r.output is not None and r.cold is not None for r in responses):
+        caps.add("byte_oracle")
+    if any(o.flushed is not None for o in obs):
+        caps.add("flush_result")
+    return frozenset(caps)
 
 
 class RecordedClient:
@@ -268,6 +273,9 @@ def replay_trace(
 ) -> Replayed:
     """Replay ``trace`` against ``engine`` (and ``client``), or with both ``None`` judge
     its recorded observations against the spec alone."""
+    if not trace.steps:
+        run = Run(trace.configs, trace.policy, [], [], [])
+        return Replayed("ERROR", (), (), run, "the trace has no steps: nothing to judge")
     if engine is None:
         engine, client = RecordedEngine(trace), RecordedClient(trace)
     assert client is not None

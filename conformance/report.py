@@ -52,6 +52,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
         console.print(f"[bold red]violated[/] {v}")
     if result.error:
         console.print(f"[bold magenta]error[/] {result.error}")
+    for w in result.warnings:
+        console.print(f"[yellow]warning[/] {w}")
     if result.counterexample:
         console.print(
             f"counterexample ({result.steps} steps): {result.counterexample}\n"

@@ -22,7 +22,15 @@ from kvfence.model.checks import Violation
 from kvfence.model.rules import RULES, Rule
 from kvfence.model.state import Bounds
 
-from .lockstep import MACHINE_BOUNDS, AdapterError, ConformanceFailure, Recorder, client_table
+from .lockstep import (
+    MACHINE_BOUNDS,
+    AdapterError,
+    ConformanceFailure,
+    Recorder,
+    call_with_timeout,
+    check_capabilities,
+    client_table,
+)
 from .machine import build_machine
 from .replay import shrink
 from .trace import header, violation_json, write_trace
@@ -31,7 +39,7 @@ ORDER = ("FAIL", "ERROR", "UNKNOWN", "WARN", "PASS", "SKIP")
 
 PROFILES: dict[str, settings] = {
     "ci": settings(
-        max_examples=300,
+        max_examples=600,
         stateful_step_count=15,
         derandomize=True,
         database=None,
@@ -67,7 +75,8 @@ PROFILES: dict[str, settings] = {
 depend on Hypothesis's profile registry (which loads its own ``ci`` when ``CI`` is set)."""
 
 REQUIRES: dict[str, tuple[str, ...]] = {
-    "ENG-001": ("exact_lane",),
+    "ENG-001": ("exact_lane", "cache_probe"),
+    "ENG-002": ("cache_probe",),
     "ENG-003": ("cache_probe",),
     "ENG-004": ("draft", "weights_probe"),
     "ENG-005": ("fp8_kv", "weights_probe"),
@@ -116,6 +125,7 @@ class Result:
     steps: int
     examples: int
     seconds: float
+    warnings: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -199,10 +209,12 @@ def run_check(
         test = hypothesis_seed(seed)(test)
     started = time.monotonic()
     error: AdapterError | None = None
+    table: list[Violation] = []
     try:
+        check_capabilities(engine)
         table = client_table(client, recorder, timeout)
     except AdapterError as e:
-        error, table = e, []
+        error = e
     try:
         if error is None:
             test()
@@ -212,7 +224,9 @@ def run_check(
         error = e
     except Flaky as e:
         error = AdapterError("ADP-001", f"the SUT is not deterministic: {e}")
-    except Exception as e:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # a SystemExit from the SUT is an error, not 'exit 0'
         error = AdapterError("ADP-001", f"{type(e).__name__}: {e}")
     found = recorder.failure or (recorder.soft if error is None else None)
     best = None
@@ -229,11 +243,12 @@ def run_check(
         except AdapterError as e:
             error = error or e
     try:
-        engine.close()
-    except Exception as e:
-        error = error or AdapterError("ADP-001", f"close() raised {e}")
+        call_with_timeout(engine.close, timeout, "close")
+    except AdapterError as e:
+        error = error or e
     seconds = time.monotonic() - started
     violations: list[Violation] = []
+    warnings: list[str] = []
     path = None
     steps = 0
     if focus is not None:
@@ -256,7 +271,11 @@ def run_check(
         else:
             last = {"verdict": "ERROR", "error": str(error)}
         path = out_dir / f"counterexample-{engine.name}-{client.name}.jsonl"
-        write_trace(path, head, run.lines, last)
+        try:
+            write_trace(path, head, run.lines, last)
+        except OSError as e:
+            warnings.append(f"could not write the counterexample to {path}: {e}")
+            path = None
         steps = len(run.actions)
     rules = _rule_verdicts(recorder, violations, error, engine.capabilities, strict)
     verdict = _worst([r.verdict for r in rules])
@@ -275,4 +294,5 @@ def run_check(
         steps=steps,
         examples=recorder.examples,
         seconds=seconds,
+        warnings=tuple(warnings),
     )

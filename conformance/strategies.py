@@ -18,6 +18,9 @@ REPORTS_WHEN_ON = (
     server_info(radix_cache_enabled="true"),
     server_info(disable_radix_cache="0"),
     server_info(disable_radix_cache="off", radix_cache_enabled="?"),
+    server_info(radix_cache_enabled=None),  # null: unknown, not off
+    server_info(radix_cache_enabled=""),  # empty: unknown, not off
+    server_info(radix_cache_enabled=True, disable_radix_cache=True),  # enabled wins
 )
 """What an endpoint with the radix cache on may honestly report (SC-7 shapes)."""
 
@@ -27,6 +30,7 @@ REPORTS_WHEN_OFF = (
     server_info(),
     None,
     server_info(radix_cache_enabled=0),
+    server_info(radix_cache_enabled=False, disable_radix_cache=False),  # enabled wins
 )
 """What an endpoint with the radix cache off may report."""
 

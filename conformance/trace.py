@@ -186,6 +186,9 @@ def config_from_json(obj: Any, where: str) -> Config:
     info = obj.get("info")
     if info is not None and not isinstance(info, dict):
         raise TraceError(f"{where}: field 'info' must be an object or null")
+    scalars = (str, int, float, bool, type(None))
+    if info is not None and not all(isinstance(v, scalars) for v in info.values()):
+        raise TraceError(f"{where}: field 'info' must map names to scalars (got {info!r:.60})")
     tiers = obj.get("tiers", ["device"])
     if not isinstance(tiers, list):
         raise TraceError(f"{where}: field 'tiers' must be a list")
@@ -246,6 +249,9 @@ def observation_from_json(obj: Any, where: str) -> Observation:
         sampled = r.get("sampled")
         if sampled is not None and not all(isinstance(x, int) for x in sampled):
             raise TraceError(f"{w}.sampled: expected a list of versions")
+        for name in ("output", "cold"):
+            if r.get(name) is not None and not isinstance(r[name], list):
+                raise TraceError(f"{w}.{name}: expected a list or null, got {r[name]!r:.40}")
         response = Response(
             hit=_need(r, "hit", bool, w),
             uses=parsed_uses,
@@ -310,7 +316,17 @@ class Step:
 
 def read_trace(path: Path, allow_other_spec: bool = False) -> Trace:
     """Parse and validate a JSONL trace. ``TraceError`` names the line and field of the
-    first problem: not JSON, no header, another spec version, unknown action, wrong types."""
+    first problem: not JSON, no header, another spec version, unknown action, wrong types.
+    Whatever the bytes, it raises nothing else."""
+    try:
+        return _read_trace(path, allow_other_spec)
+    except TraceError:
+        raise
+    except (TypeError, ValueError, KeyError, OverflowError, RecursionError, AttributeError) as e:
+        raise TraceError(f"{path}: malformed trace ({type(e).__name__}: {e})") from None
+
+
+def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
     try:
         text = path.read_text()
     except OSError as e:
@@ -325,6 +341,8 @@ def read_trace(path: Path, allow_other_spec: bool = False) -> Trace:
             raw.append((n, json.loads(line)))
         except json.JSONDecodeError as e:
             raise TraceError(f"{path}:{n}: not JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise TraceError(f"{path}:{n}: JSON nested too deeply") from None
     if not raw:
         raise TraceError(f"{path}: empty trace: no header line")
     n, head = raw[0]

@@ -218,7 +218,7 @@ def action_from_json(obj: Any) -> Action:
     if not isinstance(obj, dict):
         raise TraceError(f"an action must be a JSON object, got {type(obj).__name__}")
     name = obj.get("action")
-    if name not in BY_NAME:
+    if not isinstance(name, str) or name not in BY_NAME:
         known = ", ".join(BY_NAME)
         raise TraceError(f"unknown action {name!r}; known actions: {known}")
     cls = BY_NAME[name]

@@ -87,15 +87,17 @@ def check_state(state: State, ledger: bool = True) -> list[Violation]:
 
 
 def _cache_rule(outcome: Outcome, observed: frozenset) -> str:
-    """A cache mismatch after a flush that kept only lower tiers or other kinds is a
-    forgotten tier (ENG-003); otherwise it is whatever rule fixed the cache."""
-    expected = outcome.observation.view.cache if outcome.observation.view else None
+    """The rule a cache mismatch breaks. After a flush that removed some entries but not
+    all, or left only lower tiers and other kinds (a forgotten tier, spared entries), it is
+    ENG-003; after one that removed nothing from the device, the rule that required the
+    flush (ENG-001 guard, ENG-002 asked)."""
     rule = outcome.rule_for("view.cache", "INV-001")
-    if expected == frozenset() and observed:
-        device_target = [e for e in observed if e.tier is Tier.DEVICE and e.kind is Kind.TARGET]
-        if not device_target and rule in ("ENG-001", "ENG-002", "ENG-003"):
-            return "ENG-003"
-    return rule
+    before = outcome.flushed_from
+    if before is None or not observed:
+        return rule
+    partial = observed != before
+    only_lower = not any(e.tier is Tier.DEVICE and e.kind is Kind.TARGET for e in observed)
+    return "ENG-003" if partial or only_lower else rule
 
 
 def compare(
@@ -237,7 +239,8 @@ def evidence(outcome: Outcome, obs: Observation, capabilities: Collection[str]) 
     if got is not None and outcome.served is not None:
         if got.uses is not None and "provenance" in capabilities and outcome.served.hit:
             rules.add("INV-001")
-        if got.output is not None and got.cold is not None and outcome.served.hit:
+        bytes_seen = got.output is not None and got.cold is not None
+        if bytes_seen and "byte_oracle" in capabilities and outcome.served.hit:
             rules.add("INV-001")
             if outcome.served.exact and not outcome.served.stale:
                 rules.add("INV-004")

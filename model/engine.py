@@ -224,7 +224,7 @@ def update_endpoint(
     why = "ENG-001" if guarded else "ENG-002"
     s = evolve(s, trainer=max(s.trainer, version))
     because_done = (
-        ("status", "LIV-001" if must_flush else why),
+        ("status", "LIV-001" if must_flush else "LIV-002"),
         ("view.cache", why),
         ("view.weights", why),
         ("view.draft", "ENG-004"),
@@ -236,7 +236,7 @@ def update_endpoint(
         ep = evolve(ep, refuse_flush=False)
         closed = evolve(loaded, dirty=True, refuse_flush=False)
         because = (("status", "FC-001"), ("view.weights", "FC-001"), ("view.label", "INV-003"))
-        claimed = _ok(_flushed(loaded), because_done)
+        claimed = evolve(_ok(_flushed(loaded), because_done), flushed_from=ep.cache)
         return (
             (s.with_endpoint(index, ep), evolve(_rejected(ep, because), completion=claimed)),
             (
@@ -244,12 +244,13 @@ def update_endpoint(
                 evolve(_rejected(closed, because), completion=claimed),
             ),
         )
-    if must_flush:
-        loaded = _flushed(loaded)
-    else:
+    if not must_flush:
         # INV-001's waiver: only where the spec's own client would skip the flush too.
         loaded = evolve(loaded, waived=not plan_for(s, index).flush)
-    return ((s.with_endpoint(index, loaded), _ok(loaded, because_done)),)
+        return ((s.with_endpoint(index, loaded), _ok(loaded, because_done)),)
+    loaded = _flushed(loaded)
+    done = evolve(_ok(loaded, because_done), flushed_from=ep.cache)
+    return ((s.with_endpoint(index, loaded), done),)
 
 
 def update_weights(s: State, a: UpdateWeights, bounds: Bounds) -> tuple[Branch, ...]:
@@ -321,7 +322,8 @@ def flush_cache(s: State, a: FlushCache, bounds: Bounds) -> tuple[Branch, ...]:
         return ((s.with_endpoint(a.endpoint, ep2), _rejected(ep2, because, flushed=False)),)
     ep2 = _flushed(ep)
     because = (("status", "LIV-001"), ("flushed", "LIV-001"), ("view.cache", "ENG-003"))
-    return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, because, flushed=True)),)
+    done = evolve(_ok(ep2, because, flushed=True), flushed_from=ep.cache)
+    return ((s.with_endpoint(a.endpoint, ep2), done),)
 
 
 def evict_prefix(s: State, a: EvictPrefix, bounds: Bounds) -> tuple[Branch, ...]:

@@ -78,15 +78,61 @@ class Outcome:
     ``completion``: for an action that must fail, what a system that nevertheless claims
     success would have had to show; a false claim is judged against it too, so that an
     update reported complete but never flushed is named for the flush rule it skipped.
+    ``flushed_from``: the cache a flush in this action started from, so that a flush that
+    removed some entries but not all is told apart from one that never ran (ENG-003).
     """
 
     observation: Observation
     served: Served | None = None
     because: tuple[tuple[str, str], ...] = ()
     completion: Outcome | None = None
+    flushed_from: frozenset[Entry] | None = None
 
     def rule_for(self, field_name: str, default: str) -> str:
         return dict(self.because).get(field_name, default)
+
+
+def malformed(obs: object) -> str | None:
+    """What is wrong with an adapter's observation, in words, or ``None`` (ADP-002)."""
+    if not isinstance(obs, Observation):
+        return f"returned {type(obs).__name__} {obs!r:.80}, not an Observation"
+    if not isinstance(obs.status, Status):
+        return f"status {obs.status!r} is not a Status (ok/rejected/indeterminate)"
+    if obs.flushed is not None and not isinstance(obs.flushed, bool):
+        return f"flushed {obs.flushed!r} is not a bool or None"
+    if obs.aborted is not None and not (
+        isinstance(obs.aborted, frozenset) and all(isinstance(r, str) for r in obs.aborted)
+    ):
+        return f"aborted {obs.aborted!r} is not a frozenset of request IDs"
+    v = obs.view
+    if v is not None:
+        if not isinstance(v, View):
+            return f"view {v!r:.80} is not a View"
+        for name in ("weights", "draft", "scales", "label"):
+            x = getattr(v, name)
+            if x is not None and (not isinstance(x, int) or isinstance(x, bool)):
+                return f"view.{name} {x!r} is not a version or None"
+        if v.cache is not None and not (
+            isinstance(v.cache, frozenset) and all(isinstance(e, Entry) for e in v.cache)
+        ):
+            return f"view.cache {v.cache!r:.80} is not a frozenset of Entry"
+    r = obs.response
+    if r is not None:
+        if not isinstance(r, Response) or not isinstance(r.hit, bool):
+            return f"response {r!r:.80} is not a Response with a bool hit"
+        if r.uses is not None and not (
+            isinstance(r.uses, frozenset) and all(isinstance(u, Use) for u in r.uses)
+        ):
+            return f"response.uses {r.uses!r:.80} is not a frozenset of Use"
+        if r.sampled is not None and not (
+            isinstance(r.sampled, frozenset) and all(isinstance(x, int) for x in r.sampled)
+        ):
+            return f"response.sampled {r.sampled!r:.80} is not a frozenset of versions"
+        for name in ("output", "cold"):
+            x = getattr(r, name)
+            if x is not None and not isinstance(x, tuple):
+                return f"response.{name} {x!r:.80} is not a tuple"
+    return None
 
 
 def entry_json(e: Entry) -> dict[str, Any]:

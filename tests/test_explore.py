@@ -125,6 +125,7 @@ SHORTEST: dict[str, int] = {
     "flushes-around-paused-kv": 2,
     "flush-forgets-storage": 3,
     "flush-forgets-encoder": 2,
+    "flush-spares-queued-requests": 3,
     "draft-left-behind-on-distributed": 1,
     "load-back-loses-draft-kv": 3,
     "lora-keyed-by-name": 2,
@@ -136,6 +137,10 @@ SHORTEST: dict[str, int] = {
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 
+SHOWS_ANOTHER_RULE_FIRST = {"flush-spares-queued-requests"}
+"""On an exact lane, a flush that spares every entry (all held by queued requests) looks
+exactly like no flush at all, so the shortest path shows ENG-001 before ENG-003."""
+
 STATEFUL: dict[str, int] = {
     **{name: 1 for name in ("never-flush", "unreported-means-disabled", "fp8-only")},
     **{name: 1 for name in ("keeps-in-place-pause", "in-place-skips-flush")},
@@ -146,6 +151,7 @@ STATEFUL: dict[str, int] = {
     "flush-forgets-storage": 3,
     "load-back-loses-draft-kv": 3,
     "labels-with-final-version": 3,
+    "flush-spares-queued-requests": 3,
 }
 """``run_check(..., focus=mutant.rule).steps`` at the ci profile (derandomized); every
 mutant not listed took 2 steps. ``test_no_longer_than_the_stateful_run`` re-measures."""
@@ -168,7 +174,10 @@ def test_explorer_finds_a_shortest_counterexample(mutant, out_dir):
     assert mutant.rule in x.caught(), (x.caught(), x.trace)
     assert x.steps == SHORTEST[mutant.name], x.trace
     assert x.steps <= STATEFUL.get(mutant.name, 2)
-    assert x.other == ()  # no shorter path broke another rule first
+    if mutant.name in SHOWS_ANOTHER_RULE_FIRST:
+        assert x.other and len(x.other_trace) < x.steps
+    else:
+        assert x.other == ()  # no shorter path broke another rule first
     assert x.counterexample is not None
     trace = read_trace(x.counterexample)
     assert tuple(trace_actions(trace)) == x.trace
@@ -209,7 +218,7 @@ def test_given_configs_and_policy_are_one_setup(out_dir):
 
 
 def test_setups_for_a_rule():
-    assert [s.name for s in setups_for("ENG-003")] == ["tiers", "encoder"]
+    assert [s.name for s in setups_for("ENG-003")] == ["plain", "tiers", "encoder"]
     assert setups_for(None) == SETUPS == setups_for("ADP-001")
     assert all(s.configs for s in SETUPS)
 
