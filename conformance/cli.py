@@ -183,9 +183,16 @@ def _run_job(job: Job) -> Result:
     )
 
 
+FOCUSED_EXAMPLES = {"ci": 3000, "dev": 6000, "fuzz": 20000}
+"""A focused run stops at the first example that breaks its rule, so its cap costs nothing
+for a mutant that dies early and keeps a rare one (a guard missing on one funnel of seven)
+from surviving by chance."""
+
+
 def mutant_job(m: Mutant, profile: str, out: Path, timeout: float, n: int | None) -> Job:
     engine = m.name if m.side == "engine" else "reference"
     client = m.name if m.side == "client" else "reference"
+    n = n or FOCUSED_EXAMPLES[profile]
     return Job(engine, client, m.name, m.rule, profile, out, timeout, n)
 
 

@@ -7,6 +7,7 @@ import pytest
 from attrs import evolve
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import MUTANTS
+from kvfence.conformance.cli import FOCUSED_EXAMPLES
 from kvfence.conformance.explore import (
     EXPLORE_BOUNDS,
     SETUPS,
@@ -261,7 +262,11 @@ def test_default_explore_bounds_name_one_prefix_and_request():
 def test_no_longer_than_the_stateful_run(mutant, out_dir):
     engine, client = _sides(mutant)
     stateful = run_check(
-        registry.engine(engine), registry.client(client), focus=mutant.rule, out_dir=out_dir
+        registry.engine(engine),
+        registry.client(client),
+        focus=mutant.rule,
+        out_dir=out_dir,
+        max_examples=FOCUSED_EXAMPLES["ci"],
     )
     assert stateful.steps >= 1 and mutant.rule in stateful.caught()
     x = explore_adapter(engine, client, depth=4, out_dir=out_dir)
