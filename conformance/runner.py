@@ -148,7 +148,7 @@ def _rule_verdicts(
     strict: bool,
 ) -> tuple[RuleVerdict, ...]:
     broken = {v.rule for v in violations}
-    have = capabilities
+    have = capabilities if isinstance(capabilities, (set, frozenset)) else frozenset()
     out = []
     for r in RULES:
         n = recorder.exercised[r.id] + (1 if r.id in recorder.reached else 0)
@@ -260,9 +260,10 @@ def run_check(
         violations, run = list(found.violations), found
     elif recorder.error is not None:
         run = recorder.error[0]
-    if not violations and table:
-        # Only the client table saw it: a pure function's counterexample is its input.
-        violations = table[:10]
+    # What only the client table saw: a pure function's counterexample is its input.
+    seen_rules = {v.rule for v in violations}
+    extra = [v for v in table if v.rule not in seen_rules]
+    violations += [v for i, v in enumerate(extra) if v.rule not in {x.rule for x in extra[:i]}]
     if run is not None and (violations or error):
         head = header(engine.name, client.name, seed, profile, run.configs, run.policy)
         if violations:
