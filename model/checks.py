@@ -10,6 +10,7 @@ fields the adapter can observe.
 from __future__ import annotations
 
 from collections.abc import Collection
+from enum import Enum
 from typing import Any
 
 from attrs import evolve, frozen
@@ -31,7 +32,12 @@ class Violation:
 
     def __str__(self) -> str:
         where = f" at {self.where}" if self.where else ""
-        return f"{self.rule}{where}: expected {self.expected!r}, got {self.actual!r}"
+        return f"{self.rule}{where}: expected {_words(self.expected)}, got {_words(self.actual)}"
+
+
+def _words(value: Any) -> str:
+    """A value as a report shows it: enums by their word, everything else by repr."""
+    return repr(value.value) if isinstance(value, Enum) else repr(value)
 
 
 # ----- invariants on the model's own states ------------------------------------------
