@@ -285,7 +285,3 @@ def replay_trace(
         )
     except TraceError as e:
         return Replayed("ERROR", (), (), Run(trace.configs, trace.policy, [], [], []), str(e))
-
-
-def describe(r: Replayed) -> dict[str, Any]:
-    return {"kind": r.kind, "message": r.message, "violations": [str(v) for v in r.violations]}

@@ -278,6 +278,9 @@ def run_check(
             warnings.append(f"could not write the counterexample to {path}: {e}")
             path = None
         steps = len(run.actions)
+    other = sorted(recorder.other - {v.rule for v in violations})
+    if other:
+        warnings.append(f"examples set aside by the focus on {focus} also broke {other}")
     rules = _rule_verdicts(recorder, violations, error, engine.capabilities, strict)
     verdict = _worst([r.verdict for r in rules])
     if error is not None and verdict != "FAIL":
