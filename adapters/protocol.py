@@ -34,32 +34,12 @@ from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 from kvfence.model.actions import Action
+from kvfence.model.capabilities import Capability
 from kvfence.model.client import Plan
 from kvfence.model.observation import Observation
 from kvfence.model.state import Config, Policy
 
-CAPABILITIES = frozenset(
-    {
-        "weights_probe",
-        "cache_probe",
-        "exact_cache",
-        "provenance",
-        "attribution",
-        "byte_oracle",
-        "flush_result",
-        "faults",
-        "inflight",
-        "pause",
-        "sleep",
-        "restart",
-        "exact_lane",
-        "tiers",
-        "draft",
-        "encoder",
-        "fp8_kv",
-        "lora",
-    }
-)
+CAPABILITIES = frozenset(c.value for c in Capability)
 """Every capability name the checker knows; any other name is an adapter error."""
 
 

@@ -23,24 +23,18 @@ from kvfence.adapters.protocol import (
     EngineAdapter,
     Unsupported,
 )
-from kvfence.model import engine as spec
+from kvfence.model import semantics as spec
 from kvfence.model.actions import (
+    ACTION_TYPES,
     Action,
     ContinueGeneration,
-    EvictPrefix,
-    FaultRefuseFlush,
-    FaultUpdateFailsMidway,
-    FinishRequest,
-    LoadLora,
     PauseGeneration,
-    Restart,
     ServeRequest,
-    Sleep,
     StartRequest,
     SyncWeights,
     UpdateWeights,
-    WakeUp,
 )
+from kvfence.model.capabilities import NEEDED_BY_ACTION
 from kvfence.model.checks import Violation, check_state, compare, evidence
 from kvfence.model.client import Plan, resolve_plan
 from kvfence.model.observation import malformed
@@ -54,17 +48,7 @@ MACHINE_BOUNDS = Bounds(versions=64, lora_revisions=16)
 """Wider than the explorer's: a stateful run must never run out of versions to push."""
 
 NEEDS: dict[type[Action], str] = {
-    StartRequest: "inflight",
-    FinishRequest: "inflight",
-    PauseGeneration: "pause",
-    ContinueGeneration: "pause",
-    Sleep: "sleep",
-    WakeUp: "sleep",
-    Restart: "restart",
-    EvictPrefix: "tiers",
-    LoadLora: "lora",
-    FaultRefuseFlush: "faults",
-    FaultUpdateFailsMidway: "faults",
+    t: NEEDED_BY_ACTION[t.__name__].value for t in ACTION_TYPES if t.__name__ in NEEDED_BY_ACTION
 }
 """The capability an adapter must declare before an action type is drawn for it."""
 

@@ -18,6 +18,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis.errors import Flaky
 from hypothesis.stateful import get_state_machine_test
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
+from kvfence.model.capabilities import EVIDENCE
 from kvfence.model.checks import Violation
 from kvfence.model.rules import RULES, Rule
 from kvfence.model.state import Bounds
@@ -75,26 +76,7 @@ PROFILES: dict[str, settings] = {
 depend on Hypothesis's profile registry (which loads its own ``ci`` when ``CI`` is set)."""
 
 REQUIRES: dict[str, tuple[str, ...]] = {
-    "ENG-001": ("exact_lane", "cache_probe"),
-    "ENG-002": ("cache_probe",),
-    "ENG-003": ("cache_probe",),
-    "ENG-004": ("draft", "weights_probe"),
-    "ENG-005": ("fp8_kv", "weights_probe"),
-    "ENG-006": ("sleep", "cache_probe"),
-    "ENG-007": ("lora", "cache_probe"),
-    "ENG-008": ("tiers", "cache_probe"),
-    "ENG-009": ("pause", "inflight"),
-    "ENG-010": ("restart", "cache_probe"),
-    "FC-001": ("inflight",),
-    "FC-002": ("inflight",),
-    "FC-003": ("flush_result", "inflight"),
-    "FC-004": ("faults",),
-    "INV-002": ("attribution", "inflight", "pause"),
-    "INV-003": ("weights_probe",),
-    "INV-004": ("byte_oracle", "exact_lane"),
-    "LIV-001": ("inflight",),
-    "REACH-002": ("exact_lane",),
-    "REACH-003": ("inflight",),
+    rule: tuple(c.value for c in caps) for rule, caps in EVIDENCE.items()
 }
 """Capabilities (and config features) a rule's evidence needs; without them it is SKIP."""
 

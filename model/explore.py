@@ -28,7 +28,7 @@ from attrs import frozen
 
 from .actions import Action
 from .checks import Violation, check_served, check_state
-from .engine import actions, step
+from .semantics import actions, step
 from .state import Bounds, Config, Policy, State, initial_state
 from .vocabulary import Lane
 

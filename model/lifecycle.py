@@ -1,7 +1,7 @@
 """The endpoint phase table: which action may run in which phase, and where it leads.
 
 Only the phase table lives in a ``transitions`` machine (it also draws the docs diagram);
-data invariants stay in plain code in ``engine.py``. A ``transitions`` guard that fails
+data invariants stay in plain code in ``semantics.py``. A ``transitions`` guard that fails
 returns False silently, so this module uses no guards at all: ``allows`` asks the table,
 ``next_phase`` reads it, and both raise nothing.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kvfence.adapters import registry
 from kvfence.conformance.replay import replay_actions
-from kvfence.model import engine as spec
+from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     FinishRequest,
     FlushCache,

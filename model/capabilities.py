@@ -1,0 +1,146 @@
+"""What an adapter can show or do: the ``Capability`` words and the one table of what each
+unlocks.
+
+An engine adapter declares a set of capabilities. The checker draws an action only when the
+adapter declares the capability that unlocks it, and a rule counts as exercised only when the
+adapter declares every capability its evidence needs; otherwise the rule is SKIP, with the
+missing capability named as the reason (ADP rules: a checker that cannot see never passes).
+
+Every other copy (the lockstep's drawable actions, the runner's SKIP reasons, replay's
+recorded capabilities, the strategies' config features, the docs table) is derived from
+``TABLE`` here.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from attrs import frozen
+
+
+class Capability(str, Enum):
+    """One thing an adapter can observe or do. A ``str`` subclass: ``"cache_probe"`` and
+    ``Capability.CACHE_PROBE`` are equal and hash alike, so sets of either mix."""
+
+    WEIGHTS_PROBE = "weights_probe"
+    CACHE_PROBE = "cache_probe"
+    EXACT_CACHE = "exact_cache"
+    PROVENANCE = "provenance"
+    ATTRIBUTION = "attribution"
+    BYTE_ORACLE = "byte_oracle"
+    FLUSH_RESULT = "flush_result"
+    FAULTS = "faults"
+    INFLIGHT = "inflight"
+    PAUSE = "pause"
+    SLEEP = "sleep"
+    RESTART = "restart"
+    EXACT_LANE = "exact_lane"
+    TIERS = "tiers"
+    DRAFT = "draft"
+    ENCODER = "encoder"
+    FP8_KV = "fp8_kv"
+    LORA = "lora"
+
+
+@frozen
+class Unlocks:
+    """What one capability gives the checker.
+
+    ``text``: what the adapter must do to declare it. ``actions``: action type names that
+    are drawn only for adapters declaring it. ``config``: it is a config feature the SUT can
+    be started with (endpoints drawn with it on).
+    """
+
+    text: str
+    actions: tuple[str, ...] = ()
+    config: bool = False
+
+
+C = Capability
+
+TABLE: dict[Capability, Unlocks] = {
+    C.WEIGHTS_PROBE: Unlocks("View.weights/draft/scales/label after each action"),
+    C.CACHE_PROBE: Unlocks("View.cache: every cache entry with its version and tier"),
+    C.EXACT_CACHE: Unlocks("the SUT never evicts on its own, so a miss is as telling as a hit"),
+    C.PROVENANCE: Unlocks("Response.uses: the versions the reused KV was computed under"),
+    C.ATTRIBUTION: Unlocks("Response.sampled: the versions the SUT attributes to a response"),
+    C.BYTE_ORACLE: Unlocks("Response.output and Response.cold (a cold prefill's bytes)"),
+    C.FLUSH_RESULT: Unlocks("Observation.flushed: the flush call's reported result"),
+    C.FAULTS: Unlocks(
+        "faults can be injected", actions=("FaultRefuseFlush", "FaultUpdateFailsMidway")
+    ),
+    C.INFLIGHT: Unlocks("requests can stay in flight", actions=("StartRequest", "FinishRequest")),
+    C.PAUSE: Unlocks(
+        "pause and continue are supported", actions=("PauseGeneration", "ContinueGeneration")
+    ),
+    C.SLEEP: Unlocks("sleep and wake up are supported", actions=("Sleep", "WakeUp")),
+    C.RESTART: Unlocks("restart is supported", actions=("Restart",)),
+    C.EXACT_LANE: Unlocks("endpoints can run an exact lane (rl_on_policy_target)", config=True),
+    C.TIERS: Unlocks(
+        "a hierarchical cache (host, storage tiers)", actions=("EvictPrefix",), config=True
+    ),
+    C.DRAFT: Unlocks("a speculative draft model with its own KV", config=True),
+    C.ENCODER: Unlocks("a multimodal encoder cache", config=True),
+    C.FP8_KV: Unlocks("KV stored in FP8 with per-version scales", config=True),
+    C.LORA: Unlocks(
+        "one LoRA adapter, reloadable in place under its name", actions=("LoadLora",), config=True
+    ),
+}
+"""Capability -> what it unlocks: the single source."""
+
+NEEDED_BY_ACTION: dict[str, Capability] = {
+    name: cap for cap, unlocks in TABLE.items() for name in unlocks.actions
+}
+"""Action type name -> the capability an adapter must declare before it is drawn."""
+
+EVIDENCE: dict[str, tuple[Capability, ...]] = {
+    "ENG-001": (C.EXACT_LANE, C.CACHE_PROBE),
+    "ENG-002": (C.CACHE_PROBE,),
+    "ENG-003": (C.CACHE_PROBE,),
+    "ENG-004": (C.DRAFT, C.WEIGHTS_PROBE),
+    "ENG-005": (C.FP8_KV, C.WEIGHTS_PROBE),
+    "ENG-006": (C.SLEEP, C.CACHE_PROBE),
+    "ENG-007": (C.LORA, C.CACHE_PROBE),
+    "ENG-008": (C.TIERS, C.CACHE_PROBE),
+    "ENG-009": (C.PAUSE, C.INFLIGHT),
+    "ENG-010": (C.RESTART, C.CACHE_PROBE),
+    "FC-001": (C.INFLIGHT,),
+    "FC-002": (C.INFLIGHT,),
+    "FC-003": (C.FLUSH_RESULT, C.INFLIGHT),
+    "FC-004": (C.FAULTS,),
+    "INV-002": (C.ATTRIBUTION, C.INFLIGHT, C.PAUSE),
+    "INV-003": (C.WEIGHTS_PROBE,),
+    "INV-004": (C.BYTE_ORACLE, C.EXACT_LANE),
+    "LIV-001": (C.INFLIGHT,),
+    "REACH-002": (C.EXACT_LANE,),
+    "REACH-003": (C.INFLIGHT,),
+}
+"""Rule ID -> the capabilities its evidence needs; an adapter lacking one gets SKIP."""
+
+CONFIG_FEATURES: tuple[Capability, ...] = tuple(c for c, u in TABLE.items() if u.config)
+"""Capabilities that are config features an endpoint can be started with."""
+
+
+def parse(names: object) -> frozenset[Capability]:
+    """An adapter's declared capabilities as ``Capability`` values.
+
+    Raises ``ValueError`` naming the first unknown name, or saying what the value is when it
+    is not a set of strings (a typo would otherwise silently turn rules into SKIP)."""
+    if not isinstance(names, (set, frozenset)) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"capabilities {names!r:.80} is not a set of names")
+    unknown = sorted(n for n in names if n not in {c.value for c in Capability})
+    if unknown:
+        known = ", ".join(c.value for c in Capability)
+        raise ValueError(f"unknown capabilities {unknown}; known: {known}")
+    return frozenset(Capability(n) for n in names)
+
+
+__all__ = [
+    "CONFIG_FEATURES",
+    "EVIDENCE",
+    "NEEDED_BY_ACTION",
+    "TABLE",
+    "Capability",
+    "Unlocks",
+    "parse",
+]
