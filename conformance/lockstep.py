@@ -24,6 +24,7 @@ from kvfence.adapters.protocol import (
     EngineAdapter,
     Unsupported,
 )
+from kvfence.model import candidates
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     ACTION_TYPES,
@@ -309,7 +310,7 @@ class Lockstep:
             first, rest = states[0], states[1:]
             self.pool = [
                 a
-                for a in spec.actions(first, bounds, faults="faults" in caps)
+                for a in candidates.actions(first, bounds, faults="faults" in caps)
                 if NEEDS.get(type(a), "") in caps and all(spec.enabled(s, a, bounds) for s in rest)
             ]
         return self.pool

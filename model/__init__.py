@@ -9,11 +9,12 @@ Pure: standard library, attrs and transitions only. No I/O, clock, randomness or
 """
 
 from .actions import ACTION_TYPES, Action, TraceError, action_from_json
+from .candidates import actions
 from .checks import Violation, check_served, check_state, compare
 from .client import Plan, parse_bool, parse_radix, resolve_plan
 from .observation import Observation, Outcome, Response, View
 from .rules import BY_ID, RULES, Rule, rule
-from .semantics import actions, enabled, plan_for, step, sync_actions, view
+from .semantics import enabled, plan_for, step, sync_actions, view
 from .state import Bounds, Config, Endpoint, Entry, Policy, State, Use, initial_state, server_info
 
 SPEC_VERSION = "0.2"

@@ -27,8 +27,9 @@ from collections.abc import Iterable
 from attrs import frozen
 
 from .actions import Action
+from .candidates import actions
 from .checks import Violation, check_served, check_state
-from .semantics import actions, step
+from .semantics import step
 from .state import Bounds, Config, Policy, State, initial_state
 from .vocabulary import Lane
 
