@@ -477,7 +477,7 @@ class Lockstep:
             self.recorder.soft = self.snapshot(list(self.pending))
 
     def fail(self, violations: list[Violation], step: int) -> None:
-        violations = self.pending + violations
+        violations = self.pending + [self.blame_server_info(v) for v in violations]
         if self.focus is not None and self.focus not in {v.rule for v in violations}:
             self.recorder.other.update(v.rule for v in violations)
             raise Diverged(violations)
@@ -485,6 +485,18 @@ class Lockstep:
             self.recorder.failure = self.snapshot(violations)
         self.note("violated: " + "; ".join(str(v) for v in violations))
         raise ConformanceFailure(violations, step)
+
+    def blame_server_info(self, v: Violation) -> Violation:
+        """Stale reuse on an endpoint declared to misreport its radix cache names the server
+        info as the broken contract (issue 8 F-5): INV-001 was never waived for it."""
+        index = v.where.split()[1] if v.where.startswith("endpoint ") else ""
+        if v.rule != "INV-001" or not index.isdigit() or int(index) >= len(self.configs):
+            return v
+        config = self.configs[int(index)]
+        if not config.misreports:
+            return v
+        info = dict(config.info or ())
+        return evolve(v, where=f"{v.where} (its server info {info!r} misreports the radix cache)")
 
     def _note_reach(self, action: Action) -> None:
         state = next(iter(self.states))

@@ -246,7 +246,7 @@ def recorded_capabilities(steps: list[Any]) -> frozenset[str]:
     if any(o.view is not None and o.view.weights is not None for o in obs):
         caps.add("weights_probe")
     if any(o.view is not None and o.view.cache is not None for o in obs):
-        caps |= {"cache_probe", "exact_cache"}
+        caps.add("cache_probe")  # never exact_cache: a recorded listing may hold less
     responses = [o.response for o in obs if o.response is not None]
     if any(r.uses is not None for r in responses):
         caps.add("provenance")
