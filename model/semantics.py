@@ -11,10 +11,12 @@ any moment (eviction, a clear on abort, a flush on sleep, an extra flush), and a
 always allowed. What the spec forbids is reuse of KV computed under other weights, keeping
 what a required invalidation must have removed, serving while closed, and dishonest reports.
 
-Read top to bottom: outcome helpers, the cache (keys, lookup, prefill), then each action in
-one place (its registration names its guard, its body is its effect), then the next-state
-relation (``step``, ``enabled``, ``candidates``, ``actions``). The phase table that also
-gates every action is ``lifecycle.py``; the invariants are ``checks.py``.
+Read top to bottom: outcome helpers (the only place a rule is attributed to a field), the
+guards, then each action in one place (its registration names its guard, its body is its
+effect), then ``enabled``, ``step`` and ``within`` (the one place search bounds apply). What
+a cache may hold after each event is ``cache.py``; the phase table that also gates every
+action is ``lifecycle.py``; the invariants are ``checks.py``; the enumeration the explorer
+and the stateful machine draw from is ``candidates.py``.
 """
 
 from __future__ import annotations
