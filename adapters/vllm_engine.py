@@ -3,7 +3,8 @@
 ``VllmAdapter(mode="offline")`` drives an in-process ``vllm.LLM``;
 ``VllmAdapter(mode="http")`` drives vLLM's OpenAI-compatible server on loopback. Both
 serve the tiny locally built model of :mod:`adapters.tiny_model` through the drivers of
-:mod:`adapters.vllm_driver` (which hold every vLLM call and its verified behaviour).
+:mod:`adapters.vllm_offline` and :mod:`adapters.vllm_http` (which hold every vLLM call and
+its verified behaviour).
 
 How each model action maps onto vLLM (offline API / HTTP route):
 
@@ -175,7 +176,7 @@ class VllmAdapter:
         with self._start_lock:
             if epoch != self._epoch:
                 raise AdapterFailure(f"{self.name} was closed while start() waited")
-            if self._driver is not None and getattr(self._driver, "_broken", None):
+            if self._driver is not None and self._driver.broken:
                 self.close()  # a failed reload leaves the engine unusable: start afresh
             if self._driver is None:
                 self._open()
@@ -192,11 +193,10 @@ class VllmAdapter:
         # cores; on a small shared machine a step then waits for whatever else runs there
         # (measured: 0.6 s instead of 0.02 s per request). A user's own setting wins.
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        from . import vllm_driver
+        from .vllm_http import HttpVllmDriver
+        from .vllm_offline import OfflineVllmDriver
 
-        cls = (
-            vllm_driver.OfflineVllmDriver if self.mode == "offline" else vllm_driver.HttpVllmDriver
-        )
+        cls = OfflineVllmDriver if self.mode == "offline" else HttpVllmDriver.launch
         own = self._workdir_arg is None
         if own:
             workdir = Path(tempfile.mkdtemp(prefix=f"kvfence-{self.name}-"))
