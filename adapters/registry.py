@@ -1,7 +1,8 @@
 """Names for systems under test, as the CLI and the pytest plugin take them.
 
 Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``vllm``
-(offline in-process vLLM on CPU), ``vllm-http`` (vLLM's OpenAI server on loopback), and
+(offline in-process vLLM on CPU), ``vllm-raw`` (the same engine without the adapter's
+fail-closed guard and label updates), ``vllm-http`` (vLLM's OpenAI server on loopback), and
 every engine mutant by its catalog name. Clients: ``reference``, ``never-flush``, every
 client mutant, or ``package.module:function`` for a user's own resolver.
 """
@@ -29,6 +30,13 @@ ENGINES: dict[str, Callable[[], EngineAdapter]] = {
     "reference-closing": lambda: InProcessAdapter(ClosingEndpoint, "reference-closing"),
     "vllm": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline"),
     "vllm-http": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="http"),
+    "vllm-raw": _lazy(
+        "kvfence.adapters.vllm_engine",
+        "VllmAdapter",
+        mode="offline",
+        fail_closed=False,
+        label_updates=False,
+    ),
 }
 for _m in MUTANTS:
     if _m.side == "engine":

@@ -14,6 +14,7 @@ the facts every driver follows. vllm is imported lazily.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import time
@@ -97,6 +98,11 @@ class OfflineVllmDriver(DriverBase):
             raise
         self.startup_seconds = time.monotonic() - t0
         self.startup_rss_mib = rss_mib([os.getpid()])
+        self._ids = itertools.count()
+        #: Requests held in flight that vLLM still runs (see :meth:`start_request`).
+        self._held: set[str] = set()
+        #: How each held request ended: ``"aborted"`` or ``"finished"``.
+        self.ended: dict[str, str] = {}
         LIVE_OFFLINE.add(self)
 
     # -- engine core access -------------------------------------------------
@@ -116,29 +122,24 @@ class OfflineVllmDriver(DriverBase):
     def generate(
         self, prompt: list[int] | str, max_tokens: int = 8, *, cache_salt: str | None = None
     ) -> Generation:
-        """Greedy generation of ``max_tokens`` tokens.
+        """Greedy generation of ``max_tokens`` tokens, run to completion.
 
-        vLLM API: ``LLM.generate([TokensPrompt|TextPrompt], SamplingParams(
-        temperature=0, max_tokens, logprobs=1, ignore_eos=True))``; logprobs are
-        those of the sampled tokens, ``cached_tokens`` is
-        ``RequestOutput.num_cached_tokens``. ``cache_salt`` goes into the prompt
-        dict (a salted request never shares prefix blocks with other salts).
-        Raises VllmDriverError while paused (the offline loop would spin).
+        vLLM API: ``LLMEngine.add_request(id, {"prompt_token_ids"|"prompt", "cache_salt"?},
+        SamplingParams(temperature=0, max_tokens, logprobs=1, ignore_eos=True))`` then
+        ``LLMEngine.step()`` until this request's output is finished (what
+        ``LLM.generate`` does, except that requests held in flight by
+        :meth:`start_request` keep running instead of being drained with it).
+        Logprobs are those of the sampled tokens, ``cached_tokens`` is
+        ``RequestOutput.num_cached_tokens``; a salted request never shares prefix blocks
+        with other salts. Raises VllmDriverError while paused (the loop would spin).
         """
         self._check_usable()
-        from vllm import SamplingParams
-
         with contextlib.suppress(NotImplementedError):
             if self._engine_core().is_scheduler_paused():
                 raise VllmDriverError("engine is paused/sleeping; call resume()/wake_up() first")
-        if isinstance(prompt, str):
-            request: dict[str, Any] = {"prompt": prompt}
-        else:
-            request = {"prompt_token_ids": [int(t) for t in prompt]}
-        if cache_salt is not None:
-            request["cache_salt"] = cache_salt
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=1, ignore_eos=True)
-        (out,) = self._llm.generate([request], params, use_tqdm=False)
+        rid = f"kvfence-gen-{next(self._ids)}"
+        self._add(rid, prompt, max_tokens, cache_salt)
+        out = self._run_until_finished(rid)
         completion = out.outputs[0]
         token_ids = tuple(int(t) for t in completion.token_ids)
         if completion.logprobs is None or len(completion.logprobs) != len(token_ids):
@@ -149,6 +150,105 @@ class OfflineVllmDriver(DriverBase):
         if out.num_cached_tokens is None:
             raise VllmDriverError("engine did not report num_cached_tokens")
         return Generation(token_ids, logprobs, int(out.num_cached_tokens))
+
+    def _add(
+        self, rid: str, prompt: list[int] | str, max_tokens: int, cache_salt: str | None
+    ) -> None:
+        from vllm import SamplingParams
+
+        if isinstance(prompt, str):
+            request: dict[str, Any] = {"prompt": prompt}
+        else:
+            request = {"prompt_token_ids": [int(t) for t in prompt]}
+        if cache_salt is not None:
+            request["cache_salt"] = cache_salt
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=1, ignore_eos=True)
+        self._llm.llm_engine.add_request(rid, request, params)
+
+    def _step(self) -> list[Any]:
+        """One ``LLMEngine.step()``; remembers which held request ended and how."""
+        outs = self._llm.llm_engine.step()
+        for o in outs:
+            if o.request_id in self._held and o.finished:
+                self._held.discard(o.request_id)
+                self.ended[o.request_id] = "finished"
+        return outs
+
+    def _run_until_finished(self, rid: str, max_steps: int = 10_000) -> Any:
+        for _ in range(max_steps):
+            for o in self._step():
+                if o.request_id == rid and o.finished:
+                    return o
+        raise VllmDriverError(f"request {rid} did not finish in {max_steps} engine steps")
+
+    # -- requests held in flight --------------------------------------------------------
+    def start_request(self, rid: str, prompt: list[int], max_tokens: int) -> None:
+        """Admit a request that stays in flight: ``add_request`` then ``step()`` until it
+        has been prefilled (its first output token came back), so it holds its KV blocks.
+
+        Later engine steps (any other request's) decode it further; it ends when
+        :meth:`abort_requests` ends it, a pause in mode ``abort`` ends it, or it reaches
+        ``max_tokens`` (then ``ended[rid] == "finished"``).
+        """
+        self._check_usable()
+        self._add(rid, prompt, max_tokens, None)
+        self._held.add(rid)
+        for _ in range(1000):
+            if any(o.request_id == rid for o in self._step()):
+                return
+        raise VllmDriverError(f"request {rid} was not prefilled in 1000 engine steps")
+
+    def held(self) -> frozenset[str]:
+        """The requests started by :meth:`start_request` that vLLM still holds."""
+        return frozenset(self._held)
+
+    def abort_requests(self, rids: list[str]) -> None:
+        """``LLMEngine.abort_request(rids)``: vLLM ends them and frees their blocks."""
+        self._check_usable()
+        self._llm.llm_engine.abort_request(list(rids))
+        for rid in rids:
+            if rid in self._held:
+                self._held.discard(rid)
+                self.ended[rid] = "aborted"
+
+    def waiting(self) -> int:
+        """Requests the scheduler holds in its waiting queue (preempted ones included)."""
+        return len(self._engine_core().scheduler.waiting)
+
+    def settle(self, max_steps: int = 1000) -> None:
+        """Step until no request waits to be (re)scheduled: a request preempted by
+        ``reset_prefix_cache(reset_running_requests=True)`` is prefilled again (on resume,
+        under the weights then loaded)."""
+        scheduler = self._engine_core().scheduler
+        for _ in range(max_steps):
+            if not scheduler.waiting or scheduler.pause_state != _unpaused():
+                return
+            self._step()
+        raise VllmDriverError(f"requests still waiting after {max_steps} engine steps")
+
+    # -- probes ---------------------------------------------------------------------------
+    def prompt_cached(self, prompt: list[int]) -> bool:
+        """Whether the prefix cache holds the first full block of ``prompt`` (unsalted,
+        no LoRA): ``BlockPool.get_cached_block(hash, [0])`` with the hash vLLM's scheduler
+        gives that block (``hash_block_tokens`` with the engine's
+        ``prefix_caching_hash_algo``, ``vllm/v1/core/kv_cache_utils.py``). Read from the
+        scheduler's own block pool; ``BLOCK_SIZE`` tokens per block."""
+        from vllm.utils.hashing import get_hash_fn_by_name
+        from vllm.v1.core.kv_cache_utils import hash_block_tokens
+
+        core = self._engine_core()
+        algo = core.vllm_config.cache_config.prefix_caching_hash_algo
+        block = hash_block_tokens(get_hash_fn_by_name(algo), None, tuple(prompt[:BLOCK_SIZE]))
+        pool = core.scheduler.kv_cache_manager.block_pool
+        return pool.get_cached_block(block, [0]) is not None
+
+    def weights_fingerprint(self) -> tuple[float, ...]:
+        """The float64 sums of :data:`PROBED_PARAMETERS` as the worker holds them, read
+        in the worker through ``LLM.collective_rpc(callable)``; equal to
+        :func:`checkpoint_fingerprint` of the checkpoint last loaded whole."""
+        self._check_usable()
+        (value,) = self._llm.collective_rpc(_param_sum)
+        return tuple(value)
 
     # -- weights ----------------------------------------------------------------
     def reload_weights(self, version: int) -> None:
@@ -183,13 +283,18 @@ class OfflineVllmDriver(DriverBase):
         self._llm.update_weight_version(label)
 
     # -- cache / pause / sleep ------------------------------------------------------
-    def reset_prefix_cache(self) -> bool | None:
-        """``LLM.reset_prefix_cache()``; returns exactly what it returned.
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> bool | None:
+        """``LLM.reset_prefix_cache(reset_running_requests)``; returns exactly what it
+        returned.
 
-        vLLM 0.32 returns a bool: False while blocks are still held.
+        vLLM 0.32 returns a bool: False while running requests hold blocks
+        (``BlockPool.reset_prefix_cache``). With ``reset_running_requests=True`` the
+        scheduler first preempts every running request (``Scheduler._preempt_request``:
+        its blocks are freed and it is prefilled again when scheduled), so the reset can
+        succeed with requests in flight.
         """
         self._check_usable()
-        result = self._llm.reset_prefix_cache()
+        result = self._llm.reset_prefix_cache(reset_running_requests=reset_running_requests)
         if result is None or isinstance(result, bool):
             return result
         raise VllmDriverError(f"reset_prefix_cache returned {result!r}")
@@ -214,6 +319,10 @@ class OfflineVllmDriver(DriverBase):
                 'in inproc-engine mode"'
             )
         self._engine_core().pause_scheduler(mode=mode, clear_cache=clear_cache)
+        if mode == "abort" and self._held:
+            # The core's scheduler ended them (Scheduler.finish_requests, FINISHED_ABORTED);
+            # the engine's output processor still tracks them until told.
+            self.abort_requests(sorted(self._held))
 
     def resume(self) -> None:
         """``EngineCore.resume_scheduler()`` on the in-process core."""
@@ -265,3 +374,41 @@ class OfflineVllmDriver(DriverBase):
             gc.collect()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+#: Parameters the weights probe reads. vLLM's CPU linear layers repack their weights at
+#: load (the registered ``weight`` parameter then reads as zeros), so only tensors kept as
+#: loaded can be compared with a checkpoint: the token embedding and the LM head.
+PROBED_PARAMETERS = ("model.embed_tokens.weight", "lm_head.weight")
+
+
+def _param_sum(worker: Any) -> tuple[float, ...]:
+    """Runs inside the worker (``collective_rpc``): float64 sums of the probed parameters."""
+    import torch
+
+    with torch.no_grad():
+        params = dict(worker.model_runner.model.named_parameters())
+        return tuple(float(params[n].detach().double().sum().item()) for n in PROBED_PARAMETERS)
+
+
+def checkpoint_fingerprint(path: Path) -> tuple[float, ...]:
+    """The float64 sums of :data:`PROBED_PARAMETERS` in the ``*.safetensors`` of ``path``."""
+    import torch
+    from safetensors.torch import load_file
+
+    found: dict[str, float] = {}
+    with torch.no_grad():
+        for file in sorted(Path(path).glob("*.safetensors")):
+            for name, tensor in load_file(str(file)).items():
+                if name in PROBED_PARAMETERS:
+                    found[name] = float(tensor.double().sum().item())
+    missing = [n for n in PROBED_PARAMETERS if n not in found]
+    if missing:
+        raise VllmDriverError(f"checkpoint {path} lacks {missing}: the weights probe needs them")
+    return tuple(found[n] for n in PROBED_PARAMETERS)
+
+
+def _unpaused() -> Any:
+    from vllm.v1.core.sched.interface import PauseState
+
+    return PauseState.UNPAUSED
