@@ -73,6 +73,9 @@ first three, plus ``weights_probe`` for the label only):
   checkpoint the engine started with). With ``label_updates`` the adapter calls
   ``LLM.update_weight_version(str(v))`` after each reload, as an RL client must: vLLM's
   ``collective_rpc("reload_weights")`` never changes the label.
+* ``restart`` (offline): ``Restart`` shuts the in-process engine down and starts a new
+  ``vllm.LLM`` from the checkpoint of the version loaded now: the derived-state oracle
+  (a fresh engine at that version, empty cache).
 * ``cache_probe`` (offline): an entry for a prefix when vLLM's block pool holds the first
   block of its prompt (``BlockPool.get_cached_block`` with the scheduler's own block
   hash); its version is the version loaded when the adapter first saw that block
@@ -82,13 +85,13 @@ Not earned, and why (docs/engines.md): ``sleep`` (vLLM 0.32 has no sleep mode on
 ``CpuPlatform.is_sleep_mode_available()`` is False), ``exact_lane`` (vLLM has no
 ``rl_on_policy_target``), ``provenance``/``attribution`` (vLLM records no weight version
 per block or per token), ``exact_cache`` (vLLM evicts by LRU on its own), ``faults``
-(nothing to inject a refusal or a torn reload through), ``restart``/``lora``/``encoder``/
+(nothing to inject a refusal or a torn reload through), ``lora``/``encoder``/
 ``tiers``/``draft``/``fp8_kv`` (not wired: see docs/engines.md).
 
 ``fail_closed`` (default on): after an update whose reset ``reset_prefix_cache`` answered
-``False`` (the new weights are in, the old KV still cached) the adapter refuses every request (REJECTED,
-held requests aborted) until a reset succeeds: the contract's fail-closed guard, done on
-the client side because vLLM has none. ``VllmAdapter(fail_closed=False,
+``False`` (the new weights are in, the old KV still cached) the adapter refuses every
+request (REJECTED, held requests aborted) until a reset succeeds: the contract's
+fail-closed guard, done on the client side because vLLM has none. ``VllmAdapter(fail_closed=False,
 label_updates=False)`` is the raw engine (``--engine vllm-raw``).
 
 Server info: vLLM has no ``/get_server_info`` with a radix field (its dev
@@ -104,14 +107,17 @@ without it, and a missing vLLM or an engine that cannot start is an ``AdapterFai
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import itertools
 import os
 import random
 import shutil
+import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -123,6 +129,7 @@ from kvfence.model.actions import (
     FinishRequest,
     FlushCache,
     PauseGeneration,
+    Restart,
     ServeRequest,
     StartRequest,
     UpdateWeights,
@@ -160,6 +167,7 @@ OFFLINE_CAPABILITIES = frozenset(
         C.INFLIGHT,
         C.WEIGHTS_PROBE,
         C.CACHE_PROBE,
+        C.RESTART,
     }
 )
 HTTP_CAPABILITIES = frozenset({C.BYTE_ORACLE, C.FLUSH_RESULT, C.PAUSE, C.WEIGHTS_PROBE})
@@ -197,8 +205,9 @@ class VllmAdapter:
     when ``None``). ``max_tokens``: tokens generated per request. ``fail_closed`` and
     ``label_updates``: see the module doc (both off: the raw engine). ``url``,
     ``checkpoints`` (version -> directory), ``served_model``, ``allow_remote``: attach mode
-    (``--engine vllm-http --url``). ``log_dir``: where vLLM's own output goes (its loggers
-    and progress bars), instead of the terminal.
+    (``--engine vllm-http --url``). ``log_dir``: the folder of the log vLLM's own output
+    goes to (its loggers and progress bars; a temp file when ``None``), not the terminal.
+    ``progress``: print kvfence's own line per example (engine start, reset) on stderr.
 
     Construction is cheap; the engine starts in the first ``start``. Later ``start`` calls
     reset the running engine instead (abort held requests, resume, reload version 0, reset
@@ -231,6 +240,7 @@ class VllmAdapter:
         allow_remote: bool = False,
         log_dir: Path | None = None,
         name: str | None = None,
+        progress: bool = True,
     ):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
@@ -257,6 +267,8 @@ class VllmAdapter:
             None if checkpoints is None else {int(k): Path(v) for k, v in checkpoints.items()}
         )
         self.log_dir = None if log_dir is None else Path(log_dir)
+        self.progress = progress
+        self._examples = 0
         #: Where vLLM's own output went (set by the first ``start``), for the report.
         self.log_path: Path | None = None
         self._workdir_arg = None if workdir is None else Path(workdir)
@@ -305,9 +317,32 @@ class VllmAdapter:
                 raise AdapterFailure(f"{self.name} was closed while start() waited")
             if self._driver is not None and self._driver.broken:
                 self.close()  # a failed reload leaves the engine unusable: start afresh
-            if self._driver is None:
+            t0 = time.monotonic()
+            fresh = self._driver is None
+            if fresh:
                 self._open()
-            self._reset()
+            with self._quiet():
+                self._reset()
+            self._examples += 1
+            took = time.monotonic() - t0
+            if fresh:
+                self._progress(
+                    f"engine started in {took:.1f} s; vLLM's own output goes to {self.log_path}"
+                )
+            self._progress(f"example {self._examples}: engine reset to v0 in {took:.2f} s")
+
+    def _progress(self, line: str) -> None:
+        """kvfence's own progress, one line on stderr (vLLM's output is in the log)."""
+        if self.progress:
+            print(f"kvfence {self.name}: {line}", file=sys.stderr, flush=True)
+
+    def _quiet(self) -> contextlib.AbstractContextManager[Any]:
+        """vLLM's output (loggers, progress bars) into ``log_path`` for the block."""
+        from .vllm_quiet import quiet_vllm
+
+        if self.log_path is None:
+            return contextlib.nullcontext()
+        return quiet_vllm(self.log_path)
 
     def _open(self) -> None:
         if importlib.util.find_spec("vllm") is None and self.url is None:
@@ -345,8 +380,13 @@ class VllmAdapter:
         raise failure
 
     def _build_driver(self, workdir: Path) -> Any:
-        from .vllm_quiet import quiet_vllm
-
+        if self.log_path is None:
+            if self.log_dir is not None:
+                self.log_path = self.log_dir / f"{self.name}-engine.log"
+            else:
+                fd, path = tempfile.mkstemp(prefix=f"kvfence-{self.name}-", suffix=".log")
+                os.close(fd)
+                self.log_path = Path(path)
         if self.url is not None:
             from .vllm_base import given_checkpoints
             from .vllm_http import HttpVllmDriver
@@ -362,14 +402,14 @@ class VllmAdapter:
         if self.mode == "http":
             from .vllm_http import HttpVllmDriver
 
-            driver = HttpVllmDriver.launch(workdir / "models", 0, workdir / "engine")
-            self.log_path = driver.log_path
+            with self._quiet():
+                driver = HttpVllmDriver.launch(workdir / "models", 0, workdir / "engine")
+            if driver.log_path is not None:
+                self.log_path = driver.log_path
             return driver
         from .vllm_offline import OfflineVllmDriver
 
-        log_dir = self.log_dir or workdir
-        self.log_path = log_dir / "vllm.log"
-        with quiet_vllm(self.log_path):
+        with self._quiet():
             return OfflineVllmDriver(workdir / "models", 0, workdir / "engine")
 
     def _reset(self) -> None:
@@ -482,11 +522,14 @@ class VllmAdapter:
         if Capability.INFLIGHT in self.capabilities:
             handlers[StartRequest] = self._start_request
             handlers[FinishRequest] = self._finish_request
+        if Capability.RESTART in self.capabilities:
+            handlers[Restart] = self._restart
         handler = handlers.get(type(action))
         if handler is None:
             raise Unsupported(f"{self.name} does not support {action.name}")
         try:
-            return handler(action)
+            with self._quiet():
+                return handler(action)
         except (AdapterFailure, Unsupported):
             raise
         except Exception as e:
@@ -656,6 +699,22 @@ class VllmAdapter:
                 # Preempted requests were prefilled again, in a batch: not bit-exact.
                 self._noisy.update(self._prefix_of_held())
         return self._observe(Status.OK, detail="resume")
+
+    def _restart(self, a: Restart) -> Observation:
+        """A fresh engine at the version loaded now: the in-process engine is shut down
+        (``EngineCore.shutdown``; its requests, cache and pause state go with it) and a new
+        ``vllm.LLM`` starts from that version's checkpoint (~3 s once vLLM is imported)."""
+        from .vllm_offline import OfflineVllmDriver
+
+        version = self._driver.loaded_version
+        old, self._driver = self._driver, None
+        old.close()
+        assert self.workdir is not None
+        self._driver = OfflineVllmDriver(self.workdir / "models", version, self.workdir / "engine")
+        if self.label_updates:
+            self._driver.set_weight_version(str(version))
+        self._clear_example_state()
+        return self._observe(Status.OK, detail=f"new engine at v{version}")
 
     def _prefix_of_held(self) -> set[str]:
         return set(self._held_prefix.values())
