@@ -145,6 +145,9 @@ from .tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 #: Prompt length: three full 32-token KV blocks (96 cacheable tokens) plus a tail.
 PROMPT_TOKENS = 100
 
+#: Prompt length on a server the user started (attach mode): two blocks of 128 and more.
+ATTACHED_PROMPT_TOKENS = 320
+
 #: Tokens a request held in flight may generate: it must not end on its own within an
 #: example (each served request steps the engine ~10 times; an example is <= ~20 actions).
 HELD_MAX_TOKENS = 400
@@ -486,7 +489,7 @@ class VllmAdapter:
     def _cache(self) -> frozenset[Entry]:
         now = self._driver.loaded_version
         for prefix in self._seen:
-            if self._driver.prompt_cached(prompt_for(prefix)):
+            if self._driver.prompt_cached(self._prompt(prefix)):
                 self._tags.setdefault(prefix, now)
             else:
                 self._tags.pop(prefix, None)
@@ -535,6 +538,12 @@ class VllmAdapter:
         except Exception as e:
             raise AdapterFailure(f"{action.name} failed: {type(e).__name__}: {e}") from e
 
+    def _prompt(self, prefix: str) -> list[int]:
+        """The prompt of ``prefix``: 100 tokens on the tiny model (block size 32); 320 on an
+        attached server, whose block size may be vLLM's larger defaults (a prompt shorter
+        than one block caches nothing)."""
+        return prompt_for(prefix, PROMPT_TOKENS if self.url is None else ATTACHED_PROMPT_TOKENS)
+
     def _batched(self) -> bool:
         return self.mode == "offline" and bool(self._driver.held())
 
@@ -544,7 +553,7 @@ class VllmAdapter:
         if self._closed:
             return self._observe(Status.REJECTED, detail="fail-closed: a reset was refused")
         self._check_held()
-        prompt = prompt_for(a.prefix)
+        prompt = self._prompt(a.prefix)
         batched = self._batched()
         self._seen.add(a.prefix)
         got = self._driver.generate(prompt, self.max_tokens)
@@ -607,8 +616,8 @@ class VllmAdapter:
         batched = self._batched()
         vid = f"kvfence-{a.rid}-{next(self._rids)}"
         self._seen.add(a.prefix)
-        was_cached = self._driver.prompt_cached(prompt_for(a.prefix))
-        self._driver.start_request(vid, prompt_for(a.prefix), HELD_MAX_TOKENS)
+        was_cached = self._driver.prompt_cached(self._prompt(a.prefix))
+        self._driver.start_request(vid, self._prompt(a.prefix), HELD_MAX_TOKENS)
         self._held[a.rid] = vid
         self._held_prefix[a.rid] = a.prefix
         if not was_cached:
