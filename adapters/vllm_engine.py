@@ -45,7 +45,8 @@ user set it, the adapter sets ``VLLM_CPU_OMP_THREADS_BIND=nobind`` before vLLM s
 0.02 s) on a 2-core machine shared with other work.
 
 Capabilities, each with the vLLM mechanism that earns it (offline mode; HTTP mode: the
-first three, plus ``weights_probe`` for the label only):
+first three: the checker compares the weights and the label together, and the worker's
+parameters cannot be read over HTTP):
 
 * ``byte_oracle``: token ids and logprobs, and a cold prefill's (a fresh ``cache_salt``).
   Bytes are exact only for a request that ran alone: a decode step batched with another
@@ -173,7 +174,7 @@ OFFLINE_CAPABILITIES = frozenset(
         C.RESTART,
     }
 )
-HTTP_CAPABILITIES = frozenset({C.BYTE_ORACLE, C.FLUSH_RESULT, C.PAUSE, C.WEIGHTS_PROBE})
+HTTP_CAPABILITIES = frozenset({C.BYTE_ORACLE, C.FLUSH_RESULT, C.PAUSE})
 
 
 def prompt_for(prefix: str, n_tokens: int = PROMPT_TOKENS) -> list[int]:
@@ -271,6 +272,13 @@ class VllmAdapter:
         )
         self.log_dir = None if log_dir is None else Path(log_dir)
         self.progress = progress
+        if mode == "http" and url is None:
+            # The checker starts engines on a worker thread, where Python cannot set signal
+            # handlers: set them now (construction runs on the caller's thread), so the
+            # server kvfence will start dies with kvfence on SIGTERM/SIGINT.
+            from .vllm_process import install_signal_handlers
+
+            install_signal_handlers()
         self._examples = 0
         #: Where vLLM's own output went (set by the first ``start``), for the report.
         self.log_path: Path | None = None
@@ -461,12 +469,12 @@ class VllmAdapter:
 
     # ----- probes -----------------------------------------------------------------------------
 
-    def _view(self) -> View:
-        """What the probes show now (see the module doc); offline: weights, label, cache;
-        HTTP: the label only."""
-        label = label_version(self._driver.weight_version())
+    def _view(self) -> View | None:
+        """What the probes show now (see the module doc): offline the weights, the label
+        and the cache; HTTP nothing (``None``: not observed)."""
         if self.mode != "offline":
-            return View(weights=None, label=label)
+            return None
+        label = label_version(self._driver.weight_version())
         return View(weights=self._weights_version(), label=label, cache=self._cache())
 
     def _weights_version(self) -> int | None:

@@ -176,8 +176,6 @@ def test_attach_from_the_command_line(server, checkpoints, tmp_path):
         f"v1={checkpoints[1]}",
         "--served-model",
         "kvfence-tiny",
-        "--max-examples",
-        "4",
         "--timeout",
         str(HTTP_TIMEOUT),
         "--out",

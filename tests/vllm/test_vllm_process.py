@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 from kvfence.adapters.vllm_process import group_pids
@@ -62,6 +63,45 @@ def test_server_group_dies_with_kvfence(tmp_path, sig):
             assert code == -signal.SIGTERM  # the signal still ends kvfence as it would
         else:
             assert code != 0  # KeyboardInterrupt, after the group was killed
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _children_running(parent: int, needle: str) -> list[int]:
+    """Pids whose parent is ``parent`` and whose command line contains ``needle``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and needle in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_sigterm_to_kvfence_check_kills_its_vllm_server(tmp_path):
+    """The real thing: ``kvfence check --engine vllm-http`` starts vLLM's server (from a
+    worker thread), gets SIGTERM while it runs, and leaves no server process behind."""
+    pytest.importorskip("vllm")
+    cmd = [sys.executable, "-m", "kvfence.conformance.cli", "check", "--engine", "vllm-http"]
+    cmd += ["--timeout", "400", "--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(
+            lambda: _children_running(proc.pid, "vllm.entrypoints.openai.api_server"), 120
+        ), "kvfence never started the server"
+        (pgid,) = _children_running(proc.pid, "vllm.entrypoints.openai.api_server")
+        assert wait_for(lambda: len(group_pids(pgid)) >= 2, 120), group_pids(pgid)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+        assert wait_for(lambda: not group_pids(pgid), 30), f"left running: {group_pids(pgid)}"
     finally:
         proc.kill()
         proc.wait()
