@@ -1,7 +1,8 @@
 """A real vLLM 0.32 engine on CPU as a kvfence system under test (one endpoint, index 0).
 
 ``VllmAdapter(mode="offline")`` drives an in-process ``vllm.LLM``;
-``VllmAdapter(mode="http")`` drives vLLM's OpenAI-compatible server on loopback. Both
+``VllmAdapter(mode="http")`` drives vLLM's OpenAI-compatible server on loopback (or, with
+``url``, a server the user started, with the user's model and checkpoints). Both
 serve the tiny locally built model of :mod:`adapters.tiny_model` through the drivers of
 :mod:`adapters.vllm_offline` and :mod:`adapters.vllm_http` (which hold every vLLM call and
 its verified behaviour).
@@ -9,7 +10,8 @@ its verified behaviour).
 How each model action maps onto vLLM (offline API / HTTP route):
 
 ================================  ===========================================================
-``ServeRequest(0, prefix)``       ``LLM.generate`` / ``POST /v1/completions`` (greedy,
+``ServeRequest(0, prefix)``       ``LLMEngine.add_request`` + ``step`` until it finishes
+                                  / ``POST /v1/completions`` (greedy,
                                   ``logprobs=1``, ``ignore_eos``) on a fixed ~100-token
                                   prompt per prefix name; ``hit`` is ``num_cached_tokens``
                                   / ``usage.prompt_tokens_details.cached_tokens`` > 0. The
@@ -26,7 +28,8 @@ flush_cache)``                    "weights_path": DIR})`` / ``POST /collective_r
                                   in-place reload path, so every funnel maps onto it. It
                                   never touches the prefix cache; ``flush_cache=True``
                                   then calls the reset below, and the update is OK only if
-                                  that reset returned ``True``.
+                                  that reset returned ``True``. With ``label_updates``,
+                                  then ``update_weight_version(str(v))``.
 ``FlushCache(0)``                 ``LLM.reset_prefix_cache()`` / ``POST
                                   /reset_prefix_cache`` (``EngineCore.reset_prefix_cache``
                                   -> ``Scheduler.reset_prefix_cache``, returns a bool;
