@@ -114,7 +114,9 @@ def assert_never_flush_caught(result: Result) -> None:
     table = _table(result)
     assert result.verdict == "FAIL", table
     assert "INV-001" in result.caught(), table
-    assert result.steps <= 4, table
+    # Short, not minimal: with in-flight requests, pause and restart drawable the shrinker
+    # can leave a pause/continue pair ahead of the stale hit (5 top-level steps seen).
+    assert result.steps <= 6, table
     assert result.counterexample is not None and result.counterexample.is_file()
     lines = [json.loads(line) for line in result.counterexample.read_text().splitlines()]
     assert lines[-1]["verdict"] == "FAIL"
