@@ -2,11 +2,12 @@
 kvfence's terminal: it goes to a log file whose path the report prints.
 
 :func:`quiet_vllm` redirects file descriptors 1 and 2 to the log for the block (the
-adapter wraps each engine start, reset and action in it) and swaps ``sys.stdout``/``sys.stderr`` for it too (vLLM configures its ``vllm`` logger
-on import with a stream handler on stdout, ``tqdm`` writes to ``sys.stderr``, and torch's
-C++ warnings to descriptor 2), then points every handler of the
-``vllm`` logger at the same file for the rest of the run (reloads and refused resets log
-at INFO/WARNING). ``VLLM_LOGGING_LEVEL`` still sets how much vLLM writes there.
+adapter wraps each engine start, reset and action in it) and swaps ``sys.stdout`` and
+``sys.stderr`` for it too: vLLM configures its ``vllm`` logger on import with a stream
+handler on stdout, ``tqdm`` writes to ``sys.stderr``, torch's C++ warnings to descriptor
+2. After the block every handler of the ``vllm`` logger points at the same file for the
+rest of the run (reloads and refused resets log at INFO/WARNING). ``VLLM_LOGGING_LEVEL``
+still sets how much vLLM writes there.
 """
 
 from __future__ import annotations
