@@ -1,15 +1,19 @@
 """Names for systems under test, as the CLI and the pytest plugin take them.
 
 Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``vllm``
-(offline in-process vLLM on CPU), ``vllm-http`` (vLLM's OpenAI server on loopback), and
+(offline in-process vLLM on CPU), ``vllm-raw`` (the same engine without the adapter's
+fail-closed guard and label updates), ``vllm-http`` (vLLM's OpenAI server on loopback), and
 every engine mutant by its catalog name. Clients: ``reference``, ``never-flush``, every
 client mutant, or ``package.module:function`` for a user's own resolver.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from .clients import ReferenceClient, load_callable_client
 from .mutants import MUTANTS
@@ -17,18 +21,25 @@ from .protocol import ClientAdapter, EngineAdapter
 from .reference import ClosingEndpoint, InProcessAdapter, ReferenceEndpoint
 
 
-def _lazy(module: str, attr: str, **kwargs: object) -> Callable[[], EngineAdapter]:
-    def build() -> EngineAdapter:
-        return getattr(importlib.import_module(module), attr)(**kwargs)
+def _lazy(module: str, attr: str, **kwargs: object) -> Callable[..., EngineAdapter]:
+    def build(**options: object) -> EngineAdapter:
+        return getattr(importlib.import_module(module), attr)(**kwargs, **options)
 
     return build
 
 
-ENGINES: dict[str, Callable[[], EngineAdapter]] = {
+ENGINES: dict[str, Callable[..., EngineAdapter]] = {
     "reference": lambda: InProcessAdapter(ReferenceEndpoint, "reference"),
     "reference-closing": lambda: InProcessAdapter(ClosingEndpoint, "reference-closing"),
     "vllm": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline"),
     "vllm-http": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="http"),
+    "vllm-raw": _lazy(
+        "kvfence.adapters.vllm_engine",
+        "VllmAdapter",
+        mode="offline",
+        fail_closed=False,
+        label_updates=False,
+    ),
 }
 for _m in MUTANTS:
     if _m.side == "engine":
@@ -40,13 +51,77 @@ for _m in MUTANTS:
         CLIENTS[_m.name] = _m.build
 
 
-def engine(name: str) -> EngineAdapter:
+VLLM_ENGINES = ("vllm", "vllm-raw", "vllm-http")
+"""Engines that take the options of :func:`add_engine_options` (``log_dir`` always)."""
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """The ``check`` flags that configure a real engine (attach mode of ``vllm-http``)."""
+    g = parser.add_argument_group("real engine (vllm-http attach mode)")
+    g.add_argument("--url", help="check the server running at this URL (loopback unless allowed)")
+    g.add_argument(
+        "--checkpoint",
+        action="append",
+        metavar="vN=PATH",
+        help="checkpoint directory of version N, as the server sees it (v0 and v1 needed)",
+    )
+    g.add_argument("--served-model", help="the server's model name (default: its first)")
+    g.add_argument(
+        "--allow-remote", action="store_true", help="allow a --url host that is not loopback"
+    )
+
+
+def parse_checkpoints(items: list[str]) -> dict[int, Path]:
+    """``["v0=PATH", "v1=PATH"]`` -> ``{0: PATH, 1: PATH}``; ``ValueError`` names a bad one
+    (not ``vN=PATH``, a repeated version, or a path that is not a directory here)."""
+    out: dict[int, Path] = {}
+    for item in items:
+        version, sep, path = item.partition("=")
+        digits = version[1:] if version.startswith("v") else version
+        if not sep or not digits.isdigit() or not path:
+            raise ValueError(f"--checkpoint {item!r} is not vN=PATH (e.g. v0=/models/step-0)")
+        if int(digits) in out:
+            raise ValueError(f"--checkpoint gives version {digits} twice")
+        out[int(digits)] = Path(path)
+    return out
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword options ``engine`` takes, from parsed ``check`` arguments."""
+    options: dict[str, Any] = {"log_dir": getattr(args, "out", None)}
+    if getattr(args, "url", None) is not None:
+        options["url"] = args.url
+    if getattr(args, "checkpoint", None):
+        options["checkpoints"] = parse_checkpoints(args.checkpoint)
+    if getattr(args, "served_model", None) is not None:
+        options["served_model"] = args.served_model
+    if getattr(args, "allow_remote", False):
+        options["allow_remote"] = True
+    return options
+
+
+def engine(name: str, **options: Any) -> EngineAdapter:
     """The engine adapter called ``name``, or ``package.module:factory`` (a callable with
-    no arguments returning an ``EngineAdapter``); ``ValueError`` says what is wrong."""
+    no arguments returning an ``EngineAdapter``); ``ValueError`` says what is wrong.
+
+    ``options`` (from :func:`engine_options`): ``log_dir`` goes to the vLLM engines and is
+    ignored by others; ``url``, ``checkpoints``, ``served_model``, ``allow_remote`` attach
+    ``vllm-http`` to a running server and are a usage error for any other engine."""
+    log_dir = options.pop("log_dir", None)
+    options = {k: v for k, v in options.items() if v is not None}
+    if options and name != "vllm-http":
+        flags = ", ".join("--" + k.replace("_", "-").rstrip("s") for k in options)
+        raise ValueError(f"{flags}: only for --engine vllm-http, not {name!r}")
+    if "checkpoints" in options and "url" not in options:
+        raise ValueError("--checkpoint needs --url (attach to a running server)")
     if ":" in name:
         return _load_engine(name)
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+    if name in VLLM_ENGINES:
+        if log_dir is not None:
+            options["log_dir"] = Path(log_dir)
+        return ENGINES[name](**options)
     return ENGINES[name]()
 
 

