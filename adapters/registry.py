@@ -1,9 +1,11 @@
 """Names for systems under test, as the CLI and the pytest plugin take them.
 
 Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``vllm``
-(offline in-process vLLM on CPU), ``vllm-http`` (vLLM's OpenAI server on loopback), and
-every engine mutant by its catalog name. Clients: ``reference``, ``never-flush``, every
-client mutant, or ``package.module:function`` for a user's own resolver.
+(offline in-process vLLM on CPU), ``vllm-http`` (vLLM's OpenAI server on loopback),
+``sglang`` / ``sglang@VERSION`` (upstream SGLang's scheduler control plane on CPU, optionally
+with a fork's ``overlay``), and every engine mutant by its catalog name. Clients:
+``reference``, ``never-flush``, every client mutant, or ``package.module:function`` for a
+user's own resolver.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ ENGINES: dict[str, Callable[[], EngineAdapter]] = {
     "reference-closing": lambda: InProcessAdapter(ClosingEndpoint, "reference-closing"),
     "vllm": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline"),
     "vllm-http": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="http"),
+    "sglang": _lazy("kvfence.adapters.sglang_engine", "SglangAdapter"),
 }
 for _m in MUTANTS:
     if _m.side == "engine":
@@ -40,9 +43,19 @@ for _m in MUTANTS:
         CLIENTS[_m.name] = _m.build
 
 
-def engine(name: str) -> EngineAdapter:
-    """The engine adapter called ``name``, or ``package.module:factory`` (a callable with
-    no arguments returning an ``EngineAdapter``); ``ValueError`` says what is wrong."""
+def engine(name: str, overlay: str | None = None) -> EngineAdapter:
+    """The engine adapter called ``name``, ``sglang@VERSION``, or ``package.module:factory``
+    (a callable with no arguments returning an ``EngineAdapter``); ``overlay``: a folder of
+    fork files for the SGLang engines. ``ValueError`` says what is wrong."""
+    if name == "sglang" or name.startswith("sglang@"):
+        from .sglang_engine import DEFAULT_VERSION, SglangAdapter
+
+        version = name.partition("@")[2] or DEFAULT_VERSION
+        if not version.replace(".", "").replace("post", "").isdigit():
+            raise ValueError(f"engine {name!r}: {version!r} is not an SGLang version number")
+        return SglangAdapter(version=version, overlay=overlay)
+    if overlay:
+        raise ValueError(f"--overlay applies to the sglang engines, not {name!r}")
     if ":" in name:
         return _load_engine(name)
     if name not in ENGINES:

@@ -80,6 +80,7 @@ def build_parser() -> Parser:
         default="reference",
         help=f"one of: {', '.join(registry.CLIENTS)}, or package.module:function",
     )
+    p.add_argument("--overlay", help="sglang engines: a folder of fork files over SGLang's")
     _common(p)
 
     p = sub.add_parser("mutants", help="show the reference passing and every mutant killed")
@@ -119,7 +120,7 @@ def build_parser() -> Parser:
 
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
     try:
-        engine = registry.engine(args.engine)
+        engine = registry.engine(args.engine, overlay=args.overlay)
         client = registry.client(args.client)
     except ValueError as e:
         console.print(f"[bold red]usage:[/] {e}")
