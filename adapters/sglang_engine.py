@@ -185,12 +185,15 @@ class SglangAdapter:
         folder = sglang_home() / self.version
         if (folder / "sglang").is_dir():
             return str(folder.resolve())
-        spec = importlib.util.find_spec("sglang")
-        if spec is not None and spec.origin:
-            from importlib.metadata import version
+        try:  # the environment's own SGLang, if it is this version
+            from importlib.metadata import PackageNotFoundError, version
 
-            if version("sglang") == self.version:
-                return str(Path(spec.origin).parent.parent)
+            own = version("sglang") == self.version
+        except PackageNotFoundError:
+            own = False
+        spec = importlib.util.find_spec("sglang") if own else None
+        if spec is not None and spec.origin:
+            return str(Path(spec.origin).parent.parent)
         raise AdapterFailure(
             f"SGLang {self.version} is not installed: no {folder}/sglang; run "
             f"`bash scripts/install-sglang.sh {self.version}`"
@@ -225,8 +228,12 @@ class SglangAdapter:
             proc.start()
             child.close()
             self._hosts.append((proc, parent))
-        for i in range(len(self._hosts)):
-            self.loaded = self._receive(i, "start")
+        try:
+            for i in range(len(self._hosts)):
+                self.loaded = self._receive(i, "start")
+        except AdapterFailure:
+            self.close()  # a later start() launches afresh instead of using dead hosts
+            raise
         if self.loaded.get("version") != self.version:
             found = self.loaded.get("version")
             self.close()

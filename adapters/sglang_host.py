@@ -149,6 +149,7 @@ class Endpoint:
 
     def _import(self) -> None:
         stubs.install_torchvision_stub()
+        stubs.tolerate_config_reregistration()
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
         import sglang
@@ -220,9 +221,13 @@ class Endpoint:
         if not dist.is_initialized():
             store = os.path.join(self.workdir, "gloo-store")
             dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-        group = SimpleNamespace(cpu_group=dist.group.WORLD)
-        if self.rc is not None and hasattr(self.rc, "get_parallel"):
-            self.rc.get_parallel().override_permanently(tp_group=group)
+        self.tp_cpu_group = dist.group.WORLD
+        group = SimpleNamespace(cpu_group=self.tp_cpu_group)
+        # 0.5.20+: the manager reads get_parallel().tp_group.cpu_group; before, the
+        # scheduler hands it its own tp_cpu_group (set in _build).
+        parallel = self.rc.get_parallel() if self.rc is not None else None
+        if parallel is not None and hasattr(parallel, "override_permanently"):
+            parallel.override_permanently(tp_group=group)
 
     def _tree(self, pool: stubs.KvPool) -> Any:
         """The tree class this version's scheduler builds by default for a plain model:
@@ -268,6 +273,7 @@ class Endpoint:
         s = object.__new__(self.Scheduler)
         s.server_args = self.server_args
         s.tp_worker = stubs.StubTpWorker(self.runner)
+        s.tp_cpu_group = self.tp_cpu_group
         s.draft_worker = None
         s.tree_cache = self._tree(self.pool)
         s.req_to_token_pool = stubs.Recorder("req_to_token_pool")
@@ -302,6 +308,7 @@ class Endpoint:
         s.decode_offload_manager = None
         s.metrics_collector = None
         s.pp_size = 1
+        s.ps = SimpleNamespace(pp_size=1)  # _pp_microbatches_drained, 0.5.17
         # _add_request_to_queue (a retracted request goes back to the waiting queue)
         s.enable_priority_scheduling = False
         s.abort_on_priority_when_disabled = False

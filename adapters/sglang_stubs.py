@@ -261,3 +261,21 @@ def install_torchvision_stub() -> None:
         parent, _, child = name.rpartition(".")
         setattr(sys.modules[parent], child, sys.modules[name])
     sys.modules["torchvision"].__version__ = "0.0.0+kvfence-stub"
+
+
+def tolerate_config_reregistration() -> None:
+    """SGLang releases before transformers learnt a model type register their own config
+    class for it at import (``sglang/srt/configs/*.py``, e.g. ``qwen3_asr`` in 0.5.17);
+    transformers 5.x refuses a second registration. Let the older SGLang's registration
+    win quietly (``exist_ok=True``), as it did on the transformers it was released with."""
+    from transformers import AutoConfig
+
+    if getattr(AutoConfig.register, "_kvfence", False):
+        return
+    original = AutoConfig.register
+
+    def register(model_type: str, config: Any, exist_ok: bool = False) -> None:
+        original(model_type, config, exist_ok=True)
+
+    register._kvfence = True  # type: ignore[attr-defined]
+    AutoConfig.register = register
