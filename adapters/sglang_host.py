@@ -551,7 +551,7 @@ class Endpoint:
 
     def apply(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Run one action; the answer carries a probe of the endpoint afterwards."""
-        if self.stopped and op != "restart":
+        if self.stopped and op not in ("restart", "reset"):
             return {"status": "stopped", "detail": self.stopped}
         handlers = {
             "serve": lambda: self.serve(args["prefix"]),
