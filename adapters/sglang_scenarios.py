@@ -19,7 +19,6 @@ import sys
 from collections.abc import Sequence
 
 from attrs import frozen
-
 from kvfence.model.actions import (
     Action,
     ContinueGeneration,
