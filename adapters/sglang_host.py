@@ -269,6 +269,8 @@ class Endpoint:
         self.tm_paused = False
         self.tm_label = 0 if weights == 0 else weights
         self.runner = stubs.StubRunner(weights)
+        # 0.5.17 _assert_weight_cache_inactive reads model_runner.server_args
+        self.runner.server_args = self.server_args
         self.pool = stubs.KvPool()
         s = object.__new__(self.Scheduler)
         s.server_args = self.server_args
