@@ -11,6 +11,7 @@ user's own resolver.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 
 from .clients import ReferenceClient, load_callable_client
@@ -50,8 +51,8 @@ def engine(name: str, overlay: str | None = None) -> EngineAdapter:
     if name == "sglang" or name.startswith("sglang@"):
         from .sglang_engine import DEFAULT_VERSION, SglangAdapter
 
-        version = name.partition("@")[2] or DEFAULT_VERSION
-        if not version.replace(".", "").replace("post", "").isdigit():
+        version = name.partition("@")[2] if "@" in name else DEFAULT_VERSION
+        if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", version):
             raise ValueError(f"engine {name!r}: {version!r} is not an SGLang version number")
         return SglangAdapter(version=version, overlay=overlay)
     if overlay:
