@@ -25,7 +25,8 @@ does in their place, each said where it happens: the prefill of a request (match
 tree, "compute" the missing KV under the runner's version, insert it into the real tree),
 and the ``abort`` pause mode, which SGLang's tokenizer manager implements by aborting every
 request without telling the scheduler to pause (``tokenizer_manager.py``
-``pause_generation``).
+``pause_generation``). In-flight requests are real ``schedule_batch.Req`` objects holding a
+request-to-token row, in the real running batch and waiting queue.
 
 Errors: an exception of a kind that means *this harness* no longer fits the SGLang version
 (``AttributeError``, ``TypeError``, ``ImportError``, ``NameError``, ``KeyError``) is
@@ -116,6 +117,16 @@ def tiny_model_dir(root: str) -> str:
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f)
     return path
+
+
+class Tracked:
+    """kvfence's bookkeeping beside a real in-flight ``Req``: its prefix name and the
+    weight versions its KV depends on (what the spec calls the request's uses)."""
+
+    def __init__(self, req: Any, prefix: str, uses: set[int]) -> None:
+        self.req = req
+        self.prefix = prefix
+        self.uses = uses
 
 
 class Endpoint:
@@ -332,15 +343,48 @@ class Endpoint:
             s.flush_wrapper = self.FlushWrapper(**wrapper_kwargs)
         s.init_request_dispatcher()
         self.s = s
-        self.requests: dict[str, stubs.InflightReq] = {}
+        self.requests: dict[str, Tracked] = {}
+        self._rows = 0
         # Retraction frees a request's KV slots (a memory-pool operation): stubbed, the
         # scheduler's choice of what to retract and where it re-queues it stay real.
         self.scheduler_module.retract_all = self._release_for_retract
 
     def _release_for_retract(self, *, reqs, **pools: Any) -> None:
+        """What ``schedule_batch.release_req`` does to a retracted request's KV: frees its
+        request-to-token row (``req_pool_idx = None``, so ``kv.holds_kv`` is false)."""
         for r in reqs:
-            r.kv.holds_kv = False
-            r.retracted = True
+            self._set_row(r, None)
+
+    def _set_row(self, req: Any, row: int | None) -> None:
+        kv = getattr(req, "kv", None)
+        if kv is not None and hasattr(kv, "req_pool_idx"):
+            kv.req_pool_idx = row  # 0.5.20+: ReqKvInfo; holds_kv derives from it
+        else:
+            req.req_pool_idx = row
+
+    def _holds_row(self, req: Any) -> bool:
+        kv = getattr(req, "kv", None)
+        row = kv.req_pool_idx if kv is not None and hasattr(kv, "req_pool_idx") else None
+        return (row if row is not None else getattr(req, "req_pool_idx", None)) is not None
+
+    def _real_req(self, rid: str, tokens: tuple[int, ...]) -> Any:
+        """A real ``schedule_batch.Req`` for the prompt, holding a request-to-token row
+        as a request that finished its prefill does."""
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        req = Req(
+            **_kwargs_for(
+                Req.__init__,
+                rid=rid,
+                origin_input_text="",
+                origin_input_ids=array("q", tokens),
+                sampling_params=SamplingParams(),
+            )
+        )
+        self._rows += 1
+        self._set_row(req, self._rows)
+        return req
 
     # ----- probes -----------------------------------------------------------------------
 
@@ -406,20 +450,17 @@ class Endpoint:
 
     def start_request(self, rid: str, prefix: str) -> dict[str, Any]:
         _, versions = self.prefill(prefix)
-        req = stubs.InflightReq(rid, prefix, self.prefixes[prefix])
-        req.sampled.add(self.runner.version)
-        req.uses = set(versions) | {self.runner.version}
-        self.requests[rid] = req
+        req = self._real_req(rid, self.prefixes[prefix])
+        self.requests[rid] = Tracked(req, prefix, set(versions) | {self.runner.version})
         self.s.running_batch.reqs.append(req)
         return {"status": "ok"}
 
     def finish_request(self, rid: str) -> dict[str, Any]:
-        req = self.requests.pop(rid)
+        tracked = self.requests.pop(rid)
         s = self.s
-        s.running_batch.reqs = [r for r in s.running_batch.reqs if r is not req]
-        s.waiting_queue = [r for r in s.waiting_queue if r is not req]
-        sampled = set(req.sampled) | {self.runner.version}
-        return {"status": "ok", "hit": False, "uses": sorted(req.uses), "sampled": sorted(sampled)}
+        s.running_batch.reqs = [r for r in s.running_batch.reqs if r is not tracked.req]
+        s.waiting_queue = [r for r in s.waiting_queue if r is not tracked.req]
+        return {"status": "ok", "hit": False, "uses": sorted(tracked.uses)}
 
     def _request(self, cls_name: str, **fields: Any) -> Any:
         cls = getattr(self.io, cls_name)
@@ -493,7 +534,7 @@ class Endpoint:
             # scheduler is not paused (tokenizer_manager.py pause_generation).
             aborted = sorted(self.requests)
             s = self.s
-            gone = set(map(id, self.requests.values()))
+            gone = {id(t.req) for t in self.requests.values()}
             s.running_batch.reqs = [r for r in s.running_batch.reqs if id(r) not in gone]
             s.waiting_queue = [r for r in s.waiting_queue if id(r) not in gone]
             self.requests.clear()
@@ -509,12 +550,13 @@ class Endpoint:
         # The event loop's next rounds: retracted requests are scheduled again and
         # recompute their prefix against the tree as it is now.
         s = self.s
-        for req in [r for r in s.waiting_queue if isinstance(r, stubs.InflightReq)]:
-            if req.retracted:
-                _, versions = self.prefill(req.prefix)
-                req.uses = set(versions) | {self.runner.version}
-                req.kv.holds_kv = True
-                req.retracted = False
+        for tracked in self.requests.values():
+            req = tracked.req
+            if any(r is req for r in s.waiting_queue) and not self._holds_row(req):
+                _, versions = self.prefill(tracked.prefix)
+                tracked.uses = set(versions) | {self.runner.version}
+                self._rows += 1
+                self._set_row(req, self._rows)
                 s.waiting_queue = [r for r in s.waiting_queue if r is not req]
                 s.running_batch.reqs.append(req)
         return {"status": "ok"}

@@ -188,33 +188,6 @@ class Recorder:
         return lambda *a, **k: self.log.append((name, a, k))
 
 
-class InflightReq:
-    """An in-flight request as the scheduler's queues hold it: ``rid``, ``output_ids``,
-    ``kv.holds_kv`` (read by ``Scheduler.is_fully_idle`` while paused, 0.5.21+), and
-    ``weight_version_events`` (appended by ``record_weight_version_events``, 0.5.20+).
-
-    ``prefix``: the kvfence prefix name; ``tokens``: its prompt ids.
-    """
-
-    def __init__(self, rid: str, prefix: str, tokens: tuple[int, ...]) -> None:
-        self.rid = rid
-        self.prefix = prefix
-        self.tokens = tokens
-        self.output_ids = [7]
-        self.weight_version_events: list[Any] = []
-        self.kv = types.SimpleNamespace(holds_kv=True)
-        self.retracted = False
-        self.sampled: set[int] = set()
-        self.uses: set[int] = set()
-        # read by Scheduler._add_request_to_queue when a retract re-queues it
-        self.priority = None
-        self.time_stats = Recorder("time_stats")
-        self.arrival_processed_tokens = 0
-
-    def finished(self) -> bool:
-        return False
-
-
 def install_torchvision_stub() -> None:
     """Register an empty ``torchvision`` so transformers and SGLang import on CPU torch.
 
