@@ -106,6 +106,11 @@ the adapter answers with these fields of the real ``build_server_info`` body."""
 LANES = ("exact", "standard")
 
 
+class EngineStopped(AdapterFailure):
+    """SGLang's handler raised (the server process would exit) and this spec has no
+    ``STOPPED`` status to judge it with: an ERROR, never OK."""
+
+
 def sglang_home() -> Path:
     """Where ``scripts/install-sglang.sh`` puts versions: ``$KVFENCE_SGLANG_HOME`` or
     ``.sglang`` in the current directory."""
@@ -336,7 +341,7 @@ class SglangAdapter:
         if out["status"] == "stopped":
             stopped = getattr(Status, "STOPPED", None)
             if stopped is None:
-                raise AdapterFailure(
+                raise EngineStopped(
                     f"SGLang {self.version}'s scheduler raised out of a handler (the server "
                     f"process would exit): {out['detail']}; this spec has no STOPPED status"
                 )
