@@ -2,15 +2,18 @@
 
 Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``vllm``
 (offline in-process vLLM on CPU), ``vllm-raw`` (the same engine without the adapter's
-fail-closed guard and label updates), ``vllm-http`` (vLLM's OpenAI server on loopback), and
-every engine mutant by its catalog name. Clients: ``reference``, ``never-flush``, every
-client mutant, or ``package.module:function`` for a user's own resolver.
+fail-closed guard and label updates), ``vllm-http`` (vLLM's OpenAI server on loopback),
+``sglang`` / ``sglang@VERSION`` (upstream SGLang's scheduler control plane on CPU, optionally
+with a fork's ``overlay``), and every engine mutant by its catalog name. Clients:
+``reference``, ``never-flush``, every client mutant, or ``package.module:function`` for a
+user's own resolver.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,7 @@ ENGINES: dict[str, Callable[..., EngineAdapter]] = {
         fail_closed=False,
         label_updates=False,
     ),
+    "sglang": _lazy("kvfence.adapters.sglang_engine", "SglangAdapter"),
 }
 for _m in MUTANTS:
     if _m.side == "engine":
@@ -69,6 +73,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--allow-remote", action="store_true", help="allow a --url host that is not loopback"
     )
+    parser.add_argument("--overlay", help="sglang engines: a folder of fork files over SGLang's")
 
 
 def parse_checkpoints(items: list[str]) -> dict[int, Path]:
@@ -97,6 +102,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         options["served_model"] = args.served_model
     if getattr(args, "allow_remote", False):
         options["allow_remote"] = True
+    if getattr(args, "overlay", None):
+        options["overlay"] = args.overlay
     return options
 
 
@@ -106,9 +113,23 @@ def engine(name: str, **options: Any) -> EngineAdapter:
 
     ``options`` (from :func:`engine_options`): ``log_dir`` goes to the vLLM engines and is
     ignored by others; ``url``, ``checkpoints``, ``served_model``, ``allow_remote`` attach
-    ``vllm-http`` to a running server and are a usage error for any other engine."""
+    ``vllm-http`` to a running server and are a usage error for any other engine;
+    ``overlay`` (a folder of fork files) is only for ``sglang`` / ``sglang@VERSION``."""
     log_dir = options.pop("log_dir", None)
+    overlay = options.pop("overlay", None)
     options = {k: v for k, v in options.items() if v is not None}
+    if name == "sglang" or name.startswith("sglang@"):
+        if options:
+            flags = ", ".join("--" + k.replace("_", "-").rstrip("s") for k in options)
+            raise ValueError(f"{flags}: only for --engine vllm-http, not {name!r}")
+        from .sglang_engine import DEFAULT_VERSION, SglangAdapter
+
+        version = name.partition("@")[2] if "@" in name else DEFAULT_VERSION
+        if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", version):
+            raise ValueError(f"engine {name!r}: {version!r} is not an SGLang version number")
+        return SglangAdapter(version=version, overlay=overlay)
+    if overlay:
+        raise ValueError(f"--overlay applies to the sglang engines, not {name!r}")
     if options and name != "vllm-http":
         flags = ", ".join("--" + k.replace("_", "-").rstrip("s") for k in options)
         raise ValueError(f"{flags}: only for --engine vllm-http, not {name!r}")

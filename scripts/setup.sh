@@ -7,7 +7,10 @@
 # 2. vLLM on CPU (scripts/install-vllm.sh; skip with KVFENCE_SKIP_VLLM=1);
 # 3. the main job: the kill matrix (reference systems pass, every mutant killed by its
 #    rule), then a live check of vLLM: the reference client PASSES, a client that never
-#    flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh).
+#    flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh);
+# 4. SGLang 0.5.23's scheduler on CPU (scripts/install-sglang.sh into .sglang/0.5.23,
+#    ~2 min, after vLLM's torch), then its live check: it FAILS ExactLaneGuardFlushes
+#    (scripts/check-sglang.sh). Skip with KVFENCE_SKIP_SGLANG=1.
 # Results (verdict tables, JUnit XML, JSON, counterexamples) land in kvfence-results/.
 # Exits non-zero if any verdict is not the expected one.
 set -euo pipefail
@@ -24,7 +27,13 @@ mkdir -p kvfence-results
 
 if [ "${KVFENCE_SKIP_VLLM:-0}" = 1 ]; then
     echo "setup: KVFENCE_SKIP_VLLM=1: not installing or checking vLLM"
-    exit 0
+else
+    bash scripts/install-vllm.sh .venv/bin/python
+    bash scripts/check-vllm.sh .venv/bin/python
 fi
-bash scripts/install-vllm.sh .venv/bin/python
-bash scripts/check-vllm.sh .venv/bin/python
+
+if [ "${KVFENCE_SKIP_SGLANG:-0}" = 1 ]; then
+    echo "setup: KVFENCE_SKIP_SGLANG=1: not installing or checking SGLang"
+else
+    bash scripts/check-sglang.sh .venv/bin/python 0.5.23  # installs it first
+fi

@@ -1,0 +1,367 @@
+"""Upstream SGLang's scheduler control plane on CPU as a kvfence system under test.
+
+``SglangAdapter(version="0.5.23")`` runs two endpoints, each an SGLang scheduler hosted in
+its own process by :mod:`adapters.sglang_host` (upstream's own ``Scheduler`` methods,
+``SchedulerWeightUpdaterManager``, flush wrapper, request dispatcher and radix tree; only
+the model runner, memory pools and metrics stubbed, :mod:`adapters.sglang_stubs`):
+
+* endpoint 0: an **exact lane** (``rl_on_policy_target="fsdp"``, ``attention_backend=
+  "triton"``), radix cache on;
+* endpoint 1: a **standard lane**, radix cache on.
+
+How each action maps onto SGLang (every control request is a real ``io_struct`` object
+sent through the scheduler's real ``_request_dispatcher``; files are SGLang's
+``python/sglang/srt/...``, as of 0.5.23):
+
+==============================  =============================================================
+``ServeRequest(i, P)``          the event loop's prefill, done by the host: ``match_prefix``
+                                on the real tree, KV for the rest "computed" by the stub
+                                runner under its weights, ``insert`` into the tree. ``hit``:
+                                the tree matched the whole prompt; ``uses``: the versions
+                                of the KV slots the tree returned.
+``StartRequest`` /              the same prefill, then the request sits in the real
+``FinishRequest``               ``running_batch`` (``schedule_batch.ScheduleBatch``) until
+                                it finishes.
+``UpdateWeights(i, v, f, fc)``  ``UpdateWeightFromDiskReqInput`` (disk, two_phase),
+                                ``UpdateWeightsFromTensorReqInput`` (tensor, sparse_delta;
+                                bucketed = two calls) and ``UpdateWeightsFromDistributed
+                                ReqInput``, each inside ``Begin/EndWeightUpdateReqInput``
+                                where that session exists (0.5.20+), and
+                                ``UpdateWeightsFromIPCReqInput``; ``flush_cache`` as asked,
+                                left out when ``None`` (SGLang's default is true);
+                                ``weight_version="v{v}"``. Handled by
+                                ``managers/scheduler_components/weight_updater.py``.
+``FlushCache(i)``               ``FlushCacheReqInput`` -> ``SchedulerFlushWrapper.handle``
+                                -> ``Scheduler.flush_cache`` (refused unless
+                                ``is_fully_idle``); ``flushed``: its ``success``.
+``PauseGeneration(i, m)``       ``PauseGenerationReqInput(mode=in_place|retract)`` ->
+                                ``Scheduler.pause_generation``; ``abort`` is the tokenizer
+                                manager's (every request aborted, the scheduler not paused).
+``ContinueGeneration(i)``       ``ContinueGenerationReqInput``; then retracted requests are
+                                scheduled again (their prefix recomputed against the tree).
+``Sleep`` / ``WakeUp``          ``Release/ResumeMemoryOccupationReqInput(tags=None)``.
+``Restart(i)``                  a new scheduler and ServerArgs from the last loaded version.
+==============================  =============================================================
+
+Capabilities: ``weights_probe`` (the stub runner's version; the label where SGLang records
+it: ``Scheduler.record_weight_version_change``), ``cache_probe`` and ``exact_cache`` (every
+served prefix matched against the real tree, which never evicts here), ``provenance``
+(the weight version stored in each KV slot the tree returned), ``flush_result``,
+``inflight``, ``pause``, ``sleep``, ``restart``, ``exact_lane``. Not ``byte_oracle`` (no
+model runs), not ``attribution`` (response versions would come from the stub), no
+``faults`` (a refused flush comes from real queued or running requests instead), and no
+tiers, draft, encoder, FP8 or LoRA.
+
+Versions side by side: ``version`` names a folder ``$KVFENCE_SGLANG_HOME/VERSION`` (default
+``.sglang/VERSION`` in the current directory) filled by ``scripts/install-sglang.sh
+VERSION``; if it is missing and the environment's own ``sglang`` has that version, that
+one runs. ``overlay``: a folder of a fork's SGLang files served in place of upstream's
+modules (see :func:`adapters.sglang_host.install_overlay`).
+
+Errors: anything that means the harness does not fit the SGLang version (import error,
+missing attribute, changed signature) is an ``AdapterFailure`` naming the version and the
+attribute: an ERROR (ADP-001), never a verdict. An exception SGLang's own handler raises
+stops that endpoint's process, as ``run_scheduler_process`` would: ``Status.STOPPED``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from attrs import fields
+from kvfence.model.actions import (
+    Action,
+    ContinueGeneration,
+    FinishRequest,
+    FlushCache,
+    PauseGeneration,
+    Restart,
+    ServeRequest,
+    Sleep,
+    StartRequest,
+    UpdateWeights,
+    WakeUp,
+)
+from kvfence.model.capabilities import Capability as C
+from kvfence.model.observation import Observation, Response, View
+from kvfence.model.state import Config, Entry, Use, server_info
+from kvfence.model.vocabulary import Lane, Status
+
+from .protocol import AdapterFailure, Unsupported
+
+DEFAULT_VERSION = "0.5.23"
+"""The SGLang release ``--engine sglang`` checks."""
+
+SERVER_INFO_KEYS = ("disable_radix_cache", "radix_cache_enabled", "rl_on_policy_target")
+"""The ``/get_server_info`` fields a cache-invalidation client reads (radix state, lane);
+the adapter answers with these fields of the real ``build_server_info`` body."""
+
+LANES = ("exact", "standard")
+
+
+class EngineStopped(AdapterFailure):
+    """SGLang's handler raised (the server process would exit) and this spec has no
+    ``STOPPED`` status to judge it with: an ERROR, never OK."""
+
+
+def sglang_home() -> Path:
+    """Where ``scripts/install-sglang.sh`` puts versions: ``$KVFENCE_SGLANG_HOME`` or
+    ``.sglang`` in the current directory."""
+    return Path(os.environ.get("KVFENCE_SGLANG_HOME", ".sglang"))
+
+
+def _config(lane: str) -> Config:
+    info = {
+        "disable_radix_cache": False,
+        "rl_on_policy_target": "fsdp" if lane == "exact" else None,
+    }
+    extra: dict[str, Any] = {}
+    if "flush_default" in {f.name for f in fields(Config)}:
+        extra["flush_default"] = True  # UpdateWeight*ReqInput.flush_cache defaults to true
+    return Config(
+        radix=True,
+        lane=Lane.EXACT if lane == "exact" else Lane.STANDARD,
+        info=server_info(**info),
+        **extra,
+    )
+
+
+class SglangAdapter:
+    """Two SGLang endpoints (exact lane, standard lane); see the module docstring.
+
+    ``version``: the SGLang release. ``overlay``: a folder of fork files, or ``None``.
+    ``lanes``: the endpoints' lanes, in order. Construction is cheap; the first ``start``
+    launches the host processes (about 15 s each: importing SGLang), later starts rebuild
+    each scheduler in place (milliseconds).
+    """
+
+    capabilities = frozenset(
+        {
+            C.WEIGHTS_PROBE.value,
+            C.CACHE_PROBE.value,
+            C.EXACT_CACHE.value,
+            C.PROVENANCE.value,
+            C.FLUSH_RESULT.value,
+            C.INFLIGHT.value,
+            C.PAUSE.value,
+            C.SLEEP.value,
+            C.RESTART.value,
+            C.EXACT_LANE.value,
+        }
+    )
+    start_timeout: float = 600.0
+    """Seconds the first ``start()`` may take: two processes import SGLang (and torch)."""
+    budget: dict[str, int] = {"max_examples": 60, "stateful_step_count": 15}
+    """The ``ci`` profile against this adapter: each action is a pipe round trip (~1 ms)."""
+
+    def __init__(
+        self,
+        version: str = DEFAULT_VERSION,
+        overlay: str | Path | None = None,
+        lanes: tuple[str, ...] = LANES,
+    ) -> None:
+        bad = [lane for lane in lanes if lane not in LANES]
+        if bad or not lanes:
+            raise ValueError(f"lanes must be a non-empty tuple of {LANES}, got {lanes!r}")
+        self.version = version
+        self.overlay = None if overlay is None else Path(overlay)
+        if self.overlay is not None and not self.overlay.is_dir():
+            raise ValueError(f"overlay {str(overlay)!r} is not a folder")
+        self.lanes = tuple(lanes)
+        self.name = f"sglang@{version}" + ("+overlay" if overlay is not None else "")
+        self.fixed_configs: tuple[Config, ...] = tuple(_config(lane) for lane in self.lanes)
+        self._hosts: list[tuple[Any, Any]] = []
+        self._workdir: str | None = None
+        self.loaded: dict[str, str] = {}
+        """What the hosts reported at start: SGLang ``version`` and ``tree`` class."""
+
+    # ----- lifecycle ----------------------------------------------------------------------
+
+    def sglang_path(self) -> str:
+        """The folder holding this version's ``sglang`` package; ``AdapterFailure`` with
+        the install command when there is none."""
+        folder = sglang_home() / self.version
+        if (folder / "sglang").is_dir():
+            return str(folder.resolve())
+        try:  # the environment's own SGLang, if it is this version
+            from importlib.metadata import PackageNotFoundError, version
+
+            own = version("sglang") == self.version
+        except PackageNotFoundError:
+            own = False
+        spec = importlib.util.find_spec("sglang") if own else None
+        if spec is not None and spec.origin:
+            return str(Path(spec.origin).parent.parent)
+        raise AdapterFailure(
+            f"SGLang {self.version} is not installed: no {folder}/sglang; run "
+            f"`bash scripts/install-sglang.sh {self.version}`"
+        )
+
+    def start(self, configs: tuple[Config, ...]) -> None:
+        if tuple(configs) != self.fixed_configs:
+            raise Unsupported(f"{self.name} is the fixed endpoints {self.fixed_configs!r}")
+        if not self._hosts:
+            self._launch()
+        for i in range(len(self._hosts)):
+            self._call(i, "reset", {})
+
+    def _launch(self) -> None:
+        path = self.sglang_path()
+        self._workdir = tempfile.mkdtemp(prefix="kvfence-sglang-")
+        from . import sglang_host
+
+        ctx = multiprocessing.get_context("spawn")
+        for i, lane in enumerate(self.lanes):
+            parent, child = ctx.Pipe()
+            workdir = os.path.join(self._workdir, f"endpoint{i}")
+            os.makedirs(workdir)
+            spec = {
+                "sglang_path": path,
+                "lane": lane,
+                "workdir": workdir,
+                "log": os.path.join(self._workdir, f"endpoint{i}.log"),
+                "overlay": None if self.overlay is None else str(self.overlay.resolve()),
+            }
+            proc = ctx.Process(target=sglang_host.main, args=(child, spec), daemon=True)
+            proc.start()
+            child.close()
+            self._hosts.append((proc, parent))
+        try:
+            for i in range(len(self._hosts)):
+                self.loaded = self._receive(i, "start")
+        except AdapterFailure:
+            self.close()  # a later start() launches afresh instead of using dead hosts
+            raise
+        if self.loaded.get("version") != self.version:
+            found = self.loaded.get("version")
+            self.close()
+            raise AdapterFailure(f"asked for SGLang {self.version}, the host imported {found}")
+
+    def _log_tail(self, i: int) -> str:
+        if self._workdir is None:
+            return ""
+        try:
+            text = Path(self._workdir, f"endpoint{i}.log").read_text(errors="replace")
+        except OSError:
+            return ""
+        lines = [x for x in text.splitlines() if x.strip()][-5:]
+        return ("; log tail: " + " | ".join(lines)) if lines else ""
+
+    def _receive(self, i: int, what: str) -> Any:
+        conn = self._hosts[i][1]
+        try:
+            kind, payload = conn.recv()
+        except (EOFError, OSError) as e:
+            raise AdapterFailure(
+                f"SGLang {self.version} host {i} died during {what} ({type(e).__name__})"
+                + self._log_tail(i)
+            ) from None
+        if kind == "broken":
+            raise AdapterFailure(f"{payload} [endpoint {i}, during {what}]")
+        return payload
+
+    def _call(self, i: int, op: str, args: dict[str, Any]) -> Any:
+        if not 0 <= i < len(self._hosts):
+            raise AdapterFailure(f"{self.name} has endpoints 0..{len(self.lanes) - 1}, not {i}")
+        try:
+            self._hosts[i][1].send((op, args))
+        except (OSError, ValueError) as e:
+            raise AdapterFailure(f"SGLang host {i} is gone: {e}") from None
+        return self._receive(i, op)
+
+    def server_info(self, endpoint: int) -> Mapping[str, object] | None:
+        body = self._call(endpoint, "server_info", {})
+        return {k: body[k] for k in SERVER_INFO_KEYS if k in body}
+
+    def close(self) -> None:
+        hosts, self._hosts = self._hosts, []
+        for proc, conn in hosts:
+            try:
+                conn.send(("close", {}))
+                conn.poll(5) and conn.recv()
+            except (OSError, EOFError, ValueError):
+                pass
+            proc.join(5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(5)
+            conn.close()
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    # ----- actions --------------------------------------------------------------------------
+
+    def apply(self, action: Action) -> Observation:
+        i = getattr(action, "endpoint", None)
+        if i is None:
+            raise Unsupported(f"{action.name} is not an engine action")
+        if not self._hosts:
+            raise AdapterFailure(f"{self.name}: apply({action.name}) before start()")
+        op, args = self._translate(action)
+        out = self._call(i, op, args)
+        return self._observation(out)
+
+    def _translate(self, a: Action) -> tuple[str, dict[str, Any]]:
+        if isinstance(a, (ServeRequest, StartRequest)) and a.lora:
+            raise Unsupported(f"{self.name} serves no LoRA adapter")
+        if isinstance(a, ServeRequest):
+            return "serve", {"prefix": a.prefix}
+        if isinstance(a, StartRequest):
+            return "start", {"rid": a.rid, "prefix": a.prefix}
+        if isinstance(a, FinishRequest):
+            return "finish", {"rid": a.rid}
+        if isinstance(a, UpdateWeights):
+            return "update", {
+                "version": a.version,
+                "funnel": a.funnel.value,
+                "flush_cache": a.flush_cache,
+            }
+        simple = {
+            FlushCache: "flush",
+            ContinueGeneration: "resume",
+            Sleep: "sleep",
+            WakeUp: "wake_up",
+            Restart: "restart",
+        }
+        if type(a) in simple:
+            return simple[type(a)], {}
+        if isinstance(a, PauseGeneration):
+            return "pause", {"mode": a.mode.value}
+        raise Unsupported(f"{self.name} does not support {a.name}")
+
+    def _observation(self, out: dict[str, Any]) -> Observation:
+        if out["status"] == "stopped":
+            stopped = getattr(Status, "STOPPED", None)
+            if stopped is None:
+                raise EngineStopped(
+                    f"SGLang {self.version}'s scheduler raised out of a handler (the server "
+                    f"process would exit): {out['detail']}; this spec has no STOPPED status"
+                )
+            return Observation(stopped, detail=out["detail"])
+        v = out["view"]
+        view = View(
+            weights=v["weights"],
+            label=v["label"],
+            cache=frozenset(Entry(prefix, version=version) for prefix, version in v["cache"]),
+        )
+        response = None
+        if "hit" in out:
+            uses = {Use("target", x) for x in out["uses"]} | {Use("target", v["weights"])}
+            response = Response(hit=out["hit"], uses=frozenset(uses))
+        aborted = frozenset(out["aborted"]) if "aborted" in out else None
+        return Observation(
+            Status.OK if out["status"] == "ok" else Status.REJECTED,
+            response=response,
+            flushed=out.get("flushed"),
+            aborted=aborted,
+            view=view,
+            detail=str(out.get("detail", "")),
+        )

@@ -1,0 +1,748 @@
+"""One SGLang endpoint, hosted in its own process: upstream's scheduler control plane on CPU.
+
+Runs inside a child process started by :class:`adapters.sglang_engine.SglangAdapter` (one
+per endpoint: SGLang keeps its config process-wide, ``runtime_context.publish``, and a
+fork's overlay replaces modules in ``sys.modules``). The child puts the chosen SGLang
+version's folder first on ``sys.path``, applies an overlay if one is given, and then
+builds an endpoint from upstream's own classes:
+
+* the real ``Scheduler`` class (``python/sglang/srt/managers/scheduler.py``), built with
+  ``object.__new__`` (its ``__init__`` starts ZMQ sockets, a model runner and CUDA pools)
+  and given by hand the attributes its control-plane methods read; every attribute list
+  below names the SGLang method that reads it;
+* the real radix tree that version's scheduler uses by default (``UnifiedRadixCache``,
+  ``mem_cache/unified_radix_cache.py``, 0.5.17+; ``RadixCache`` before);
+* the real ``SchedulerWeightUpdaterManager`` (``scheduler_components/weight_updater.py``)
+  through ``Scheduler.init_weight_updater``, the real ``SchedulerFlushWrapper``
+  (``flush_wrapper.py``) and the real request dispatcher
+  (``Scheduler.init_request_dispatcher``): every control action is a real ``io_struct``
+  request object sent through that dispatcher;
+* a real single-rank gloo process group (the manager's ``torch.distributed.barrier``).
+
+Only the model runner, the memory pools and metrics are stubs (:mod:`adapters.sglang_stubs`),
+plus two things the scheduler's event loop and tokenizer manager would do and this host
+does in their place, each said where it happens: the prefill of a request (match the real
+tree, "compute" the missing KV under the runner's version, insert it into the real tree),
+and the ``abort`` pause mode, which SGLang's tokenizer manager implements by aborting every
+request without telling the scheduler to pause (``tokenizer_manager.py``
+``pause_generation``). In-flight requests are real ``schedule_batch.Req`` objects holding a
+request-to-token row, in the real running batch and waiting queue.
+
+Errors: an exception of a kind that means *this harness* no longer fits the SGLang version
+(``AttributeError``, ``TypeError``, ``ImportError``, ``NameError``, ``KeyError``) is
+reported as ``Broken`` (an ADP-001 ERROR naming the version and the attribute), never as a
+verdict. Any other exception raised by SGLang's handler is what the real scheduler process
+does with it: ``run_scheduler_process`` logs it and the server exits; the endpoint is
+``stopped`` from then on (until Restart).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import random
+import sys
+import tempfile
+import traceback
+from array import array
+from collections import deque
+from types import SimpleNamespace
+from typing import Any
+
+from . import sglang_stubs as stubs
+
+#: Exceptions that mean the harness no longer fits this SGLang version.
+HARNESS_ERRORS = (AttributeError, TypeError, ImportError, NameError, KeyError)
+
+#: Tokens per prompt (page size 1, so every token is a radix-tree edge unit).
+PROMPT_TOKENS = 8
+VOCAB = 30000
+
+
+class Broken(Exception):
+    """The harness no longer fits this SGLang version: ADP-001, never a verdict."""
+
+
+def prompt_tokens(prefix: str) -> tuple[int, ...]:
+    """The prompt ids a request for ``prefix`` sends: seeded by the name's SHA-256,
+    distinct from the first token on, so two prefixes never share a tree branch."""
+    seed = int.from_bytes(hashlib.sha256(prefix.encode()).digest()[:8], "big")
+    rng = random.Random(seed)
+    return tuple(rng.randrange(100, VOCAB) for _ in range(PROMPT_TOKENS))
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    f = frames[-1]
+    path = f.filename
+    for marker in ("sglang/srt/", "adapters/"):
+        if marker in path:
+            path = marker + path.split(marker, 1)[1]
+    return f" at {path}:{f.lineno} ({f.name})"
+
+
+def _kwargs_for(fn: Any, **wanted: Any) -> dict[str, Any]:
+    """Keep only the keyword arguments ``fn`` accepts (adjacent versions add and drop
+    parameters); everything if it takes ``**kwargs``."""
+    params = inspect.signature(fn).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return wanted
+    return {k: v for k, v in wanted.items() if k in params}
+
+
+def tiny_model_dir(root: str) -> str:
+    """A folder holding only a small LlamaForCausalLM ``config.json``: ``ServerArgs``
+    reads it; no weights exist and nothing is downloaded."""
+    path = os.path.join(root, "tiny-llama")
+    os.makedirs(path, exist_ok=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 2,
+        "vocab_size": VOCAB + 100,
+        "max_position_embeddings": 512,
+        "rms_norm_eps": 1e-6,
+        "torch_dtype": "float32",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(config, f)
+    return path
+
+
+class Tracked:
+    """kvfence's bookkeeping beside a real in-flight ``Req``: its prefix name and the
+    weight versions its KV depends on (what the spec calls the request's uses)."""
+
+    def __init__(self, req: Any, prefix: str, uses: set[int]) -> None:
+        self.req = req
+        self.prefix = prefix
+        self.uses = uses
+
+
+class Endpoint:
+    """One SGLang endpoint under kvfence's actions (see the module docstring).
+
+    ``lane``: ``"exact"`` sets ``rl_on_policy_target="fsdp"`` (with
+    ``attention_backend="triton"``, which SGLang requires for it on CPU); ``"standard"``
+    leaves it unset. ``workdir``: where the tiny model config goes.
+    """
+
+    def __init__(self, lane: str, workdir: str) -> None:
+        self.lane = lane
+        self.workdir = workdir
+        self.version = "?"
+        try:
+            self._import()
+            self.server_args = self._server_args(weight_version=None)
+            self._publish(self.server_args)
+            self._init_group()
+        except HARNESS_ERRORS as e:
+            raise Broken(self._say(e, "import/setup")) from e
+        self.weights = 0
+        self.stopped = ""
+        self.prefixes: dict[str, tuple[int, ...]] = {}
+        self.build(0)
+
+    # ----- setup ------------------------------------------------------------------------
+
+    def _say(self, e: BaseException, what: str) -> str:
+        return f"SGLang {self.version}: {what}: {type(e).__name__}: {e}{_where(e)}"
+
+    def _import(self) -> None:
+        stubs.install_torchvision_stub()
+        stubs.tolerate_config_reregistration()
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
+        import sglang
+
+        self.version = getattr(sglang, "__version__", None) or _dist_version()
+        import torch
+        from sglang.srt.managers import io_struct
+        from sglang.srt.managers import scheduler as scheduler_module
+        from sglang.srt.managers.schedule_batch import ScheduleBatch
+        from sglang.srt.managers.scheduler import Scheduler
+        from sglang.srt.mem_cache import radix_cache
+        from sglang.srt.server_args import ServerArgs
+
+        self.torch = torch
+        self.io = io_struct
+        self.scheduler_module = scheduler_module
+        self.Scheduler = Scheduler
+        self.ScheduleBatch = ScheduleBatch
+        self.ServerArgs = ServerArgs
+        self.radix_cache = radix_cache
+        try:
+            from sglang.srt.managers.scheduler_components.flush_wrapper import (
+                SchedulerFlushWrapper,
+            )
+        except ImportError:
+            SchedulerFlushWrapper = None
+        self.FlushWrapper = SchedulerFlushWrapper
+        try:
+            from sglang.srt.disaggregation.utils import DisaggregationMode
+
+            self.disagg_null = DisaggregationMode.NULL
+        except ImportError:
+            self.disagg_null = None
+        try:
+            from sglang.srt import runtime_context
+        except ImportError:
+            runtime_context = None
+        self.rc = runtime_context
+
+    def _server_args(self, weight_version: str | None) -> Any:
+        wanted: dict[str, Any] = {
+            "model_path": tiny_model_dir(self.workdir),
+            "device": "cpu",
+            "skip_tokenizer_init": True,
+        }
+        if self.lane == "exact":
+            wanted["rl_on_policy_target"] = "fsdp"
+            wanted["attention_backend"] = "triton"
+        if weight_version is not None:
+            wanted["weight_version"] = weight_version
+        fields = getattr(self.ServerArgs, "__dataclass_fields__", None)
+        if fields is not None:
+            missing = [k for k in wanted if k not in fields]
+            if missing:
+                raise AttributeError(f"ServerArgs has no field(s) {missing}")
+        return self.ServerArgs(**wanted)
+
+    def _publish(self, server_args: Any) -> None:
+        if self.rc is not None and hasattr(self.rc, "publish"):
+            self.rc.publish(server_args, role="scheduler")
+        else:
+            from sglang.srt import server_args as sa_module
+
+            sa_module.set_global_server_args_for_scheduler(server_args)
+
+    def _init_group(self) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            store = os.path.join(self.workdir, "gloo-store")
+            dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+        self.tp_cpu_group = dist.group.WORLD
+        group = SimpleNamespace(cpu_group=self.tp_cpu_group)
+        # 0.5.20+: the manager reads get_parallel().tp_group.cpu_group; before, the
+        # scheduler hands it its own tp_cpu_group (set in _build).
+        parallel = self.rc.get_parallel() if self.rc is not None else None
+        if parallel is not None and hasattr(parallel, "override_permanently"):
+            parallel.override_permanently(tp_group=group)
+
+    def _tree(self, pool: stubs.KvPool) -> Any:
+        """The tree class this version's scheduler builds by default for a plain model:
+        ``UnifiedRadixCache`` with the FULL component where it exists (SGLang
+        ``mem_cache/registry.py`` ``default_radix_cache_factory``), else ``RadixCache``."""
+        try:
+            from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+            from sglang.srt.mem_cache.unified_cache.components import ComponentType
+            from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+        except ImportError:
+            return self.radix_cache.RadixCache.create_simulated(disable=False, page_size=1)
+        params = CacheInitParams(
+            disable=False, req_to_token_pool=None, token_to_kv_pool_allocator=pool, page_size=1
+        )
+        params.tree_components = (ComponentType.FULL,)
+        return UnifiedRadixCache(params)
+
+    def build(self, weights: int) -> None:
+        """A fresh scheduler serving ``weights``: empty tree, nothing queued, not paused.
+
+        The attributes are those the driven methods read in SGLang 0.5.17-0.5.23:
+        ``flush_cache`` (tree_cache, pools, grammar_manager, metrics_reporter,
+        draft_worker, cur_batch_for_debug, last_batch), ``is_fully_idle`` (running_batch,
+        chunked_req, dllm_manager, last_batch, enable_overlap, result_queue,
+        waiting_queue, grammar_manager, disaggregation_mode), ``pause_generation`` /
+        ``continue_generation`` (_engine_paused, _pause_started_at, _pause_intervals,
+        enable_overlap(_mlx), decode_offload_manager, hisparse_coordinator,
+        kv_events_publisher, metrics_reporter), ``record_weight_version_change``
+        (hisparse_coordinator, chunked_req), ``init_weight_updater`` (tp_worker,
+        draft_worker, memory_saver_adapter, metrics_collector)."""
+        try:
+            self._build(weights)
+        except HARNESS_ERRORS as e:
+            raise Broken(self._say(e, "building the scheduler")) from e
+
+    def _build(self, weights: int) -> None:
+        self.weights = weights
+        self.stopped = ""
+        self.tm_paused = False
+        self.tm_label = 0 if weights == 0 else weights
+        self.runner = stubs.StubRunner(weights)
+        # 0.5.17 _assert_weight_cache_inactive reads model_runner.server_args
+        self.runner.server_args = self.server_args
+        self.pool = stubs.KvPool()
+        s = object.__new__(self.Scheduler)
+        s.server_args = self.server_args
+        s.tp_worker = stubs.StubTpWorker(self.runner)
+        s.tp_cpu_group = self.tp_cpu_group
+        s.draft_worker = None
+        s.tree_cache = self._tree(self.pool)
+        s.req_to_token_pool = stubs.Recorder("req_to_token_pool")
+        s.token_to_kv_pool_allocator = self.pool
+        s.grammar_manager = stubs.Recorder("grammar_manager", grammar_queue=[])
+        s.metrics_reporter = stubs.Recorder(
+            "metrics_reporter",
+            is_stats_logging_rank=False,
+            last_gen_throughput=0.0,
+            current_scheduler_metrics_enabled=False,
+        )
+        s.kv_events_publisher = stubs.Recorder("kv_events_publisher")
+        s.memory_saver_adapter = stubs.Recorder("memory_saver_adapter")
+        s.dllm_manager = SimpleNamespace(any_staging_reqs=lambda: False)
+        s.running_batch = self.ScheduleBatch(reqs=[])
+        s.waiting_queue = []
+        s.chunked_req = None
+        s.last_batch = None
+        s.cur_batch_for_debug = None
+        s.enable_overlap = False
+        s.enable_overlap_mlx = False
+        s.result_queue = deque()
+        s._engine_paused = False
+        s._pause_started_at = None
+        s._pause_intervals = []
+        s.disaggregation_mode = self.disagg_null
+        s.enable_hisparse = False
+        s.enable_hierarchical_cache = False
+        s.enable_lmcache = False
+        s.hisparse_coordinator = None
+        s.enable_continuous_input_polling = False
+        s.decode_offload_manager = None
+        s.metrics_collector = None
+        s.pp_size = 1
+        s.ps = SimpleNamespace(pp_size=1)  # _pp_microbatches_drained, 0.5.17
+        # _add_request_to_queue (a retracted request goes back to the waiting queue)
+        s.enable_priority_scheduling = False
+        s.abort_on_priority_when_disabled = False
+        s.schedule_low_priority_values_first = False
+        s.max_queued_requests = None
+        s.enable_hicache_storage = False
+        s.processed_tokens_counter = 0
+        s.init_weight_updater()
+        if self.FlushWrapper is not None:
+            wrapper_kwargs = _kwargs_for(
+                self.FlushWrapper.__init__,
+                flush_cache=s.flush_cache,
+                is_fully_idle=s.is_fully_idle,
+                send_output=lambda out, req: None,
+                ipc_channels=SimpleNamespace(
+                    send_to_tokenizer=SimpleNamespace(send_output=lambda *a, **k: None)
+                ),
+            )
+            s.flush_wrapper = self.FlushWrapper(**wrapper_kwargs)
+        s.init_request_dispatcher()
+        self.s = s
+        self.requests: dict[str, Tracked] = {}
+        self._rows = 0
+        # Retraction frees a request's KV slots (a memory-pool operation): stubbed, the
+        # scheduler's choice of what to retract and where it re-queues it stay real.
+        self.scheduler_module.retract_all = self._release_for_retract
+
+    def _release_for_retract(self, *, reqs, **pools: Any) -> None:
+        """What ``schedule_batch.release_req`` does to a retracted request's KV: frees its
+        request-to-token row (``req_pool_idx = None``, so ``kv.holds_kv`` is false)."""
+        for r in reqs:
+            self._set_row(r, None)
+
+    def _set_row(self, req: Any, row: int | None) -> None:
+        kv = getattr(req, "kv", None)
+        if kv is not None and hasattr(kv, "req_pool_idx"):
+            kv.req_pool_idx = row  # 0.5.20+: ReqKvInfo; holds_kv derives from it
+        else:
+            req.req_pool_idx = row
+
+    def _holds_row(self, req: Any) -> bool:
+        kv = getattr(req, "kv", None)
+        row = kv.req_pool_idx if kv is not None and hasattr(kv, "req_pool_idx") else None
+        return (row if row is not None else getattr(req, "req_pool_idx", None)) is not None
+
+    def _real_req(self, rid: str, tokens: tuple[int, ...]) -> Any:
+        """A real ``schedule_batch.Req`` for the prompt, holding a request-to-token row
+        as a request that finished its prefill does."""
+        from sglang.srt.managers.schedule_batch import Req
+        from sglang.srt.sampling.sampling_params import SamplingParams
+
+        req = Req(
+            **_kwargs_for(
+                Req.__init__,
+                rid=rid,
+                origin_input_text="",
+                origin_input_ids=array("q", tokens),
+                sampling_params=SamplingParams(),
+            )
+        )
+        self._rows += 1
+        self._set_row(req, self._rows)
+        return req
+
+    # ----- probes -----------------------------------------------------------------------
+
+    def label(self) -> int | None:
+        """The weight-version label: where the scheduler records it (0.5.20+:
+        ``Scheduler.record_weight_version_change`` into the runtime context), else where
+        the tokenizer manager keeps it (0.5.17: ``_update_weight_version_if_provided`` after
+        a successful update, emulated here)."""
+        if hasattr(self.Scheduler, "record_weight_version_change") and self.rc is not None:
+            return stubs.label_version(self.rc.get_serving().weight_version)
+        return self.tm_label
+
+    def match(self, tokens: tuple[int, ...]) -> tuple[int, set[int]]:
+        """Matched length and the versions of the matched KV slots, from the real tree."""
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
+
+        tree = self.s.tree_cache
+        key = self.radix_cache.RadixKey(token_ids=array("q", tokens))
+        m = tree.match_prefix(MatchPrefixParams(key=key))
+        n = getattr(m, "device_prefix_len", None)
+        indices = getattr(m, "device_indices", None)
+        if n is None:
+            n = len(indices)
+        if n == 0:
+            return 0, set()
+        if indices is None or len(indices) < n:
+            indices = tree.path_device_indices(m.last_device_node)
+        return n, self.pool.versions(list(indices[:n]))
+
+    def cache_view(self) -> list[tuple[str, int]]:
+        """Every served prefix the tree still matches whole, with the version that
+        computed its KV (``GARBAGE`` if the slots were freed, or mixed)."""
+        out = []
+        for prefix, tokens in self.prefixes.items():
+            n, versions = self.match(tokens)
+            if n == len(tokens):
+                out.append((prefix, versions.pop() if len(versions) == 1 else stubs.GARBAGE))
+        return out
+
+    def probe(self) -> dict[str, Any]:
+        return {"weights": self.runner.version, "label": self.label(), "cache": self.cache_view()}
+
+    # ----- actions ----------------------------------------------------------------------
+
+    def prefill(self, prefix: str) -> tuple[bool, set[int]]:
+        """What the event loop's prefill does to the tree: match, compute the rest under
+        the runner's weights, insert (``Scheduler.cache_finished_req`` path). Returns
+        (hit, versions of the reused KV)."""
+        from sglang.srt.mem_cache.base_prefix_cache import InsertParams
+
+        tokens = self.prefixes.setdefault(prefix, prompt_tokens(prefix))
+        n, versions = self.match(tokens)
+        if n == len(tokens):
+            return True, versions
+        value = self.pool.alloc(len(tokens), self.runner.version)
+        key = self.radix_cache.RadixKey(token_ids=array("q", tokens))
+        self.s.tree_cache.insert(InsertParams(key=key, value=value))
+        return n > 0, versions
+
+    def serve(self, prefix: str) -> dict[str, Any]:
+        hit, versions = self.prefill(prefix)
+        return {"status": "ok", "hit": hit, "uses": sorted(versions), "weights": self.weights}
+
+    def start_request(self, rid: str, prefix: str) -> dict[str, Any]:
+        _, versions = self.prefill(prefix)
+        req = self._real_req(rid, self.prefixes[prefix])
+        self.requests[rid] = Tracked(req, prefix, set(versions) | {self.runner.version})
+        self.s.running_batch.reqs.append(req)
+        return {"status": "ok"}
+
+    def finish_request(self, rid: str) -> dict[str, Any]:
+        tracked = self.requests.pop(rid)
+        s = self.s
+        s.running_batch.reqs = [r for r in s.running_batch.reqs if r is not tracked.req]
+        s.waiting_queue = [r for r in s.waiting_queue if r is not tracked.req]
+        return {"status": "ok", "hit": False, "uses": sorted(tracked.uses)}
+
+    def _request(self, cls_name: str, **fields: Any) -> Any:
+        cls = getattr(self.io, cls_name)
+        return cls(**_kwargs_for(cls, **fields))
+
+    def update(self, version: int, funnel: str, flush_cache: bool | None) -> dict[str, Any]:
+        """One update through the real dispatcher: disk, tensor (inside begin/end where
+        the session exists, 0.5.20+), distributed (the same), ipc. Upstream has no
+        two_phase or sparse_delta funnel: they take the disk and tensor paths; bucketed is
+        two tensor calls in one session."""
+        self.runner.pending = version
+        fields: dict[str, Any] = {"weight_version": stubs.version_label(version)}
+        if flush_cache is not None:
+            fields["flush_cache"] = flush_cache
+        calls: list[Any]
+        if funnel in ("disk", "two_phase"):
+            calls = [self._request("UpdateWeightFromDiskReqInput", model_path="/ckpt", **fields)]
+        elif funnel in ("tensor", "sparse_delta", "bucketed"):
+            one = self._request(
+                "UpdateWeightsFromTensorReqInput", serialized_named_tensors=[b"x"], **fields
+            )
+            calls = [one, one] if funnel == "bucketed" else [one]
+        elif funnel == "distributed":
+            calls = [
+                self._request(
+                    "UpdateWeightsFromDistributedReqInput",
+                    names=["w"],
+                    dtypes=["float32"],
+                    shapes=[[1]],
+                    group_name="kvfence",
+                    **fields,
+                )
+            ]
+        elif funnel == "ipc":
+            calls = [self._request("UpdateWeightsFromIPCReqInput", zmq_handles={}, **fields)]
+        else:
+            raise Broken(f"SGLang {self.version}: no mapping for funnel {funnel!r}")
+        session = funnel in ("tensor", "sparse_delta", "bucketed", "distributed") and hasattr(
+            self.io, "BeginWeightUpdateReqInput"
+        )
+        outs = []
+        if session:
+            self._dispatch(self._request("BeginWeightUpdateReqInput"))
+        try:
+            for call in calls:
+                outs.append(self._dispatch(call))
+        finally:
+            if session and not self.stopped:
+                self._dispatch(self._request("EndWeightUpdateReqInput"))
+        success = all(getattr(o, "success", None) is True for o in outs)
+        message = "; ".join(str(getattr(o, "message", "")) for o in outs)
+        if success:
+            self.weights = self.runner.version
+            self.tm_label = version
+        else:
+            self.weights = self.runner.version
+        return {"status": "ok" if success else "rejected", "detail": message}
+
+    def _dispatch(self, req: Any) -> Any:
+        return self.s._request_dispatcher(req)
+
+    def flush(self) -> dict[str, Any]:
+        out = self._dispatch(self._request("FlushCacheReqInput"))
+        success = getattr(out, "success", None)
+        status = "ok" if success is True else "rejected"
+        return {"status": status, "flushed": success, "detail": getattr(out, "message", "")}
+
+    def pause(self, mode: str) -> dict[str, Any]:
+        if mode == "abort":
+            # SGLang's tokenizer manager: abort every request, hold new ones; the
+            # scheduler is not paused (tokenizer_manager.py pause_generation).
+            aborted = sorted(self.requests)
+            s = self.s
+            gone = {id(t.req) for t in self.requests.values()}
+            s.running_batch.reqs = [r for r in s.running_batch.reqs if id(r) not in gone]
+            s.waiting_queue = [r for r in s.waiting_queue if id(r) not in gone]
+            self.requests.clear()
+            self.tm_paused = True
+            return {"status": "ok", "aborted": aborted}
+        self._dispatch(self._request("PauseGenerationReqInput", mode=mode))
+        self.tm_paused = True
+        return {"status": "ok", "aborted": []}
+
+    def resume(self) -> dict[str, Any]:
+        self._dispatch(self._request("ContinueGenerationReqInput", torch_empty_cache=False))
+        self.tm_paused = False
+        # The event loop's next rounds: retracted requests are scheduled again and
+        # recompute their prefix against the tree as it is now.
+        s = self.s
+        for tracked in self.requests.values():
+            req = tracked.req
+            if any(r is req for r in s.waiting_queue) and not self._holds_row(req):
+                _, versions = self.prefill(tracked.prefix)
+                tracked.uses = set(versions) | {self.runner.version}
+                self._rows += 1
+                self._set_row(req, self._rows)
+                s.waiting_queue = [r for r in s.waiting_queue if r is not req]
+                s.running_batch.reqs.append(req)
+        return {"status": "ok"}
+
+    def sleep(self) -> dict[str, Any]:
+        self._dispatch(self._request("ReleaseMemoryOccupationReqInput", tags=None))
+        return {"status": "ok"}
+
+    def wake_up(self) -> dict[str, Any]:
+        self._dispatch(self._request("ResumeMemoryOccupationReqInput", tags=None))
+        return {"status": "ok"}
+
+    def restart(self) -> dict[str, Any]:
+        """A new process from the last completely loaded checkpoint: new ServerArgs whose
+        launch ``weight_version`` names it, a new scheduler, an empty tree."""
+        weights = self.runner.version
+        label = None if weights == 0 else stubs.version_label(weights)
+        try:
+            self.server_args = self._server_args(weight_version=label)
+            self._publish(self.server_args)
+        except HARNESS_ERRORS as e:
+            raise Broken(self._say(e, "restart")) from e
+        self.build(weights)
+        return {"status": "ok"}
+
+    def server_info(self) -> dict[str, Any]:
+        """The real ``build_server_info`` body (``utils/common.py``, 0.5.20+; the
+        ``server_args`` dict before), as JSON would carry it."""
+        try:
+            from sglang.srt.utils.common import build_server_info
+        except ImportError:
+            info = dict(vars(self.server_args))
+        else:
+            info = build_server_info(self.server_args, {})
+        return json.loads(json.dumps(info, default=str))
+
+    def apply(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Run one action; the answer carries a probe of the endpoint afterwards."""
+        if self.stopped and op not in ("restart", "reset"):
+            return {"status": "stopped", "detail": self.stopped}
+        handlers = {
+            "serve": lambda: self.serve(args["prefix"]),
+            "start": lambda: self.start_request(args["rid"], args["prefix"]),
+            "finish": lambda: self.finish_request(args["rid"]),
+            "update": lambda: self.update(args["version"], args["funnel"], args["flush_cache"]),
+            "flush": self.flush,
+            "pause": lambda: self.pause(args["mode"]),
+            "resume": self.resume,
+            "sleep": self.sleep,
+            "wake_up": self.wake_up,
+            "restart": self.restart,
+            "reset": lambda: (self.restart_fresh(), {"status": "ok"})[1],
+        }
+        try:
+            out = handlers[op]()
+        except Broken:
+            raise
+        except HARNESS_ERRORS as e:
+            raise Broken(self._say(e, op)) from e
+        except Exception as e:
+            # What SGLang's scheduler process does with an exception out of a handler:
+            # run_scheduler_process logs it and the whole server exits.
+            self.stopped = f"{type(e).__name__}: {e}{_where(e)}"
+            return {"status": "stopped", "detail": self.stopped}
+        out["view"] = self.probe()
+        return out
+
+    def restart_fresh(self) -> None:
+        """Back to version 0, the launch label, an empty tree (a new example)."""
+        if self.runner.version != 0 or self.label() != 0:
+            self.server_args = self._server_args(weight_version=None)
+            self._publish(self.server_args)
+        self.prefixes = {}
+        self.build(0)
+
+
+def _dist_version() -> str:
+    from importlib.metadata import version
+
+    return version("sglang")
+
+
+def install_overlay(overlay: str) -> list[str]:
+    """Serve SGLang modules from a fork's files: every ``*.py`` under ``overlay`` whose
+    path ends in ``sglang/...`` (or is relative to the ``sglang`` package) replaces the
+    module of that name, before anything imports it. The fork's files run unmodified;
+    io_struct names a fork adds beyond the host version are added as placeholders that
+    raise if used (they are only needed by fork-only RPCs kvfence does not drive).
+
+    Returns the module names replaced. ``Broken`` if a file cannot be loaded."""
+    import importlib.util
+
+    replaced = []
+    files = []
+    for root, _, names in os.walk(overlay):
+        for name in sorted(names):
+            if name.endswith(".py"):
+                files.append(os.path.join(root, name))
+    if not files:
+        raise Broken(f"overlay {overlay!r} holds no .py file")
+    for path in files:
+        rel = os.path.relpath(path, overlay).replace(os.sep, "/")
+        if "sglang/" in rel and not rel.startswith("sglang/"):
+            rel = "sglang/" + rel.split("sglang/", 1)[1]
+        if not rel.startswith("sglang/"):
+            rel = "sglang/" + rel
+        modname = rel[:-3].replace("/", ".")
+        if modname.endswith(".__init__"):
+            modname = modname[: -len(".__init__")]
+        _add_fork_io_names(path)
+        parent, _, child = modname.rpartition(".")
+        importlib.import_module(parent)
+        spec = importlib.util.spec_from_file_location(modname, path)
+        if spec is None or spec.loader is None:
+            raise Broken(f"overlay file {rel} cannot be loaded as {modname}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as e:
+            del sys.modules[modname]
+            raise Broken(f"overlay {rel} as {modname}: {type(e).__name__}: {e}{_where(e)}") from e
+        setattr(sys.modules[parent], child, module)
+        replaced.append(modname)
+    return replaced
+
+
+def _add_fork_io_names(path: str) -> None:
+    """Placeholders for ``from sglang.srt.managers.io_struct import X`` names the host
+    version lacks (a fork's own request types)."""
+    import re
+
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    block = re.search(r"from sglang\.srt\.managers\.io_struct import \(([^)]*)\)", text)
+    if not block:
+        return
+    from sglang.srt.managers import io_struct
+
+    for name in re.findall(r"\b([A-Z]\w+)\b", block.group(1)):
+        if not hasattr(io_struct, name):
+
+            def __init__(self, *a: Any, _name: str = name, **k: Any) -> None:
+                raise NotImplementedError(f"{_name}: a fork-only io_struct type (placeholder)")
+
+            setattr(io_struct, name, type(name, (), {"__init__": __init__}))
+
+
+def main(conn: Any, spec: dict[str, Any]) -> None:
+    """The host process: set up, then answer ``(op, args)`` messages on ``conn`` with
+    ``("ok", answer)``, ``("broken", message)`` until ``("close", {})``."""
+    log = open(spec["log"], "a", buffering=1)  # noqa: SIM115 (held for the process's life)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.path.insert(0, spec["sglang_path"])
+    workdir = spec.get("workdir") or tempfile.mkdtemp(prefix="kvfence-sglang-")
+    try:
+        if spec.get("overlay"):
+            stubs.install_torchvision_stub()
+            try:
+                install_overlay(spec["overlay"])
+            except HARNESS_ERRORS as e:
+                what = f"overlay {spec['overlay']}: {type(e).__name__}: {e}{_where(e)}"
+                raise Broken(what) from e
+        ep = Endpoint(spec["lane"], workdir)
+        conn.send(("ok", {"version": ep.version, "tree": type(ep.s.tree_cache).__name__}))
+    except Broken as e:
+        conn.send(("broken", str(e)))
+        return
+    except BaseException as e:
+        conn.send(("broken", f"SGLang host setup: {type(e).__name__}: {e}{_where(e)}"))
+        return
+    while True:
+        try:
+            op, args = conn.recv()
+        except EOFError:
+            return
+        if op == "close":
+            conn.send(("ok", {}))
+            return
+        try:
+            if op == "server_info":
+                conn.send(("ok", ep.server_info()))
+            else:
+                conn.send(("ok", ep.apply(op, args)))
+        except Broken as e:
+            conn.send(("broken", str(e)))
+        except BaseException as e:
+            conn.send(("broken", f"SGLang {ep.version}: {op}: {type(e).__name__}: {e}{_where(e)}"))

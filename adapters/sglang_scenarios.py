@@ -1,0 +1,182 @@
+"""Named scenarios for SGLang versions side by side: short action scripts, each judged in
+lockstep with the spec, one row per scenario and one column per version.
+
+``kvfence check --engine sglang@VERSION`` searches at random and stops at the first
+counterexample; these scripts instead visit every finding the SGLang probes made (exact-lane
+guard on each funnel, the refused requested flush, pause modes, sleep, restart), so a new
+release shows at a glance which behaviour moved. Each cell is ``ok`` (the spec agrees
+with every step), the rules broken, ``stopped`` (the endpoint's process would exit: an
+exception out of a scheduler handler; ``unjudged`` while the spec has no ``STOPPED``
+status) or ``ERROR`` (the harness did not fit the version:
+ADP-001, never a verdict).
+
+Run: ``python -m kvfence.adapters.sglang_scenarios 0.5.23 0.5.22 0.5.17`` prints the
+Markdown table docs/engines.md shows.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from attrs import frozen
+from kvfence.model.actions import (
+    Action,
+    ContinueGeneration,
+    FlushCache,
+    PauseGeneration,
+    Restart,
+    ServeRequest,
+    Sleep,
+    StartRequest,
+    UpdateWeights,
+    WakeUp,
+)
+from kvfence.model.state import Policy
+from kvfence.model.vocabulary import CacheMode, Funnel, PauseMode
+
+from .protocol import AdapterFailure
+
+
+@frozen
+class Scenario:
+    """``name``: the row label. ``actions``: the script (endpoint 0 exact lane, 1 standard
+    lane). ``policy``: the client policy in force (it decides INV-001's waiver)."""
+
+    name: str
+    actions: tuple[Action, ...]
+    policy: Policy = Policy()
+
+
+def _guard(funnel: Funnel) -> Scenario:
+    return Scenario(
+        f"exact lane, idle, {funnel.value} update with flush_cache=false, serve again",
+        (ServeRequest(0, "P"), UpdateWeights(0, 1, funnel, False), ServeRequest(0, "P")),
+    )
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    *(_guard(f) for f in (Funnel.DISK, Funnel.TENSOR, Funnel.DISTRIBUTED, Funnel.IPC)),
+    Scenario(
+        "exact lane, request running, update with flush_cache=false",
+        (StartRequest(0, "r1", "P"), UpdateWeights(0, 1, Funnel.DISK, False)),
+    ),
+    Scenario(
+        "standard lane, request running, update with flush_cache=true, serve again",
+        (
+            StartRequest(1, "r1", "Q"),
+            UpdateWeights(1, 1, Funnel.DISK, True),
+            ServeRequest(1, "Q"),
+        ),
+    ),
+    Scenario(
+        "standard lane, flush_cache omitted (client opts out)",
+        (ServeRequest(1, "P"), UpdateWeights(1, 1, Funnel.DISK, None), ServeRequest(1, "P")),
+        Policy(mode=CacheMode.NONE),
+    ),
+    Scenario(
+        "standard lane, flush_cache=false (client opts out), serve again",
+        (ServeRequest(1, "P"), UpdateWeights(1, 1, Funnel.TENSOR, False), ServeRequest(1, "P")),
+        Policy(mode=CacheMode.NONE),
+    ),
+    Scenario(
+        "/flush_cache while a request runs",
+        (StartRequest(1, "r1", "P"), FlushCache(1)),
+    ),
+    Scenario(
+        "retract pause, update with flush, continue",
+        (
+            StartRequest(1, "r1", "P"),
+            PauseGeneration(1, PauseMode.RETRACT),
+            UpdateWeights(1, 1, Funnel.DISK, True),
+            ContinueGeneration(1),
+        ),
+    ),
+    Scenario(
+        "in_place pause, update with flush",
+        (
+            StartRequest(1, "r1", "P"),
+            PauseGeneration(1, PauseMode.IN_PLACE),
+            UpdateWeights(1, 1, Funnel.DISK, True),
+        ),
+    ),
+    Scenario(
+        "abort pause, update with flush, continue, serve",
+        (
+            StartRequest(1, "r1", "P"),
+            PauseGeneration(1, PauseMode.ABORT),
+            UpdateWeights(1, 1, Funnel.DISK, True),
+            ContinueGeneration(1),
+            ServeRequest(1, "P"),
+        ),
+    ),
+    Scenario(
+        "sleep (release memory), wake up, serve",
+        (ServeRequest(1, "P"), Sleep(1), WakeUp(1), ServeRequest(1, "P")),
+    ),
+    Scenario(
+        "update, restart, serve",
+        (
+            ServeRequest(1, "P"),
+            UpdateWeights(1, 1, Funnel.DISK, True),
+            Restart(1),
+            ServeRequest(1, "P"),
+        ),
+    ),
+)
+
+
+def judge(adapter: object, scenario: Scenario) -> str:
+    """One cell: ``ok``, the rules broken (``FAIL ENG-001``), ``stopped`` or ``ERROR ...``."""
+    from kvfence.adapters.clients import ReferenceClient
+    from kvfence.conformance.lockstep import (
+        AdapterError,
+        ConformanceFailure,
+        Lockstep,
+        Recorder,
+    )
+
+    steps = Lockstep(adapter, ReferenceClient(), Recorder())  # type: ignore[arg-type]
+    try:
+        steps.start(adapter.fixed_configs, scenario.policy)  # type: ignore[attr-defined]
+        for action in scenario.actions:
+            steps.run(action)
+    except ConformanceFailure as failure:
+        stopped = steps.lines and steps.lines[-1].get("observed", {}).get("status") == "stopped"
+        broken = " ".join(sorted({v.rule for v in failure.violations}))
+        return f"FAIL {broken}" + (" (stopped)" if stopped else "")
+    except AdapterError as e:
+        from .sglang_engine import EngineStopped
+
+        if isinstance(e.__cause__, EngineStopped):
+            return "stopped (unjudged: the spec has no STOPPED status)"
+        return f"ERROR {e}"
+    if steps.lines and steps.lines[-1].get("observed", {}).get("status") == "stopped":
+        return "ok (stopped)"
+    return "ok"
+
+
+def table(versions: Sequence[str]) -> str:
+    """The Markdown table: one row per scenario, one column per version."""
+    from .sglang_engine import SglangAdapter
+
+    columns: dict[str, list[str]] = {}
+    for version in versions:
+        adapter = SglangAdapter(version)
+        try:
+            columns[version] = [judge(adapter, s) for s in SCENARIOS]
+        except AdapterFailure as e:
+            columns[version] = [f"ERROR {e}"] * len(SCENARIOS)
+        finally:
+            adapter.close()
+    head = "| scenario | " + " | ".join(versions) + " |"
+    rule = "|---|" + "---|" * len(versions)
+    rows = [
+        "| " + s.name + " | " + " | ".join(columns[v][i] for v in versions) + " |"
+        for i, s in enumerate(SCENARIOS)
+    ]
+    return "\n".join([head, rule, *rows])
+
+
+if __name__ == "__main__":
+    print(table(sys.argv[1:] or ["0.5.23"]))

@@ -1,0 +1,254 @@
+"""The stubbed half of an SGLang endpoint: model runner, memory pools, metrics.
+
+Everything SGLang runs on a GPU is replaced here, and nothing else. The scheduler-side
+control plane that decides whether a weight update flushes the radix cache (SGLang
+``python/sglang/srt/managers/scheduler.py``, ``scheduler_components/weight_updater.py``,
+``flush_wrapper.py``, ``mem_cache/*radix_cache.py``) stays upstream's own code; see
+:mod:`adapters.sglang_host`.
+
+* ``StubRunner``: a model runner whose "weights" are one integer version. It offers both
+  runner APIs SGLang has used: the 0.5.20+ one (``weight_update_runners()`` yielding
+  ``(role, runner)`` with ``runner.weight_updater.update_weights_from_disk(path, fmt,
+  recapture_cuda_graph=...)``) and the 0.5.17 one (``tp_worker.update_weights_from_disk
+  (recv_req)``). The version a call installs is carried in the request's
+  ``weight_version`` label (``"v3"`` installs 3), so weights and label move together
+  exactly as far as SGLang moves them.
+* ``KvPool``: the token-to-KV allocator the radix tree frees into. Each KV slot remembers
+  the weight version that "computed" it, so the cache probe reads provenance from the
+  indices the real tree returns, not from a side table.
+* ``Recorder``: an inert stand-in for pools, metrics, grammar and the memory saver that
+  records every call (``flush_cache`` calls ``clear()`` on the pools, for instance).
+* ``install_torchvision_stub``: CPU torch wheels ship no torchvision; transformers and
+  SGLang import it at module level.
+
+No SGLang import here: this module is imported inside the host process before SGLang.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+import types
+from typing import Any
+
+GARBAGE = -1
+
+
+def version_label(version: int) -> str:
+    """The ``weight_version`` string kvfence sends for ``version`` (SGLang labels are free
+    text): ``3 -> "v3"``."""
+    return f"v{version}"
+
+
+def label_version(label: object) -> int | None:
+    """The kvfence version an SGLang label names (``"v3" -> 3``, SGLang's launch default
+    ``"default" -> 0``); ``None`` for anything else."""
+    if label == "default":
+        return 0
+    if isinstance(label, str) and label.startswith("v") and label[1:].isdigit():
+        return int(label[1:])
+    return None
+
+
+class StubWeightUpdater:
+    """The runner's ``weight_updater`` (SGLang ``model_executor/model_runner`` 0.5.20+):
+    every load succeeds and installs the version named by ``pending``."""
+
+    def __init__(self, runner: StubRunner) -> None:
+        self._runner = runner
+
+    def _load(self) -> tuple[bool, str]:
+        self._runner.version = self._runner.pending
+        return True, "stub runner: loaded"
+
+    def update_weights_from_disk(self, model_path, load_format=None, **kwargs):
+        return self._load()
+
+    def update_weights_from_tensor(self, named_tensors=None, load_format=None, **kwargs):
+        return self._load()
+
+    def receive_weights_from_distributed(self, **kwargs):
+        return ["stub-weights"]
+
+    def load_weights_from_distributed(self, weights):
+        return self._load()
+
+    def update_weights_from_ipc(self, recv_req):
+        return self._load()
+
+    def begin_weight_update(self, *args, **kwargs) -> None:
+        pass
+
+    def end_weight_update(self, *args, **kwargs) -> None:
+        pass
+
+
+class StubRunner:
+    """A model runner with one integer weight version and a torch module for SGLang's
+    static-state export on release_memory_occupation."""
+
+    def __init__(self, version: int = 0) -> None:
+        import torch
+
+        self.version = version
+        self.pending = version
+        self.weight_updater = StubWeightUpdater(self)
+        self.model = torch.nn.Linear(2, 2)
+
+
+class StubTpWorker:
+    """``Scheduler.tp_worker``: both the 0.5.20+ runner fan-out and the 0.5.17 direct API."""
+
+    def __init__(self, runner: StubRunner) -> None:
+        self.model_runner = runner
+
+    # 0.5.20+: the weight updater manager fans out over runners
+    def weight_update_runners(self):
+        return [("target", self.model_runner)]
+
+    def deserialize_own_rank(self, serialized):
+        import torch
+
+        return [("stub.weight", torch.zeros(1))]
+
+    # 0.5.17: the manager calls the worker with the request
+    def _load(self) -> tuple[bool, str]:
+        return self.model_runner.weight_updater._load()
+
+    def update_weights_from_disk(self, recv_req):
+        return self._load()
+
+    def update_weights_from_tensor(self, recv_req):
+        return self._load()
+
+    def update_weights_from_distributed(self, recv_req):
+        return self._load()
+
+    def update_weights_from_ipc(self, recv_req):
+        return self._load()
+
+
+class KvPool:
+    """KV slots and the weight version that computed each (``GARBAGE`` once freed).
+
+    Also the ``token_to_kv_pool_allocator`` handed to the radix tree: the tree calls
+    ``free`` on duplicate or evicted indices; ``clear`` is what ``Scheduler.flush_cache``
+    calls after resetting the tree.
+    """
+
+    device = "cpu"
+
+    def __init__(self) -> None:
+        self.version_of: dict[int, int] = {}
+        self._next = 0
+        self.calls: list[str] = []
+
+    def alloc(self, n: int, version: int):
+        import torch
+
+        idx = torch.arange(self._next, self._next + n, dtype=torch.int64)
+        for i in range(self._next, self._next + n):
+            self.version_of[i] = version
+        self._next += n
+        return idx
+
+    def versions(self, indices) -> set[int]:
+        return {self.version_of.get(int(i), GARBAGE) for i in indices}
+
+    def free(self, indices, *args, **kwargs) -> None:
+        self.calls.append("free")
+        for i in indices:
+            self.version_of[int(i)] = GARBAGE
+
+    def free_segment(self, indices, *args, **kwargs) -> None:
+        self.free(indices)
+
+    def clear(self) -> None:
+        self.calls.append("clear")
+        self.version_of = dict.fromkeys(self.version_of, GARBAGE)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *a, **k: self.calls.append(name)
+
+
+class Recorder:
+    """An inert pool / metrics / grammar / memory-saver stand-in: records each call by
+    name; ``attrs`` are plain attributes SGLang reads."""
+
+    def __init__(self, name: str, **attrs: Any) -> None:
+        self._name = name
+        self.log: list[tuple[str, tuple, dict]] = []
+        self.__dict__.update(attrs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return lambda *a, **k: self.log.append((name, a, k))
+
+
+def install_torchvision_stub() -> None:
+    """Register an empty ``torchvision`` so transformers and SGLang import on CPU torch.
+
+    transformers' availability probe is cached as False first, so it keeps treating
+    torchvision as absent; SGLang only reads ``InterpolationMode`` at import time."""
+    if "torchvision" in sys.modules:
+        return
+    try:
+        import transformers.utils.import_utils as iu
+
+        iu.is_torchvision_available()
+    except Exception:
+        pass
+
+    class InterpolationMode:
+        NEAREST = "nearest"
+        BILINEAR = "bilinear"
+        BICUBIC = "bicubic"
+        LANCZOS = "lanczos"
+        BOX = "box"
+        HAMMING = "hamming"
+        NEAREST_EXACT = "nearest-exact"
+
+    def unavailable(*a: Any, **k: Any) -> Any:
+        raise RuntimeError("torchvision is stubbed in kvfence's SGLang host")
+
+    names = (
+        "torchvision",
+        "torchvision.transforms",
+        "torchvision.transforms.functional",
+        "torchvision.transforms.v2",
+        "torchvision.transforms.v2.functional",
+        "torchvision.io",
+        "torchvision.ops",
+    )
+    for name in names:
+        m = types.ModuleType(name)
+        m.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        m.__path__ = []
+        m.InterpolationMode = InterpolationMode
+        m.decode_jpeg = m.decode_image = m.read_file = unavailable
+        sys.modules[name] = m
+    for name in names[1:]:
+        parent, _, child = name.rpartition(".")
+        setattr(sys.modules[parent], child, sys.modules[name])
+    sys.modules["torchvision"].__version__ = "0.0.0+kvfence-stub"
+
+
+def tolerate_config_reregistration() -> None:
+    """SGLang releases before transformers learnt a model type register their own config
+    class for it at import (``sglang/srt/configs/*.py``, e.g. ``qwen3_asr`` in 0.5.17);
+    transformers 5.x refuses a second registration. Let the older SGLang's registration
+    win quietly (``exist_ok=True``), as it did on the transformers it was released with."""
+    from transformers import AutoConfig
+
+    if getattr(AutoConfig.register, "_kvfence", False):
+        return
+    original = AutoConfig.register
+
+    def register(model_type: str, config: Any, exist_ok: bool = False) -> None:
+        original(model_type, config, exist_ok=True)
+
+    register._kvfence = True  # type: ignore[attr-defined]
+    AutoConfig.register = register

@@ -1,0 +1,309 @@
+"""Upstream SGLang's scheduler control plane on CPU under kvfence (adapters.sglang_engine).
+
+Endpoint 0 is an exact lane (``rl_on_policy_target`` set), endpoint 1 a standard lane; both
+have the radix cache on. Scripted runs pin the findings on 0.5.23 to the rules they break:
+
+* ENG-001: on the exact lane an update with ``flush_cache=False`` succeeds and leaves the old
+  prefix matchable in the real tree, on every upstream funnel (disk, tensor, distributed,
+  ipc): no guard is tied to ``rl_on_policy_target``.
+* FC-002: with a request running, an update with ``flush_cache=True`` installs the new
+  weights, moves the label and reports ``success=False`` (FC-001 holds), but nothing closes
+  the endpoint: the stale prefix is served again.
+
+and what 0.5.23 does right (a refused /flush_cache reports it, retract-then-update flushes,
+the standard lane flushes only when asked). ``run_check`` with the ``ci`` budget must FAIL
+on ENG-001. A broken harness is ERROR (ADP-001), never a verdict.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kvfence.adapters.clients import ReferenceClient
+from kvfence.adapters.sglang_engine import SglangAdapter
+from kvfence.conformance.lockstep import ConformanceFailure, Lockstep, Recorder
+from kvfence.conformance.runner import run_check
+from kvfence.model import semantics as spec
+from kvfence.model.actions import (
+    Action,
+    ContinueGeneration,
+    FlushCache,
+    PauseGeneration,
+    ServeRequest,
+    StartRequest,
+    UpdateWeights,
+)
+from kvfence.model.state import Policy, initial_state
+from kvfence.model.vocabulary import CacheMode, Funnel, PauseMode, Status
+
+pytestmark = pytest.mark.sglang
+
+OVERLAYS = Path(__file__).parent / "overlays"
+"""Fork overlays written for these tests: ``exact_guard`` (an exact-lane guard that stops
+on a refused flush) and ``broken`` (reads an attribute no SGLang has)."""
+
+
+def need(version: str) -> None:
+    """Skip, naming the install command, unless ``version`` is in its folder under
+    ``$KVFENCE_SGLANG_HOME`` (default ``.sglang``) and torch imports."""
+    home = Path(os.environ.get("KVFENCE_SGLANG_HOME", ".sglang"))
+    if not (home / version / "sglang").is_dir() or importlib.util.find_spec("torch") is None:
+        pytest.skip(
+            f"SGLang {version} is not installed: run `bash scripts/install-sglang.sh {version}`"
+        )
+
+
+UPSTREAM_FUNNELS = (Funnel.DISK, Funnel.TENSOR, Funnel.DISTRIBUTED, Funnel.IPC)
+
+
+class Shared:
+    """An adapter whose ``close`` waits for the module's end (``run_check`` closes its
+    engine; the SGLang hosts take ~15 s to start)."""
+
+    def __init__(self, inner: SglangAdapter) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def start(self, configs):
+        return self.inner.start(configs)
+
+    def apply(self, action):
+        return self.inner.apply(action)
+
+    def server_info(self, endpoint: int):
+        return self.inner.server_info(endpoint)
+
+    def close(self) -> None:
+        """Kept open for the module's next test."""
+
+
+@pytest.fixture(scope="module")
+def sglang():
+    need("0.5.23")
+    adapter = SglangAdapter("0.5.23")
+    yield Shared(adapter)
+    adapter.close()
+
+
+def script(adapter: Any, actions: list[Action], policy: Policy = Policy()) -> tuple[list, Any]:
+    """Run ``actions`` in lockstep from a fresh start: the violations of the first failing
+    step (empty if none) and the lockstep (its ``lines`` hold every observation)."""
+    steps = Lockstep(adapter, ReferenceClient(), Recorder())
+    steps.start(adapter.fixed_configs, policy)
+    for action in actions:
+        try:
+            steps.run(action)
+        except ConformanceFailure as failure:
+            return failure.violations, steps
+    return [], steps
+
+
+def rules(violations: list) -> set[str]:
+    return {v.rule for v in violations}
+
+
+def observed(steps: Any, index: int = -1) -> dict[str, Any]:
+    return steps.lines[index]["observed"]
+
+
+# ----- what 0.5.23 gets wrong -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("funnel", UPSTREAM_FUNNELS, ids=lambda f: f.value)
+def test_exact_lane_keeps_old_prefix_when_not_asked_to_flush(sglang, funnel):
+    bad, steps = script(sglang, [ServeRequest(0, "P"), UpdateWeights(0, 1, funnel, False)])
+    assert rules(bad) == {"ENG-001"}, bad
+    seen = observed(steps)
+    assert seen["status"] == "ok"  # SGLang reports success...
+    assert [e["version"] for e in seen["view"]["cache"]] == [0]  # ...and P's v0 KV stays
+    assert seen["view"]["weights"] == 1 and seen["view"]["label"] == 1
+
+
+def test_refused_requested_flush_reports_failure_but_keeps_serving(sglang):
+    """0.5.23's ``success=False`` case: weights and label move on, the tree keeps the old
+    prefix, and nothing stops the endpoint from serving it (FC-002)."""
+    actions = [
+        StartRequest(1, "r1", "Q"),
+        UpdateWeights(1, 1, Funnel.DISK, True),
+        ServeRequest(1, "Q"),
+    ]
+    bad, steps = script(sglang, actions)
+    update = observed(steps, 1)
+    assert update["status"] == "rejected"
+    assert "cache was not flushed" in update["detail"]
+    assert update["view"]["weights"] == 1 and update["view"]["label"] == 1
+    assert rules(bad) == {"FC-002"}, bad
+    assert observed(steps)["status"] == "ok"  # served from the stale tree
+
+
+def test_ci_run_fails_on_the_exact_lane_guard(sglang, tmp_path):
+    result = run_check(sglang, ReferenceClient(), out_dir=tmp_path)
+    assert result.verdict == "FAIL", result.error
+    assert "ENG-001" in result.caught()
+    assert set(result.caught()) <= {"ENG-001", "FC-001", "FC-002"}, result.violations
+    assert result.counterexample is not None and result.steps <= 3
+    verdicts = {r.rule.id: r.verdict for r in result.rules}
+    assert verdicts["ADP-001"] == "PASS" and verdicts["ADP-002"] == "PASS"
+    assert verdicts["INV-004"] == "SKIP"  # no model runs: no byte oracle
+
+
+# ----- what 0.5.23 does right -----------------------------------------------------------
+
+
+def test_standard_lane_flushes_only_when_asked(sglang):
+    none = Policy(mode=CacheMode.NONE)  # a client that opts out: the caller's choice holds
+    kept = [ServeRequest(1, "P"), UpdateWeights(1, 1, Funnel.TENSOR, False), ServeRequest(1, "P")]
+    bad, steps = script(sglang, kept, none)
+    assert bad == [] and observed(steps)["view"]["cache"][0]["version"] == 0
+    flushed = [ServeRequest(1, "P"), UpdateWeights(1, 1, Funnel.DISK, True)]
+    bad, steps = script(sglang, flushed)
+    assert bad == [] and observed(steps)["view"]["cache"] == []
+
+
+def test_flush_refused_while_a_request_runs_and_says_so(sglang):
+    bad, steps = script(sglang, [StartRequest(0, "r1", "P"), FlushCache(0)])
+    assert bad == []
+    assert observed(steps)["status"] == "rejected" and observed(steps)["flushed"] is False
+
+
+def test_retract_then_update_flushes_and_resumes_under_new_weights(sglang):
+    actions = [
+        StartRequest(0, "r1", "P"),
+        PauseGeneration(0, PauseMode.RETRACT),
+        UpdateWeights(0, 1, Funnel.DISK, True),
+        ContinueGeneration(0),
+    ]
+    bad, steps = script(sglang, actions)
+    assert bad == []
+    assert observed(steps, 2)["view"]["cache"] == []
+    assert [e["version"] for e in observed(steps)["view"]["cache"]] == [1]  # recomputed
+
+
+def test_in_place_pause_blocks_the_flush(sglang):
+    actions = [
+        StartRequest(1, "r1", "P"),
+        PauseGeneration(1, PauseMode.IN_PLACE),
+        UpdateWeights(1, 1, Funnel.DISK, True),
+    ]
+    bad, steps = script(sglang, actions)
+    assert bad == [] and observed(steps)["status"] == "rejected"
+
+
+def test_server_info_is_the_real_build_server_info(sglang):
+    sglang.start(sglang.fixed_configs)
+    assert sglang.server_info(0) == {"disable_radix_cache": False, "rl_on_policy_target": "fsdp"}
+    assert sglang.server_info(1) == {"disable_radix_cache": False, "rl_on_policy_target": None}
+    assert sglang.loaded == {"version": "0.5.23", "tree": "UnifiedRadixCache"}
+
+
+# ----- the adapter's own breakage is ERROR, never a verdict -----------------------------
+
+
+def test_missing_version_is_an_error_naming_the_install_command(tmp_path):
+    result = run_check(SglangAdapter("0.0.1"), ReferenceClient(), out_dir=tmp_path)
+    assert result.verdict == "ERROR" and result.caught() == ()
+    assert "install-sglang.sh 0.0.1" in result.error
+
+
+def test_broken_harness_is_adp_001_naming_version_and_attribute(tmp_path):
+    need("0.5.23")
+    adapter = SglangAdapter("0.5.23", overlay=OVERLAYS / "broken", lanes=("exact",))
+    result = run_check(adapter, ReferenceClient(), out_dir=tmp_path)
+    assert result.verdict == "ERROR" and result.caught() == ()
+    assert "ADP-001" in result.error and "SGLang 0.5.23" in result.error
+    assert "kvfence_attribute_that_no_sglang_has" in result.error
+
+
+def test_apply_before_start_and_unknown_endpoint_are_failures(sglang):
+    from kvfence.adapters.protocol import AdapterFailure
+
+    with pytest.raises(AdapterFailure, match="before start"):
+        SglangAdapter("0.5.23").apply(FlushCache(0))
+    sglang.start(sglang.fixed_configs)
+    with pytest.raises(AdapterFailure, match=r"endpoints 0\.\.1"):
+        sglang.apply(FlushCache(2))
+
+
+def test_stopped_status_is_known_to_the_adapter():
+    """A handler that raises stops the endpoint; the adapter reports it as STOPPED (or,
+    with a spec that has no such status, as an adapter failure: never OK)."""
+    adapter = SglangAdapter("0.5.23")
+    out = {"status": "stopped", "detail": "RuntimeError: refused"}
+    if hasattr(Status, "STOPPED"):
+        assert adapter._observation(out).status is Status.STOPPED
+    else:
+        from kvfence.adapters.protocol import AdapterFailure
+
+        with pytest.raises(AdapterFailure, match="STOPPED"):
+            adapter._observation(out)
+
+
+# ----- a fork's overlay: the exact-lane guard ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def guarded():
+    need("0.5.23")
+    adapter = SglangAdapter("0.5.23", overlay=OVERLAYS / "exact_guard")
+    yield Shared(adapter)
+    adapter.close()
+
+
+@pytest.mark.parametrize("funnel", UPSTREAM_FUNNELS, ids=lambda f: f.value)
+def test_overlay_guard_turns_eng_001_from_fail_to_pass(sglang, guarded, funnel):
+    actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, funnel, False), ServeRequest(0, "P")]
+    bad, _ = script(sglang, actions)
+    assert rules(bad) == {"ENG-001"}
+    bad, steps = script(guarded, actions)
+    assert bad == []
+    assert observed(steps, 1)["view"]["cache"] == []  # the forced flush emptied the tree
+    assert observed(steps)["view"]["cache"][0]["version"] == 1  # P recomputed under v1
+
+
+def test_overlay_leaves_the_standard_lane_alone(guarded):
+    bad, steps = script(
+        guarded,
+        [ServeRequest(1, "P"), UpdateWeights(1, 1, Funnel.DISK, False)],
+        Policy(mode=CacheMode.NONE),
+    )
+    assert bad == [] and observed(steps)["view"]["cache"][0]["version"] == 0
+
+
+def test_overlay_refused_forced_flush_stops_the_endpoint(guarded):
+    """A running request makes the forced flush refuse: the overlay raises out of the
+    handler, and the endpoint stops instead of answering (SGLang's scheduler process exits).
+    The adapter never reports that as OK."""
+    from kvfence.adapters.protocol import AdapterFailure
+
+    guarded.start(guarded.fixed_configs)
+    guarded.apply(StartRequest(0, "r1", "P"))
+    if hasattr(Status, "STOPPED"):
+        obs = guarded.apply(UpdateWeights(0, 1, Funnel.DISK, False))
+        assert obs.status is Status.STOPPED
+        assert "RuntimeError: exact lane" in obs.detail
+        assert guarded.apply(ServeRequest(0, "P")).status is Status.STOPPED
+    else:
+        with pytest.raises(AdapterFailure, match="RuntimeError: exact lane"):
+            guarded.apply(UpdateWeights(0, 1, Funnel.DISK, False))
+
+
+def test_overlay_refused_forced_flush_is_judged_fail_closed(guarded):
+    """The spec's fail-closed-by-stopping: an engine that stops on a refused mandatory flush
+    on an exact lane breaks no MUST rule."""
+    actions = [StartRequest(0, "r1", "P"), UpdateWeights(0, 1, Funnel.DISK, False)]
+    state = initial_state(guarded.fixed_configs)
+    state = spec.step(state, actions[0])[0][0]
+    allowed = {o.observation.status.value for _, o in spec.step(state, actions[1])}
+    if "stopped" not in allowed:
+        pytest.skip(
+            "the spec does not allow STOPPED here yet (fail-closed-by-stopping pending in "
+            f"model/semantics.py; it allows {sorted(allowed)})"
+        )
+    bad, steps = script(guarded, actions)
+    assert bad == [] and observed(steps)["status"] == "stopped"

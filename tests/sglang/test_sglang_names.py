@@ -1,0 +1,48 @@
+"""Engine names and flags for the SGLang lane; no SGLang needed (construction is cheap)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kvfence.adapters import registry
+from kvfence.adapters.sglang_engine import DEFAULT_VERSION, SglangAdapter
+from kvfence.conformance.cli import main
+from kvfence.model.vocabulary import Lane
+
+OVERLAYS = Path(__file__).parent / "overlays"
+
+
+def test_sglang_names_pick_the_version():
+    assert registry.engine("sglang").version == DEFAULT_VERSION == "0.5.23"
+    adapter = registry.engine("sglang@0.5.22")
+    assert (adapter.version, adapter.name) == ("0.5.22", "sglang@0.5.22")
+    assert registry.engine("sglang@0.4.10.post2").version == "0.4.10.post2"
+
+
+def test_endpoints_are_an_exact_and_a_standard_lane():
+    configs = SglangAdapter().fixed_configs
+    assert [c.lane for c in configs] == [Lane.EXACT, Lane.STANDARD]
+    assert all(c.radix for c in configs)
+    assert dict(configs[0].info) == {"disable_radix_cache": False, "rl_on_policy_target": "fsdp"}
+
+
+@pytest.mark.parametrize("name", ["sglang@", "sglang@latest", "sglang@0.5.23;rm"])
+def test_bad_version_is_a_usage_error(name):
+    with pytest.raises(ValueError, match="not an SGLang version"):
+        registry.engine(name)
+
+
+def test_overlay_only_for_sglang_and_must_be_a_folder(tmp_path):
+    with pytest.raises(ValueError, match="--overlay applies to the sglang engines"):
+        registry.engine("reference", overlay=str(tmp_path))
+    with pytest.raises(ValueError, match="is not a folder"):
+        registry.engine("sglang", overlay=str(tmp_path / "missing"))
+    adapter = registry.engine("sglang", overlay=str(OVERLAYS / "exact_guard"))
+    assert adapter.name == "sglang@0.5.23+overlay"
+
+
+def test_cli_usage_errors_exit_3(tmp_path, capsys):
+    assert main(["check", "--engine", "sglang@x.y", "--out", str(tmp_path)]) == 3
+    assert main(["check", "--engine", "reference", "--overlay", str(tmp_path)]) == 3
+    assert "--overlay applies" in capsys.readouterr().out
