@@ -15,17 +15,19 @@ from pathlib import Path
 from typing import NoReturn
 
 from attrs import frozen
+from rich.console import Console
+from rich.table import Table
+
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import BY_NAME as MUTANTS_BY_NAME
 from kvfence.adapters.mutants import MUTANTS, Mutant
 from kvfence.model import lifecycle
 from kvfence.model.actions import TraceError
-from kvfence.model.rules import RULES
-from rich.console import Console
-from rich.table import Table
+from kvfence.model.rules import BY_ID, RULES
 
-from .report import print_result, write_json, write_junit
+from .report import clean, print_result, write_json, write_junit
 from .runner import PROFILES, Result, run_check
+from .verdict import REPLAY_WORDS, ReplayKind, Verdict
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_USAGE = 0, 1, 2, 3
 
@@ -58,6 +60,13 @@ def seconds(text: str) -> float:
     return value
 
 
+def rule_id(text: str) -> str:
+    """A rule ID of the registry, exactly as ``kvfence rules`` lists it."""
+    if text not in BY_ID:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rule ID (see `kvfence rules`)")
+    return text
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=sorted(PROFILES), default="ci", help="budget")
     p.add_argument("--seed", type=int, help="random seed (dev/fuzz; ci is derandomized)")
@@ -80,6 +89,11 @@ def build_parser() -> Parser:
         default="reference",
         help=f"one of: {', '.join(registry.CLIENTS)}, or package.module:function",
     )
+    p.add_argument(
+        "--focus",
+        type=rule_id,
+        help="search until this rule is shown broken; rules broken on the way still FAIL",
+    )
     _common(p)
 
     p = sub.add_parser("mutants", help="show the reference passing and every mutant killed")
@@ -96,6 +110,7 @@ def build_parser() -> Parser:
     )
     p.add_argument("--client", help="client for SyncWeights steps (default: the header's)")
     p.add_argument("--allow-other-spec", action="store_true", help="read another spec's trace")
+    p.add_argument("--strict", action="store_true", help="SHOULD rules fail too (as check)")
     p.add_argument("--timeout", type=seconds, default=120.0)
 
     p = sub.add_parser("explore", help="exhaustive breadth-first search within bounds")
@@ -133,6 +148,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         strict=args.strict,
         timeout=args.timeout,
         max_examples=args.max_examples,
+        focus=args.focus,
     )
     print_result(result, console)
     if not _write_reports([result], args, console):
@@ -292,13 +308,21 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     finally:
         if engine is not None:
             engine.close()
-    word = {"FAIL": "FAILED", "PASS": "FIXED"}.get(replayed.kind, "ERROR")
-    console.print(f"{word} {args.trace} against {against}")
+    word, code = REPLAY_WORDS[replayed.kind], EXIT_ERROR
+    if replayed.kind is ReplayKind.FAIL:
+        # As `check` judges: a SHOULD rule broken is WARN (exit 0) unless --strict.
+        musts = [v for v in replayed.violations if BY_ID[v.rule].level == "MUST"]
+        warn_only = not musts and not args.strict
+        word = Verdict.WARN.value if warn_only else word
+        code = EXIT_PASS if warn_only else EXIT_FAIL
+    elif replayed.kind is ReplayKind.PASS:
+        code = EXIT_PASS
+    console.print(f"{word} {clean(args.trace)} against {clean(against)}", markup=False)
     for v in replayed.violations:
-        console.print(f"  violated {v}")
+        console.print(f"  violated {clean(v)}", markup=False)
     if replayed.message:
-        console.print(f"  {replayed.message}")
-    return {"FAILED": EXIT_FAIL, "FIXED": EXIT_PASS}.get(word, EXIT_ERROR)
+        console.print(f"  {clean(replayed.message)}", markup=False)
+    return code
 
 
 # ----- explore, rules, diagram ---------------------------------------------------------
@@ -307,6 +331,13 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
 def cmd_explore(args: argparse.Namespace, console: Console) -> int:
     from .explore import main_explore
 
+    for what, name, known in (
+        ("engine", args.engine, registry.ENGINES),
+        ("client", args.client, registry.CLIENTS),
+    ):
+        if name is not None and ":" not in name and name not in known:
+            console.print(f"[bold red]usage:[/] unknown {what} {name!r}; known: {', '.join(known)}")
+            return EXIT_USAGE
     code, text = main_explore(
         args.endpoints,
         args.prefixes,
@@ -350,10 +381,18 @@ COMMANDS = {
 }
 
 
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: the shell's code for SIGINT, after a one-line message (no traceback)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    return COMMANDS[args.command](args, console)
+    try:
+        return COMMANDS[args.command](args, console)
+    except KeyboardInterrupt:
+        console.print("[bold magenta]interrupted[/]: no verdict (reports already written stay)")
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from typing import Any
 
 import attrs
 from attrs import frozen
+
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import BY_NAME
 from kvfence.model.actions import Action

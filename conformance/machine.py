@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import event, note, reject
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 from kvfence.model.actions import (
     Action,
@@ -36,9 +37,9 @@ from kvfence.model.actions import (
 from kvfence.model.state import Bounds
 
 from . import strategies
-from .lockstep import MACHINE_BOUNDS, Diverged, Lockstep, Recorder
+from .lockstep import MACHINE_BOUNDS, Diverged, Lockstep, Recorder, Refused
 
-WEIGHTS: dict[type[Action], int] = {
+DRAW_FREQUENCIES: dict[type[Action], int] = {
     ServeRequest: 4,
     StartRequest: 3,
     FinishRequest: 3,
@@ -87,11 +88,12 @@ class KvfenceMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.lockstep.enabled_actions()))
     @rule(data=st.data())
     def step(self, data: st.DataObject) -> None:
-        """Draw an action type by ``WEIGHTS`` among those enabled, then one of its
+        """Draw an action type by ``DRAW_FREQUENCIES`` among those enabled, then one of its
         instances, and run it in lockstep."""
         pool = self.lockstep.enabled_actions()
         kinds = {type(a) for a in pool}
-        weighted = [k for k in WEIGHTS if k in kinds for _ in range(WEIGHTS[k])]
+        freq = DRAW_FREQUENCIES
+        weighted = [k for k in freq if k in kinds for _ in range(freq[k])]
         kind = data.draw(st.sampled_from(weighted), label="action type")
         action = data.draw(st.sampled_from([a for a in pool if type(a) is kind]), label="action")
         event(kind.__name__)
@@ -99,6 +101,8 @@ class KvfenceMachine(RuleBasedStateMachine):
             self.lockstep.run(action)
         except Diverged:
             reject()  # broke only other rules: this example says nothing about the focus
+        except Refused:
+            reject()  # the client raised here: recorded; judge it on other configurations
 
     @invariant()
     def spec_invariants_hold(self) -> None:

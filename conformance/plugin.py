@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 

@@ -7,6 +7,7 @@ tiers, mode ``auto``), so a counterexample carries only the features it needs.
 from __future__ import annotations
 
 from hypothesis import strategies as st
+
 from kvfence.model.state import Config, Policy, server_info
 from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
 
