@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import NoReturn
@@ -22,9 +23,14 @@ from kvfence.adapters import registry
 from kvfence.adapters.mutants import BY_NAME as MUTANTS_BY_NAME
 from kvfence.adapters.mutants import MUTANTS, Mutant
 from kvfence.model import lifecycle
-from kvfence.model.actions import TraceError
+from kvfence.model.actions import Action, TraceError
+from kvfence.model.checks import Violation
+from kvfence.model.explore import explore, initial_states
 from kvfence.model.rules import BY_ID, RULES
+from kvfence.model.state import Bounds, Config, Policy
+from kvfence.model.vocabulary import Tier
 
+from .explore import explore_adapter
 from .report import clean, print_result, write_json, write_junit
 from .runner import PROFILES, Result, run_check
 from .verdict import REPLAY_WORDS, ReplayKind, Verdict
@@ -328,9 +334,170 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
 # ----- explore, rules, diagram ---------------------------------------------------------
 
 
-def cmd_explore(args: argparse.Namespace, console: Console) -> int:
-    from .explore import main_explore
+def default_focus(engine_name: str, client_name: str) -> str | None:
+    """The declared rule of the catalogued mutant among the two names, if any."""
+    for name in (engine_name, client_name):
+        if name in MUTANTS_BY_NAME and name != "reference":
+            return MUTANTS_BY_NAME[name].rule
+    return None
 
+
+# ----- explore: its text --------------------------------------------------------------
+
+
+def cli_bounds(prefixes: int, versions: int, inflight: int) -> Bounds:
+    """``--prefixes K`` names K prefixes P, Q, R, ...; ``--inflight R`` names R request IDs
+    r1..rR; ``--versions V`` is the newest weight version. LoRA revisions stay at 2."""
+    names = tuple(chr(ord("P") + i) if i < 11 else f"P{i}" for i in range(prefixes))
+    rids = tuple(f"r{i + 1}" for i in range(inflight))
+    return Bounds(prefixes=names, rids=rids, versions=versions)
+
+
+def _action_text(action: Action) -> str:
+    fields = action.to_json()
+    name = fields.pop("action")
+    return f"{name}(" + ", ".join(f"{k}={v}" for k, v in fields.items()) + ")"
+
+
+def _trace_text(trace: Sequence[Action], violations: Sequence[Violation]) -> list[str]:
+    out = [f"  {i}. {_action_text(a)}" for i, a in enumerate(trace, start=1)]
+    out += [f"  violated: {v}" for v in violations]
+    return out
+
+
+def _config_text(c: Config) -> str:
+    words = [c.lane.value, "radix on" if c.radix else "radix off"]
+    words += [f for f in ("draft", "encoder", "fp8_kv", "lora") if getattr(c, f)]
+    if c.tiers != frozenset({Tier.DEVICE}):
+        words.append("tiers " + "+".join(sorted(t.value for t in c.tiers)))
+    return "(" + ", ".join(words) + ")"
+
+
+def _policy_text(p: Policy) -> str:
+    flush = "" if p.flush_cache is None else f", flush_cache={p.flush_cache}"
+    return f"mode {p.mode.value}{flush}, pause {p.pause_mode.value}"
+
+
+def _rate(count: int, seconds: float) -> str:
+    return f"{count / seconds:,.0f}" if seconds > 0 else "-"
+
+
+def main_explore(
+    endpoints: int = 2,
+    prefixes: int = 1,
+    versions: int = 2,
+    inflight: int = 1,
+    depth: int = 6,
+    engine: str | None = None,
+    client: str | None = None,
+) -> tuple[int, str]:
+    """``kvfence explore``: the model alone, or model x an in-process SUT when ``engine``
+    or ``client`` is named (the other side is the reference). Returns the exit code (0 no
+    violation, 1 a violation, 2 incomplete or error) and the text to print; ``ValueError``
+    for a usage error (bounds out of range, an engine that cannot be explored).
+
+    The model alone starts from ``model.explore.initial_states(endpoints)``. Model x SUT
+    starts from the ``SETUPS`` that reach a catalogued mutant's rule (``--endpoints`` does
+    not apply to them), else from the same endpoints as the model alone.
+    """
+    if endpoints < 1 or prefixes < 1 or versions < 0 or inflight < 0 or depth < 0:
+        raise ValueError(
+            "need --endpoints >= 1, --prefixes >= 1, --versions >= 0, --inflight >= 0, --depth >= 0"
+        )
+    bounds = cli_bounds(prefixes, versions, inflight)
+    limits = (
+        f"bounds: prefixes {' '.join(bounds.prefixes)}; versions <= {bounds.versions}; "
+        f"request IDs {' '.join(bounds.rids) or '(none)'}; LoRA revisions <= "
+        f"{bounds.lora_revisions}; faults on; depth {depth}"
+    )
+    if engine is None and client is None:
+        return _main_model(endpoints, bounds, depth, limits)
+    return _main_product(endpoints, bounds, depth, limits, engine, client)
+
+
+def _main_model(endpoints: int, bounds: Bounds, depth: int, limits: str) -> tuple[int, str]:
+    (initial,) = initial_states(endpoints)
+    started = time.perf_counter()
+    x = explore(initial, bounds, depth)
+    seconds = time.perf_counter() - started
+    configs = ", ".join(_config_text(ep.config) for ep in initial.endpoints)
+    lines = [
+        f"kvfence explore: the model, {endpoints} endpoint(s) {configs}; "
+        f"client {_policy_text(initial.policy)}",
+        limits,
+        f"distinct states: {x.states:,}   transitions: {x.transitions:,}   "
+        f"depth reached: {x.depth_reached}   complete: {'yes' if x.complete else 'no'}",
+        f"time: {seconds:.1f} s ({_rate(x.states, seconds)} states/s)",
+    ]
+    if x.violation:
+        lines.append(f"FAIL: the spec breaks its own invariants in {len(x.trace)} step(s):")
+        lines += _trace_text(x.trace, x.violation)
+        return 1, "\n".join(lines)
+    if not x.complete:
+        lines.append("INCOMPLETE: the search was cut short")
+        return 2, "\n".join(lines)
+    lines.append("PASS: no violation within bounds")
+    return 0, "\n".join(lines)
+
+
+def _main_product(
+    endpoints: int,
+    bounds: Bounds,
+    depth: int,
+    limits: str,
+    engine: str | None,
+    client: str | None,
+) -> tuple[int, str]:
+    e, c = engine or "reference", client or "reference"
+    focus = default_focus(e, c)
+    # Every setup (tiers, draft, encoder, FP8, LoRA, exact lane, opt-out, unreported) for a
+    # system we know nothing about; a catalogued mutant gets the setups its rule needs.
+    started = time.perf_counter()
+    adapter = registry.engine(e)
+    if not (hasattr(adapter, "snapshot") and hasattr(adapter, "restore")):
+        adapter.close()
+        raise ValueError(f"engine {e!r} cannot be explored: not in-process")
+    x = explore_adapter(adapter, registry.client(c), None, None, bounds, depth, focus=focus)
+    seconds = time.perf_counter() - started
+    chosen = f"chosen for {focus}" if focus else "all setups: an unknown system"
+    where = f"setups {', '.join(x.setups)} ({chosen})"
+    lines = [
+        f"kvfence explore: the model x engine {e} x client {c}; {where}",
+        limits,
+        f"distinct states: {x.states:,}   transitions: {x.transitions:,}   "
+        f"depth reached: {x.depth_reached}   complete: {'yes' if x.complete else 'no'}",
+        f"time: {seconds:.1f} s ({_rate(x.states, seconds)} states/s, "
+        f"{_rate(x.transitions, seconds)} transitions/s)",
+    ]
+    if x.other:
+        lines.append(f"first broke other rules in {len(x.other_trace)} step(s):")
+        lines += _trace_text(x.other_trace, x.other)
+    if x.error:
+        lines.append(f"ERROR after {len(x.trace)} step(s): {x.error}")
+        lines += _trace_text(x.trace, ())
+        return 2, "\n".join(lines)
+    if x.violation:
+        setup = f"setup {x.setup}: " + ", ".join(_config_text(k) for k in x.configs)
+        assert x.policy is not None
+        lines.append(
+            f"FAIL: shortest counterexample, {x.steps} step(s), from {setup}; "
+            f"client {_policy_text(x.policy)}"
+        )
+        lines += _trace_text(x.trace, x.violation)
+        if x.counterexample is not None:
+            lines.append(f"trace: {x.counterexample}")
+        return 1, "\n".join(lines)
+    if x.other:
+        lines.append(f"FAIL: {focus} was not shown broken within depth {depth}")
+        return 1, "\n".join(lines)
+    if not x.complete:
+        lines.append("INCOMPLETE: the search was cut short")
+        return 2, "\n".join(lines)
+    lines.append("PASS: no violation within bounds")
+    return 0, "\n".join(lines)
+
+
+def cmd_explore(args: argparse.Namespace, console: Console) -> int:
     for what, name, known in (
         ("engine", args.engine, registry.ENGINES),
         ("client", args.client, registry.CLIENTS),
@@ -338,15 +505,19 @@ def cmd_explore(args: argparse.Namespace, console: Console) -> int:
         if name is not None and ":" not in name and name not in known:
             console.print(f"[bold red]usage:[/] unknown {what} {name!r}; known: {', '.join(known)}")
             return EXIT_USAGE
-    code, text = main_explore(
-        args.endpoints,
-        args.prefixes,
-        args.versions,
-        args.inflight,
-        args.depth,
-        args.engine,
-        args.client,
-    )
+    try:
+        code, text = main_explore(
+            args.endpoints,
+            args.prefixes,
+            args.versions,
+            args.inflight,
+            args.depth,
+            args.engine,
+            args.client,
+        )
+    except ValueError as e:
+        console.print(f"usage: kvfence explore: {clean(e)}", highlight=False, markup=False)
+        return EXIT_USAGE
     console.print(text, highlight=False, markup=False)
     return code
 

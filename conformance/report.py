@@ -91,7 +91,8 @@ def print_result(result: Result, console: Console | None = None) -> None:
     if result.counterexample:
         console.print(
             f"counterexample ({result.steps} steps): {_text(result.counterexample)}\n"
-            f"replay it: {_text(replay_hint(result))}"
+            f"replay it: {_text(replay_hint(result))}",
+            soft_wrap=True,  # a command to copy: never broken over lines
         )
     style = STYLE.get(result.verdict, "")
     console.print(

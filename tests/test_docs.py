@@ -7,6 +7,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+
 from kvfence.adapters.cases import CASES
 from kvfence.adapters.mutants import MUTANTS
 from kvfence.model.actions import ACTION_TYPES

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import pytest
 from attrs import evolve
+
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import MUTANTS
-from kvfence.conformance.cli import FOCUSED_EXAMPLES
+from kvfence.conformance.cli import FOCUSED_EXAMPLES, cli_bounds, main_explore
 from kvfence.conformance.explore import (
     EXPLORE_BOUNDS,
     SETUPS,
-    cli_bounds,
     explore_adapter,
     fingerprint,
-    main_explore,
     setups_for,
 )
 from kvfence.conformance.replay import replay_trace, trace_actions
@@ -97,7 +96,8 @@ def test_main_explore_model_only():
     assert code == 0, text
     assert "distinct states: 1,272" in text and "transitions: 12,687" in text
     assert "states/s" in text and "PASS" in text
-    assert main_explore(0, 1, 2, 1, 3, None, None)[0] == 2
+    with pytest.raises(ValueError, match="--endpoints >= 1"):
+        main_explore(0, 1, 2, 1, 3, None, None)
 
 
 # ----- model x SUT ------------------------------------------------------------------------
@@ -169,7 +169,13 @@ def test_every_mutant_is_pinned():
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_explorer_finds_a_shortest_counterexample(mutant, out_dir):
     engine, client = _sides(mutant)
-    x = explore_adapter(engine, client, depth=4, out_dir=out_dir)
+    x = explore_adapter(
+        registry.engine(engine),
+        registry.client(client),
+        depth=4,
+        out_dir=out_dir,
+        focus=mutant.rule,
+    )
     assert x.error == ""
     assert x.focus == mutant.rule
     assert mutant.rule in x.caught(), (x.caught(), x.trace)
@@ -193,7 +199,9 @@ def test_explorer_finds_a_shortest_counterexample(mutant, out_dir):
 
 @pytest.mark.parametrize("engine", ["reference", "reference-closing"])
 def test_reference_engines_pass_at_depth_2(engine):
-    x = explore_adapter(engine, "reference", depth=2, out_dir=None)
+    x = explore_adapter(
+        registry.engine(engine), registry.client("reference"), depth=2, out_dir=None
+    )
     assert x.focus is None and x.setups == tuple(s.name for s in SETUPS)
     assert x.violation == () and x.other == () and x.error == ""
     assert x.complete and x.depth_reached == 2 and x.states > 500
@@ -202,14 +210,22 @@ def test_reference_engines_pass_at_depth_2(engine):
 def test_a_path_breaking_another_rule_is_reported_and_not_extended():
     """Focused on a rule the mutant does not break, the search records the shortest path
     that broke another one and goes on without extending it."""
-    x = explore_adapter("sleep-keeps-index", focus="INV-003", depth=2, out_dir=None)
+    x = explore_adapter(
+        registry.engine("sleep-keeps-index"),
+        registry.client("reference"),
+        focus="INV-003",
+        depth=2,
+        out_dir=None,
+    )
     assert x.violation == () and x.counterexample is None and x.complete
     assert {v.rule for v in x.other} == {"ENG-006"} and len(x.other_trace) == 2
 
 
 def test_given_configs_and_policy_are_one_setup(out_dir):
     x = explore_adapter(
-        "flush-forgets-encoder",
+        registry.engine("flush-forgets-encoder"),
+        registry.client("reference"),
+        focus="ENG-003",
         configs=(Config(encoder=True), STANDARD),
         policy=initial_states(1)[0].policy,
         depth=3,
@@ -269,6 +285,12 @@ def test_no_longer_than_the_stateful_run(mutant, out_dir):
         max_examples=FOCUSED_EXAMPLES["ci"],
     )
     assert stateful.steps >= 1 and mutant.rule in stateful.caught()
-    x = explore_adapter(engine, client, depth=4, out_dir=out_dir)
+    x = explore_adapter(
+        registry.engine(engine),
+        registry.client(client),
+        depth=4,
+        out_dir=out_dir,
+        focus=mutant.rule,
+    )
     assert mutant.rule in x.caught()
     assert x.steps <= stateful.steps

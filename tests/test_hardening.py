@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import UpdateNeverFlushes
 from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.adapters.cases import BY_ID
 from kvfence.conformance.replay import replay_trace

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.conformance.cli import main
 from kvfence.conformance.replay import replay_trace
