@@ -215,25 +215,48 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
         search.error = e
         return search
     machine = build_machine(engine, client, search.recorder, opts.bounds, opts.timeout, opts.focus)
-    test = get_state_machine_test(machine, settings=_settings(engine, opts))
-    if opts.seed is not None:
-        test = hypothesis_seed(opts.seed)(test)
-    try:
-        with _hypothesis_home(opts.out_dir):
-            test()
-    except ConformanceFailure:
-        pass
-    except AdapterError as e:
-        search.error = e
-    except Flaky as e:
-        search.error = AdapterError("ADP-001", f"the SUT is not deterministic: {e}")
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # a SystemExit from the SUT is an error, not 'exit 0'
-        search.error = AdapterError("ADP-001", f"{type(e).__name__}: {e}")
-    if search.recorder.error is not None:
-        search.error = search.recorder.error[1]
+    for config, seed in _chunks(_settings(engine, opts), opts.seed):
+        test = get_state_machine_test(machine, settings=config)
+        if seed is not None:
+            test = hypothesis_seed(seed)(test)
+        try:
+            with _hypothesis_home(opts.out_dir):
+                test()
+        except ConformanceFailure:
+            pass
+        except AdapterError as e:
+            search.error = e
+        except Flaky as e:
+            search.error = AdapterError("ADP-001", f"the SUT is not deterministic: {e}")
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # a SystemExit from the SUT is an error, not 'exit 0'
+            search.error = AdapterError("ADP-001", f"{type(e).__name__}: {e}")
+        if search.recorder.error is not None:
+            search.error = search.recorder.error[1]
+        if search.error is not None or search.recorder.failure is not None:
+            break
     return search
+
+
+CHUNK = 500
+"""Examples per Hypothesis run in a random profile. Hypothesis keeps a tree of every choice
+a run drew until the run ends; a fuzz budget split into runs of this size (each with its
+own seed) keeps memory bounded by one chunk instead of growing with the budget (it grew
+to about 1 GB over a 5,000-example fuzz run)."""
+
+
+def _chunks(config: settings, seed: int | None) -> list[tuple[settings, int | None]]:
+    """``config`` as runs of at most ``CHUNK`` examples; a derandomized run stays whole
+    (its chunks would repeat the same examples)."""
+    total = config.max_examples
+    if config.derandomize or total <= CHUNK:
+        return [(config, seed)]
+    sizes = [min(CHUNK, total - start) for start in range(0, total, CHUNK)]
+    return [
+        (settings(config, max_examples=n), None if seed is None else seed + i)
+        for i, n in enumerate(sizes)
+    ]
 
 
 def minimise(
