@@ -15,7 +15,7 @@ from kvfence.model.state import Policy
 from kvfence.model.vocabulary import GARBAGE, Funnel, Kind, PauseMode, Tier
 
 from .clients import NeverFlushClient, ReferenceClient
-from .reference import InFlight, Key, ReferenceEndpoint, Reply
+from .reference import Key, ReferenceEndpoint, Reply, Request
 
 # ----- clients ---------------------------------------------------------------------------
 
@@ -128,11 +128,15 @@ class UpdateNeverFlushes(ReferenceEndpoint):
 
 
 class ForcesFlushOnStandardLane(ReferenceEndpoint):
-    """Violates: ENG-002.
+    """Violates: ENG-011.
 
     Applies the exact-lane guard everywhere: standard lanes lose their cache on every
-    update though the caller asked to keep it. Seed contract SC-2.
+    update though the caller asked to keep it. Safe, so only a SHOULD (a performance note),
+    seen only with ``exact_cache``; it was ENG-002 before that rule was narrowed to the
+    unsafe direction (issue 14 item 2). Seed contract SC-2.
     """
+
+    exact_cache = True
 
     def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
         return self.config.radix or flush_cache is True
@@ -306,9 +310,9 @@ class LoraKeyedByName(ReferenceEndpoint):
     old blocks. vllm-project/vllm #42125 (PF-13); prime-rl PR #1650 (PF-07, LoRA load).
     """
 
-    def _keys(self, prefix: str, lora: bool) -> list[Key]:
-        keys = super()._keys(prefix, lora)
-        return [(p, kind, None if ns is None else "adapter-A") for p, kind, ns in keys]
+    def _keys(self, prefix: str, lora: bool, namespace: int | None = None) -> list[Key]:
+        keys = super()._keys(prefix, lora, namespace)
+        return [(p, kind, None if rev is None else "adapter-A", ns) for p, kind, rev, ns in keys]
 
     def _forget_lora(self) -> None:
         """Nothing to forget: the name did not change."""
@@ -362,7 +366,7 @@ class LabelsWithFinalVersion(ReferenceEndpoint):
     tokens were sampled under an older one. areal-project/AReaL PR #1569 (PF-16).
     """
 
-    def _attribute(self, req: InFlight) -> set[int]:
+    def _attribute(self, req: Request) -> set[int]:
         return {self.weights}
 
 
@@ -423,7 +427,7 @@ MUTANTS: tuple[Mutant, ...] = (
         for f in Funnel
     ),
     _engine("update-never-flushes", UpdateNeverFlushes, "ENG-001", "PF-08"),
-    _engine("forces-flush-on-standard-lane", ForcesFlushOnStandardLane, "ENG-002"),
+    _engine("forces-flush-on-standard-lane", ForcesFlushOnStandardLane, "ENG-011"),
     _engine("swallows-failed-flush", SwallowsFailedFlush, "FC-001"),
     _engine("serves-after-failed-flush", ServesAfterFailedFlush, "FC-002"),
     _engine("crashes-after-swap", CrashesAfterSwap, "FC-001", "PF-04"),

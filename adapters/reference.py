@@ -16,7 +16,7 @@ requests are running or queued with KV; ``update_weights_from_*`` with ``flush_c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from attrs import define, field
 from kvfence.model.actions import (
@@ -42,8 +42,8 @@ from kvfence.model.vocabulary import Funnel, Kind, PauseMode, Phase, Status, Tie
 
 from .protocol import AdapterFailure, Unsupported
 
-Key = tuple[str, Kind, "int | None"]
-"""A radix-cache key: ``(prefix, kind, lora revision or None)``."""
+Key = tuple[str, Kind, "int | None", "int | None"]
+"""A radix-cache key: ``(prefix, kind, lora revision or None, namespace or None)``."""
 
 
 @define
@@ -53,10 +53,11 @@ class CachedKV:
     version: int
     tier: Tier = Tier.DEVICE
     lora: int | None = None
+    namespace: int | None = None
 
 
 @define
-class InFlight:
+class Request:
     """An in-flight request: its prefix, the versions that sampled it, what its KV used."""
 
     prefix: str
@@ -64,6 +65,7 @@ class InFlight:
     sampled: set[int] = field(factory=set)
     uses: set[Use] = field(factory=set)
     retracted: bool = False
+    namespace: int | None = None
 
 
 @define
@@ -79,15 +81,25 @@ class Reply:
     message: str = ""
     lost: bool = False
     output: tuple[object, ...] | None = None
+    stopped: bool = False
 
 
 class ReferenceEndpoint:
     """One correct endpoint. Public methods are its API; ``_hooks`` are what mutants change.
 
+    ``exact_cache``: its adapter declares the ``exact_cache`` capability (the endpoint never
+    drops an entry on its own, so a miss is as telling as a hit). Off by default: an
+    in-process design may drop KV at will; the reference's own tests opt in.
+
     State: ``weights``/``draft``/``scales``/``lora_rev`` versions, ``label``, ``torn``,
     ``dirty`` (failed closed), ``phase``, ``cache`` (key -> ``CachedKV``), ``requests``
-    (rid -> ``InFlight``), ``refuse_next_flush`` (an injected fault).
+    (rid -> ``Request``), ``refuse_next_flush`` (an injected fault).
     """
+
+    exact_cache: ClassVar[bool] = False
+    profile: ClassVar[dict[str, bool]] = {}
+    """Engine profile: ``Config`` fields the adapter declares for every endpoint
+    (``flush_default``, ``versioned_keys``, ``misreports``); the spec applies them."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -101,7 +113,7 @@ class ReferenceEndpoint:
         self.waived = False
         self.phase = Phase.SERVING
         self.cache: dict[Key, CachedKV] = {}
-        self.requests: dict[str, InFlight] = {}
+        self.requests: dict[str, Request] = {}
         self.refuse_next_flush = False
 
     # ----- probes ---------------------------------------------------------------------
@@ -113,8 +125,8 @@ class ReferenceEndpoint:
     def weight_info(self) -> View:
         """vLLM ``/weight_info``-style probe plus a listing of the radix cache."""
         entries = frozenset(
-            Entry(prefix, kind, kv.tier, kv.version, kv.lora)
-            for (prefix, kind, _), kv in self.cache.items()
+            Entry(key[0], key[1], kv.tier, kv.version, kv.lora, kv.namespace)
+            for key, kv in self.cache.items()
         )
         return View(
             weights=None if self.torn else self.weights,
@@ -143,31 +155,38 @@ class ReferenceEndpoint:
             uses.add(Use("lora", self.lora_rev))
         return uses
 
-    def _prefill(self, prefix: str, lora: bool) -> tuple[set[Use], bool]:
+    def _prefill(
+        self, prefix: str, lora: bool, namespace: int | None = None
+    ) -> tuple[set[Use], bool]:
         """Match the prefix in the radix cache, load lower tiers back, else insert."""
         uses = self.current_uses(lora)
         if not self.config.radix:
             return uses, False
-        keys = self._keys(prefix, lora)
+        keys = self._keys(prefix, lora, namespace)
         found = [k for k in keys if k in self.cache]
-        if found:
+        if any(k[1] is Kind.TARGET for k in found):
             for k in found:
                 self._load_back(k)
                 kv = self.cache[k]
                 uses.add(Use(k[1].value, kv.version))
                 if kv.lora is not None:
                     uses.add(Use("lora", kv.lora))
+            self._insert([k for k in keys if k not in found], lora)
             return uses, True
-        for k in keys:
-            version = self.draft if k[1] is Kind.DRAFT else self.weights
-            self.cache[k] = CachedKV(version, lora=self.lora_rev if lora else None)
+        self._insert(keys, lora)
         return uses, False
 
-    def generate(self, prefix: str, lora: bool = False) -> Reply:
-        """SGLang ``POST /generate`` for a whole request."""
+    def _insert(self, keys: list[Key], lora: bool) -> None:
+        """Cache freshly computed KV (and encoder output) under ``keys``."""
+        for k in keys:
+            version = self.draft if k[1] is Kind.DRAFT else self.weights
+            self.cache[k] = CachedKV(version, lora=self.lora_rev if lora else None, namespace=k[3])
+
+    def generate(self, prefix: str, lora: bool = False, namespace: int | None = None) -> Reply:
+        """SGLang ``POST /generate`` for a whole request (``namespace``: its ``extra_key``)."""
         if self.closed:
             return Reply(False, message="endpoint closed: stale cache or torn weights")
-        uses, hit = self._prefill(prefix, lora)
+        uses, hit = self._prefill(prefix, lora, namespace)
         output = self._numerics(prefix, uses, hit)
         return Reply(True, hit, frozenset(uses), frozenset({self.weights}), output=output)
 
@@ -175,12 +194,14 @@ class ReferenceEndpoint:
         """The bytes a cold prefill of ``prefix`` gives under the weights in force."""
         return self._numerics(prefix, self.current_uses(lora), hit=False)
 
-    def start(self, rid: str, prefix: str, lora: bool = False) -> Reply:
+    def start(
+        self, rid: str, prefix: str, lora: bool = False, namespace: int | None = None
+    ) -> Reply:
         """Admit a streaming request; its prefill runs now."""
         if self.closed:
             return Reply(False, message="endpoint closed")
-        uses, hit = self._prefill(prefix, lora)
-        self.requests[rid] = InFlight(prefix, lora, {self.weights}, uses)
+        uses, hit = self._prefill(prefix, lora, namespace)
+        self.requests[rid] = Request(prefix, lora, {self.weights}, uses, namespace=namespace)
         return Reply(True, hit=hit)
 
     def finish(self, rid: str) -> Reply:
@@ -205,6 +226,7 @@ class ReferenceEndpoint:
             self.refuse_next_flush = False
             return Reply(False, message="flush refused while requests hold KV; not updated")
         self._install(version, funnel)
+        self._drop_derived()
         if flush:
             self._clear_cache()
             self.dirty = False
@@ -256,7 +278,7 @@ class ReferenceEndpoint:
         if not self.closed:
             for req in self.requests.values():
                 if req.retracted:
-                    req.uses, _ = self._prefill(req.prefix, req.lora)
+                    req.uses, _ = self._prefill(req.prefix, req.lora, req.namespace)
                     req.retracted = False
         return Reply(True)
 
@@ -279,20 +301,23 @@ class ReferenceEndpoint:
 
     # ----- hooks: the decisions public bugs got wrong ---------------------------------
 
-    def _keys(self, prefix: str, lora: bool) -> list[Key]:
+    def _keys(self, prefix: str, lora: bool, namespace: int | None = None) -> list[Key]:
         """Cache keys of a prefix: target, plus draft KV and encoder output if present.
-        LoRA KV is keyed by the adapter's *revision* (ENG-007)."""
-        ns = self.lora_rev if lora else None
-        keys: list[Key] = [(prefix, Kind.TARGET, ns)]
-        if self.config.draft:
-            keys.append((prefix, Kind.DRAFT, ns))
-        if self.config.encoder:
-            keys.append((prefix, Kind.ENCODER, ns))
-        return keys
+        LoRA KV is keyed by the adapter's *revision* (ENG-007); the namespace is the
+        request's own, else the version in force where the engine keys by version."""
+        rev = self.lora_rev if lora else None
+        if namespace is None and self.config.versioned_keys:
+            namespace = self.weights
+        kinds = [Kind.TARGET]
+        kinds += [Kind.DRAFT] if self.config.draft else []
+        kinds += [Kind.ENCODER] if self.config.encoder else []
+        return [(prefix, kind, rev, namespace) for kind in kinds]
 
     def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
-        """The engine guard (ENG-001) and autonomy (ENG-002)."""
-        return self.config.guarded or flush_cache is True
+        """The engine guard (ENG-001), and the flush the caller asked (ENG-002), an omitted
+        field read by the engine's profile (``Config.flush_default``)."""
+        asked = self.config.flush_default if flush_cache is None else flush_cache
+        return self.config.guarded or asked
 
     def _can_flush(self) -> bool:
         """LIV-001: only KV pinned by a running or in-place-paused request blocks a flush."""
@@ -308,6 +333,12 @@ class ReferenceEndpoint:
         """Every tier and kind (ENG-003)."""
         self.cache.clear()
 
+    def _drop_derived(self) -> None:
+        """Encoder outputs are keyed by content only: they follow every update, whatever was
+        asked about the prefix cache (ENG-012; vllm-project/vllm #44910)."""
+        for k in [k for k in self.cache if k[1] is Kind.ENCODER and k[3] is None]:
+            del self.cache[k]
+
     def _load_back(self, key: Key) -> None:
         """A lower-tier hit moves back to device, draft KV with it (ENG-008)."""
         self.cache[key].tier = Tier.DEVICE
@@ -322,7 +353,7 @@ class ReferenceEndpoint:
         computation depended on, so stale KV changes them and a fresh hit does not."""
         return (prefix, *sorted((u.component, u.version) for u in uses))
 
-    def _attribute(self, req: InFlight) -> set[int]:
+    def _attribute(self, req: Request) -> set[int]:
         """Every version that sampled the response's tokens (INV-002)."""
         return set(req.sampled)
 
@@ -341,6 +372,7 @@ class ClosingEndpoint(ReferenceEndpoint):
         flush = self._must_flush(funnel, flush_cache)
         blocked = flush and not self._can_flush()
         self._install(version, funnel)
+        self._drop_derived()
         if blocked:
             self.refuse_next_flush = False
             self.dirty = True
@@ -356,6 +388,8 @@ class ClosingEndpoint(ReferenceEndpoint):
 
 
 def _reply_status(reply: Reply) -> Status:
+    if reply.stopped:
+        return Status.STOPPED
     if reply.lost:
         return Status.INDETERMINATE
     return Status.OK if reply.ok else Status.REJECTED
@@ -364,15 +398,15 @@ def _reply_status(reply: Reply) -> Status:
 class InProcessAdapter:
     """Drives ``endpoint_cls`` instances in this process, one per endpoint config.
 
-    Every capability is on: these systems can be probed completely. Exceptions from the
+    Every capability is on (these systems can be probed completely) except ``exact_cache``,
+    which is the endpoint class's opt-in (``exact``: override it). Exceptions from the
     endpoint propagate to the checker, which reports them as ERROR (ADP-001).
     """
 
-    capabilities = frozenset(
+    capabilities_all = frozenset(
         {
             "weights_probe",
             "cache_probe",
-            "exact_cache",
             "provenance",
             "attribution",
             "flush_result",
@@ -392,10 +426,15 @@ class InProcessAdapter:
     )
     fixed_configs = None
 
-    def __init__(self, endpoint_cls: type[ReferenceEndpoint], name: str) -> None:
+    def __init__(
+        self, endpoint_cls: type[ReferenceEndpoint], name: str, exact: bool | None = None
+    ) -> None:
         self.endpoint_cls = endpoint_cls
         self.name = name
         self.endpoints: list[ReferenceEndpoint] = []
+        exact = endpoint_cls.exact_cache if exact is None else exact
+        self.capabilities = self.capabilities_all | ({"exact_cache"} if exact else set())
+        self.profile = dict(endpoint_cls.profile)
 
     def start(self, configs: tuple[Config, ...]) -> None:
         self.endpoints = [self.endpoint_cls(c) for c in configs]
@@ -449,8 +488,8 @@ class InProcessAdapter:
 
     def _call(self, ep: ReferenceEndpoint, a: Action) -> Reply:
         calls: dict[type, Any] = {
-            ServeRequest: lambda: ep.generate(a.prefix, a.lora),
-            StartRequest: lambda: ep.start(a.rid, a.prefix, a.lora),
+            ServeRequest: lambda: ep.generate(a.prefix, a.lora, a.namespace),
+            StartRequest: lambda: ep.start(a.rid, a.prefix, a.lora, a.namespace),
             FinishRequest: lambda: ep.finish(a.rid),
             UpdateWeights: lambda: ep.update_weights(a.version, a.funnel, a.flush_cache),
             FaultUpdateFailsMidway: lambda: ep.fail_update_midway(a.version),
@@ -472,8 +511,8 @@ class InProcessAdapter:
 __all__ = [
     "CachedKV",
     "ClosingEndpoint",
-    "InFlight",
     "InProcessAdapter",
     "ReferenceEndpoint",
     "Reply",
+    "Request",
 ]

@@ -49,7 +49,7 @@ from attrs import frozen
 
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 from kvfence.model.actions import Action
-from kvfence.model.checks import Violation
+from kvfence.model.checks import SpecError, Violation
 from kvfence.model.explore import EXACT, STANDARD, default_configs
 from kvfence.model.state import Bounds, Config, Policy, State, initial_state, server_info
 from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
@@ -314,7 +314,7 @@ class _Search:
             return None
         except NotEnabled:
             return None
-        except AdapterError as e:
+        except (AdapterError, SpecError) as e:
             return node, path, str(e)
         rules = {v.rule for v in lock.pending}
         if rules and (self.focus is None or self.focus in rules):

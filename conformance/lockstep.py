@@ -18,7 +18,7 @@ from collections.abc import Callable
 from itertools import product
 from typing import Any
 
-from attrs import frozen
+from attrs import evolve, frozen
 
 from kvfence.adapters.protocol import (
     AdapterFailure,
@@ -26,6 +26,7 @@ from kvfence.adapters.protocol import (
     EngineAdapter,
     Unsupported,
 )
+from kvfence.model import candidates
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     ACTION_TYPES,
@@ -39,13 +40,21 @@ from kvfence.model.actions import (
     UpdateWeights,
 )
 from kvfence.model.capabilities import NEEDED_BY_ACTION, Capability, parse
-from kvfence.model.checks import Violation, check_state, compare, evidence
-from kvfence.model.client import Plan, resolve_plan
+from kvfence.model.checks import (
+    ColdBytes,
+    SpecError,
+    Violation,
+    check_state,
+    compare,
+    evidence,
+    misreported,
+)
+from kvfence.model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON, Plan, judge_plan, resolve_plan
 from kvfence.model.observation import malformed
-from kvfence.model.state import Bounds, Config, Policy, State, initial_state
+from kvfence.model.rules import BY_ID
+from kvfence.model.state import Bounds, Config, Policy, State, initial_state, with_profile
 from kvfence.model.vocabulary import CacheMode, PauseMode
 
-from .strategies import REPORTS_WHEN_OFF, REPORTS_WHEN_ON
 from .trace import PlanRecord, Step, step_json
 
 MACHINE_BOUNDS = Bounds(versions=64, lora_revisions=16)
@@ -116,6 +125,8 @@ class Recorder:
         self.examples = 0
         self.steps = 0
         self.failure: Run | None = None
+        self.cold = ColdBytes()
+        self.notes: set[str] = set()
         self.soft: Run | None = None
         self.error: tuple[Run, AdapterError] | None = None
         self.other: dict[str, Violation] = {}
@@ -241,20 +252,24 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
         policy = Policy(mode, flush, pause)
         expected = resolve_plan(mode, flush, pause, info)
         got = resolve(client, policy, info, timeout)
+        where = f"plan.flush for policy {policy_words(policy)}, server info {info!r}"
         if isinstance(got, str):
-            where = f"plan.flush for policy {policy_words(policy)}, server info {info!r}"
             v = refusal(expected, got, where)
             recorder.exercised[v.rule] += 1
             out.append(v)
             continue
-        for f in ("flush", "pause_mode"):
-            recorder.exercised[expected.rule_for(f)] += 1
-            if getattr(got, f) != getattr(expected, f):
-                where = f"plan.{f} for policy {policy_words(policy)}, server info {info!r}"
-                out.append(
-                    Violation(expected.rule_for(f), getattr(expected, f), getattr(got, f), where)
-                )
-    recorder.exercised["CLI-006"] += len(infos)
+        retract = evolve(policy, pause_mode=PauseMode.RETRACT)
+        again = resolve(client, retract, info, timeout)
+        if isinstance(again, str):
+            asked = resolve_plan(mode, flush, PauseMode.RETRACT, info)
+            where = f"plan.flush for policy {policy_words(retract)}, server info {info!r}"
+            out.append(refusal(asked, again, where))
+            continue
+        recorder.exercised[expected.rule_for("flush")] += 1
+        recorder.exercised["CLI-007"] += pause is PauseMode.IN_PLACE
+        for f, rule, want, was in judge_plan(expected, got, pause, again.flush):
+            where = f"plan.{f} for policy {policy_words(policy)}, server info {info!r}"
+            out.append(Violation(rule, want, was, where))
     return out
 
 
@@ -286,12 +301,35 @@ def policy_words(p: Policy) -> str:
 @frozen
 class Cursor:
     """Where a lockstep run stands, enough to resume it (the explorer's nodes): the
-    model's candidate ``states``, the client violations ``pending`` so far, and whether
-    the run is ``off_contract`` (the client broke a rule, so the ledger no longer holds)."""
+    model's candidate ``states``, the client violations ``pending`` so far, whether the run
+    is ``off_contract`` (the client broke a rule, so the ledger no longer holds), and
+    whether a refused flush is still ``unsettled`` (several fail-closed branches open)."""
 
     states: frozenset[State]
     pending: tuple[Violation, ...] = ()
     off_contract: bool = False
+    unsettled: bool = False
+
+
+def explanation(candidates: list[list[Violation]]) -> list[Violation]:
+    """The violations to report when no model branch agrees: those of the first branch
+    whose violations include no MUST rule, else of the first branch. Never "the fewest":
+    a single MUST violation must not hide behind a branch with fewer words (issue 8)."""
+    for violations in candidates:
+        if all(BY_ID[v.rule].level != "MUST" for v in violations if v.rule in BY_ID):
+            return violations
+    return candidates[0]
+
+
+def narrowed(state: State, action: Action, obs, capabilities) -> State:
+    """The model's upper bound on a cache, narrowed to what a cache listing showed: an
+    entry the system no longer lists is gone (dropped entries never come back)."""
+    index = getattr(action, "endpoint", None)
+    listing = obs.view.cache if obs.view is not None else None
+    if index is None or listing is None or Capability.CACHE_PROBE not in capabilities:
+        return state
+    ep = state.endpoint(index)
+    return state.with_endpoint(index, evolve(ep, cache=ep.cache & listing))
 
 
 class Lockstep:
@@ -330,6 +368,7 @@ class Lockstep:
         self.served_at: dict[tuple[int, str], int] = {}
         self.pending: list[Violation] = []
         self.off_contract = False
+        self.unsettled = False
 
     # ----- setup and drawing ----------------------------------------------------------
 
@@ -338,14 +377,24 @@ class Lockstep:
             # An adapter already failed (perhaps hung): do not call it again; Hypothesis's
             # replay of the failing example then ends on the same error, not on 'Flaky'.
             raise self.recorder.error[1]
+        try:  # the engine's declared profile (what an omitted flush_cache means ...)
+            profile = getattr(self.engine, "profile", None)
+            configs = tuple(with_profile(c, profile) for c in configs)
+        except ValueError as e:
+            raise AdapterError("ADP-002", f"the adapter's {e}") from None
         self.configs, self.policy = configs, policy
         self.note(f"configs={configs!r} policy={policy!r}")
         self.recorder.examples += 1
         # An adapter may need longer to start than to answer (importing and launching an
         # engine): it says so with ``start_timeout``.
         limit = max(self.timeout, getattr(self.engine, "start_timeout", 0.0))
+        for i, c in enumerate(configs):
+            problem = misreported(c)
+            if problem:
+                raise AdapterError("ADP-002", f"endpoint {i}: {problem}")
         call_with_timeout(lambda: self.engine.start(configs), limit, "start")
         self.states = frozenset({initial_state(configs, policy)})
+        self.unsettled = False
 
     def resume(self, configs: tuple[Config, ...], policy: Policy, cursor: Cursor) -> None:
         """Continue a run from ``cursor`` without starting the SUT (the caller has put the
@@ -354,26 +403,28 @@ class Lockstep:
         self.states = cursor.states
         self.pending = list(cursor.pending)
         self.off_contract = cursor.off_contract
+        self.unsettled = cursor.unsettled
         self.pool = None
 
     def cursor(self) -> Cursor:
         """Where this run stands now (see ``resume``)."""
-        return Cursor(self.states, tuple(self.pending), self.off_contract)
+        return Cursor(self.states, tuple(self.pending), self.off_contract, self.unsettled)
 
     def enabled_actions(self) -> list[Action]:
         """Conforming actions the model enables in every candidate state, within the
         adapter's capabilities."""
         if self.pool is None:
             caps = self.engine.capabilities
+            bounds = evolve(self.bounds, namespaces=Capability.NAMESPACES in caps)
             states = list(self.states)
             if not states:
                 return []
             first, rest = states[0], states[1:]
             self.pool = [
                 a
-                for a in spec.actions(first, self.bounds, faults=Capability.FAULTS in caps)
+                for a in candidates.actions(first, bounds, faults=Capability.FAULTS in caps)
                 if (type(a) not in NEEDS or NEEDS[type(a)] in caps)
-                and all(spec.enabled(s, a, self.bounds) for s in rest)
+                and all(spec.enabled(s, a, bounds) for s in rest)
             ]
         return self.pool
 
@@ -414,19 +465,25 @@ class Lockstep:
             if isinstance(got, str):
                 self.refused(refusal(expected, got, f"endpoint {i} plan.flush, {info!r}"))
             step.plans.append(PlanRecord(i, info, expected, got))
+            again = None
+            if expected.flush and not got.flush and p.pause_mode is PauseMode.IN_PLACE:
+                # Was the flush dropped because of the in_place pause (CLI-007, PF-06)? Ask
+                # the same question with a retract pause, and record the answer for replay.
+                retract = evolve(p, pause_mode=PauseMode.RETRACT)
+                spec_retract = resolve_plan(p.mode, p.flush_cache, PauseMode.RETRACT, info)
+                again = resolve(self.client, retract, info, self.timeout)
+                if isinstance(again, str):
+                    where = f"endpoint {i} plan.flush (asked with a retract pause), {info!r}"
+                    self.refused(refusal(spec_retract, again, where))
+                step.plans.append(PlanRecord(i, info, spec_retract, again, asked="retract"))
             bad = [
-                Violation(
-                    expected.rule_for(f),
-                    getattr(expected, f),
-                    getattr(got, f),
-                    f"endpoint {i} plan.{f}, server info {info!r}",
+                Violation(rule, want, was, f"endpoint {i} plan.{f}, server info {info!r}")
+                for f, rule, want, was in judge_plan(
+                    expected, got, p.pause_mode, None if again is None else again.flush
                 )
-                for f in ("flush", "pause_mode")
-                if getattr(expected, f) != getattr(got, f)
             ]
-            for f in ("flush", "pause_mode"):
-                self.recorder.exercised[expected.rule_for(f)] += 1
-            self.recorder.exercised["CLI-006"] += 1
+            self.recorder.exercised[expected.rule_for("flush")] += 1
+            self.recorder.exercised["CLI-007"] += p.pause_mode is PauseMode.IN_PLACE
             if bad:
                 self.client_violation(bad)
             plans.append(got)
@@ -446,7 +503,7 @@ class Lockstep:
             raise AdapterError("ADP-002", f"{action.name}: the adapter {problem}")
         caps = self.engine.capabilities
         where = f"endpoint {getattr(action, 'endpoint', '')}"
-        branches = [b for s in self.states for b in spec.step(s, action, self.bounds)]
+        branches = [b for s in self.states for b in spec.step(s, action)]
         if not branches:
             raise NotEnabled(f"{action!r} is not enabled in the model")
         judged = [(s2, o, compare(o, obs, caps, where)) for s2, o in branches]
@@ -454,23 +511,45 @@ class Lockstep:
         self.steps.append(step)
         agreeing = [(s2, o) for s2, o, v in judged if not v]
         if not agreeing:
-            self.fail(min((v for _, _, v in judged), key=len), step.step)
-        for _, o in agreeing:
-            for rule_id in evidence(o, obs, caps):
-                self.recorder.exercised[rule_id] += 1
-        if isinstance(action, UpdateWeights) and len(branches) > 1:
-            # A refused flush, and the SUT chose a branch that keeps the tree sound.
+            self.fail(explanation([v for _, _, v in judged]), step.step)
+        self.judge_evidence(action, obs, agreeing)
+        if isinstance(action, UpdateWeights) and len(branches) > len(self.states):
+            # A refused flush: the spec allows several fail-closed branches.
             self.recorder.reached.add("REACH-003")
+            self.unsettled = True
+        self.states = frozenset(narrowed(s2, action, obs, caps) for s2, _ in agreeing)
+        if self.unsettled and len(self.states) == 1:
+            # A later observation (or this one) settled which branch the system took.
             self.recorder.exercised["FC-002"] += 1
-        self.states = frozenset(s2 for s2, _ in agreeing)
+            self.unsettled = False
         self.pool = None
+
+    def judge_evidence(self, action: Action, obs, agreeing) -> None:
+        """Count, per rule, the agreeing comparisons that could have shown its violation,
+        and collect the notes of the branches the system took."""
+        caps = self.engine.capabilities
+        got = obs.response
+        lora = bool(getattr(action, "lora", False))
+        for _, o in agreeing:
+            if got is not None and got.cold is not None and o.served is not None:
+                self.recorder.cold.record(o.served, lora, got.cold)
+        for _, o in agreeing:
+            for rule_id in evidence(o, obs, caps, self.recorder.cold, lora):
+                self.recorder.exercised[rule_id] += 1
+            if o.note:
+                self.recorder.notes.add(f"{o.note} (endpoint {getattr(action, 'endpoint', '')})")
+            if o.served is not None and o.served.off_policy and o.served.stale:
+                self.recorder.notes.add(
+                    f"off-policy reuse declared by the policy: endpoint {o.served.endpoint} "
+                    f"prefix {o.served.prefix} reused {sorted(map(str, o.served.stale))}"
+                )
 
     def check_model(self) -> None:
         """The model's own invariants on every candidate: a spec bug fails loudly."""
         for s in self.states:
             bad = check_state(s, ledger=not self.off_contract)
             if bad:
-                raise AdapterError("ADP-002", f"the model broke its own invariants: {bad}")
+                raise SpecError(f"the model broke its own invariants: {bad}")
         # Checked entries leave the ledger (as in ``model.explore``: no guard reads it), so
         # a step costs the same at step 50,000 as at step 1: replay is linear in length.
         self.states = frozenset(s.without_ledger() if s.ledger else s for s in self.states)
@@ -502,7 +581,7 @@ class Lockstep:
             self.recorder.soft = self.snapshot(list(self.pending))
 
     def fail(self, violations: list[Violation], step: int) -> None:
-        violations = self.pending + violations
+        violations = self.pending + [self.blame_server_info(v) for v in violations]
         if self.focus is not None and self.focus not in {v.rule for v in violations}:
             for v in violations:
                 self.recorder.other.setdefault(v.rule, v)
@@ -511,6 +590,18 @@ class Lockstep:
             self.recorder.failure = self.snapshot(violations)
         self.note("violated: " + "; ".join(str(v) for v in violations))
         raise ConformanceFailure(violations, step)
+
+    def blame_server_info(self, v: Violation) -> Violation:
+        """Stale reuse on an endpoint declared to misreport its radix cache names the server
+        info as the broken contract (issue 8 F-5): INV-001 was never waived for it."""
+        index = v.where.split()[1] if v.where.startswith("endpoint ") else ""
+        if v.rule != "INV-001" or not index.isdigit() or int(index) >= len(self.configs):
+            return v
+        config = self.configs[int(index)]
+        if not config.misreports:
+            return v
+        info = dict(config.info or ())
+        return evolve(v, where=f"{v.where} (its server info {info!r} misreports the radix cache)")
 
     def _note_reach(self, action: Action) -> None:
         state = next(iter(self.states))

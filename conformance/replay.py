@@ -11,6 +11,7 @@ breaks one of the rules the original run broke. The result is 1-minimal in steps
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import combinations
 
 from attrs import evolve, frozen
 
@@ -184,6 +185,21 @@ def shrink(
             if n >= len(actions):
                 break
             n = min(len(actions), 2 * n)
+    # ddmin removes contiguous chunks; an action and the one that undoes its phase (Sleep
+    # and WakeUp, Pause and Continue) are often apart: try every pair too.
+    improved = True
+    while improved and len(actions) >= 2 and tries < budget:
+        improved = False
+        for i, j in combinations(range(len(actions)), 2):
+            keep = [k for k in range(len(actions)) if k not in (i, j)]
+            cand, cand_deltas = [actions[k] for k in keep], [deltas[k] for k in keep]
+            r = replay_actions(engine, client, configs, policy, cand, cand_deltas, bounds, timeout)
+            tries += 1
+            if breaks(r):
+                actions, deltas, best, improved = cand, cand_deltas, r, True
+                break
+            if tries >= budget:
+                break
     if engine.fixed_configs is None:
         improved = True
         while improved and tries < budget:
@@ -212,7 +228,7 @@ class RecordedEngine:
         self.fixed_configs = trace.configs
         self.steps = [s for s in trace.steps if s.observed is not None]
         self.capabilities = recorded_capabilities(trace.steps)
-        self.infos = [p.server_info for s in trace.steps if s.plans for p in s.plans]
+        self.infos = [p.server_info for s in trace.steps for p in s.shown]
         self.cursor = 0
         self.info_cursor = 0
 
@@ -256,7 +272,7 @@ def recorded_capabilities(steps: list[Step]) -> frozenset[Capability]:
     if any(o.view is not None and o.view.weights is not None for o in obs):
         caps.add(C.WEIGHTS_PROBE)
     if any(o.view is not None and o.view.cache is not None for o in obs):
-        caps |= {C.CACHE_PROBE, C.EXACT_CACHE}
+        caps.add(C.CACHE_PROBE)  # never exact_cache: a recorded listing may hold less
     responses = [o.response for o in obs if o.response is not None]
     if any(r.uses is not None for r in responses):
         caps.add(C.PROVENANCE)
@@ -275,7 +291,7 @@ class RecordedClient:
     name = "recorded"
 
     def __init__(self, trace: Trace) -> None:
-        self.plans: list[Plan] = [p.observed for s in trace.steps if s.plans for p in s.plans]
+        self.plans: list[Plan] = [plan for s in trace.steps for plan in s.answers]
         self.cursor = 0
 
     def resolve(self, policy: Policy, info: Mapping[str, object] | None) -> Plan:

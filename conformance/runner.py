@@ -26,7 +26,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 from kvfence.model.capabilities import EVIDENCE, Capability
-from kvfence.model.checks import Violation
+from kvfence.model.checks import Violation, unknown_reason
 from kvfence.model.rules import BY_ID, RULES, Rule
 from kvfence.model.state import Bounds
 
@@ -170,7 +170,8 @@ def _rule_verdicts(
         elif error is not None or violations:
             out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, "run stopped before it was exercised"))
         else:
-            out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, "never exercised: raise the budget"))
+            reason = f"never exercised: {unknown_reason(r.id)}; raise the budget"
+            out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, reason))
     return tuple(out)
 
 
@@ -377,6 +378,7 @@ def run_check(
     table = [v for v in search.table if focus is None or v.rule == focus]
     violations = shown + _extra(shown, table + list(search.recorder.refused.values()))
     warnings = [problem] if problem else []
+    warnings += sorted(search.recorder.notes)  # availability and off-policy notes
     other = sorted(set(search.recorder.other) - {v.rule for v in violations})
     if other:
         warnings.append(f"examples set aside by the focus on {focus} also broke {other}")

@@ -29,7 +29,7 @@ from typing import Any
 
 from attrs import define, field
 
-from kvfence.model import SPEC_VERSION
+from kvfence.model import READABLE_SPECS, SPEC_VERSION
 from kvfence.model.actions import Action, TraceError, action_from_json
 from kvfence.model.client import Plan
 from kvfence.model.observation import (
@@ -103,11 +103,19 @@ def config_json(c: Config) -> dict[str, Any]:
         "encoder": c.encoder,
         "fp8_kv": c.fp8_kv,
         "lora": c.lora,
+        "flush_default": c.flush_default,
+        "versioned_keys": c.versioned_keys,
+        "misreports": c.misreports,
     }
 
 
 def policy_json(p: Policy) -> dict[str, Any]:
-    return {"mode": p.mode.value, "flush_cache": p.flush_cache, "pause_mode": p.pause_mode.value}
+    return {
+        "mode": p.mode.value,
+        "flush_cache": p.flush_cache,
+        "pause_mode": p.pause_mode.value,
+        "off_policy_sessions": p.off_policy_sessions,
+    }
 
 
 def plan_json(p: Plan) -> dict[str, Any]:
@@ -194,6 +202,7 @@ def step_json(s: Step) -> dict[str, Any]:
                 "server_info": _jsonable(p.server_info),
                 "expected": None if p.expected is None else plan_json(p.expected),
                 "observed": plan_json(p.observed),
+                **({} if p.asked is None else {"asked": p.asked}),
             }
             for p in s.plans
         ]
@@ -296,7 +305,8 @@ def config_from_json(obj: Any, where: str) -> Config:
     tiers = obj.get("tiers", ["device"])
     if not isinstance(tiers, list):
         raise TraceError(f"{where}: field 'tiers' must be a list")
-    flags = {k: obj.get(k, False) for k in ("draft", "encoder", "fp8_kv", "lora")}
+    names = ("draft", "encoder", "fp8_kv", "lora", "flush_default", "versioned_keys", "misreports")
+    flags = {k: obj.get(k, False) for k in names}
     for k, v in flags.items():
         if not isinstance(v, bool):
             raise TraceError(f"{where}: field {k!r} must be bool, got {v!r}")
@@ -319,6 +329,9 @@ def policy_from_json(obj: Any, where: str) -> Policy:
         mode=_enum(CacheMode, obj.get("mode", "auto"), f"{where}.mode"),
         flush_cache=flush,
         pause_mode=_enum(PauseMode, obj.get("pause_mode", "retract"), f"{where}.pause_mode"),
+        off_policy_sessions=_need(obj, "off_policy_sessions", bool, where)
+        if "off_policy_sessions" in obj
+        else False,
     )
 
 
@@ -398,12 +411,14 @@ def observation_from_json(obj: Any, where: str) -> Observation:
 class PlanRecord:
     """One endpoint's plan at a sync: the ``server_info`` it showed, the plan ``expected``
     by the spec (``None`` when read from a trace that lacks it) and the client's
-    ``observed`` plan."""
+    ``observed`` plan. ``asked``: set on a second question for the same endpoint (``"retract"``:
+    the same policy with a retract pause, CLI-007), recorded so that replay asks it too."""
 
     endpoint: int
     server_info: dict[str, Any] | None
     expected: Plan | None
     observed: Plan
+    asked: str | None = None
 
 
 @define
@@ -423,6 +438,16 @@ class Step:
     plans: list[PlanRecord] | None = None
     within: int | None = None
     line: int = field(default=0, eq=False)
+
+    @property
+    def answers(self) -> list[Plan]:
+        """Every plan the client gave at this sync, in the order asked (re-asks included)."""
+        return [p.observed for p in self.plans or ()]
+
+    @property
+    def shown(self) -> list[PlanRecord]:
+        """The first question per endpoint (its server info as the endpoint showed it)."""
+        return [p for p in self.plans or () if p.asked is None]
 
 
 class Trace:
@@ -501,6 +526,7 @@ def _sync_step(obj: dict[str, Any], n: int, number: int, action: Action, where: 
                 server_info=_server_info(p.get("server_info"), w),
                 expected=None if not isinstance(expected, dict) else plan_from_json(expected, w),
                 observed=plan_from_json(p.get("observed"), w),
+                asked=None if p.get("asked") is None else str(p["asked"]),
             )
         )
     return Step(number, action, plans=plans, line=n)
@@ -525,9 +551,10 @@ def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
     if not isinstance(head, dict) or head.get("kvfence_trace") != TRACE_FORMAT:
         raise TraceError(f"{where}: first line must be a header with kvfence_trace: 1")
     version = _need(head, "spec_version", str, where)
-    if version != SPEC_VERSION and not allow_other_spec:
+    if version not in READABLE_SPECS and not allow_other_spec:
         raise TraceError(
-            f"{where}: trace is for spec {version}, this is spec {SPEC_VERSION}; "
+            f"{where}: trace is for spec {version} (older or unknown), this is spec "
+            f"{SPEC_VERSION}, which reads {', '.join(READABLE_SPECS)}; "
             "re-record it or pass --allow-other-spec"
         )
     configs_raw = _need(head, "configs", list, where)

@@ -40,6 +40,7 @@ class Capability(str, Enum):
     ENCODER = "encoder"
     FP8_KV = "fp8_kv"
     LORA = "lora"
+    NAMESPACES = "namespaces"
 
 
 @frozen
@@ -85,6 +86,10 @@ TABLE: dict[Capability, Unlocks] = {
     C.LORA: Unlocks(
         "one LoRA adapter, reloadable in place under its name", actions=("LoadLora",), config=True
     ),
+    C.NAMESPACES: Unlocks(
+        "requests may carry a namespace (vLLM cache_salt, SGLang extra_key) and are drawn "
+        "pinned to any version up to the one in force"
+    ),
 }
 """Capability -> what it unlocks: the single source."""
 
@@ -104,6 +109,8 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     "ENG-008": (C.TIERS, C.CACHE_PROBE),
     "ENG-009": (C.PAUSE, C.INFLIGHT),
     "ENG-010": (C.RESTART, C.CACHE_PROBE),
+    "ENG-011": (C.EXACT_CACHE, C.CACHE_PROBE),
+    "ENG-012": (C.ENCODER, C.CACHE_PROBE),
     "FC-001": (C.INFLIGHT,),
     "FC-002": (C.INFLIGHT,),
     "FC-003": (C.FLUSH_RESULT, C.INFLIGHT),

@@ -40,6 +40,15 @@ class Config:
     form a hierarchical cache). ``draft``: a speculative draft model with its own KV.
     ``encoder``: a multimodal encoder cache. ``fp8_kv``: KV stored in FP8 with per-version
     scales. ``lora``: serves one LoRA adapter that can be reloaded in place.
+
+    Engine profile (what the engine does that the client does not choose):
+    ``flush_default``: what an omitted ``flush_cache`` means on an update (SGLang's
+    ``UpdateWeightFromDiskReqInput`` and the seed fork default it to true; vLLM has no such
+    field: false). ``versioned_keys``: the engine keys every prefix by the weight version in
+    force (a ``cache_salt`` / ``extra_key`` equal to the version), so KV of older weights can
+    never be matched again: invalidation by namespace instead of deletion (CD-03).
+    ``misreports``: the adapter declares that the engine's server info may lie about its
+    radix flag; INV-001 is then never waived for it (issue 8, F-5).
     """
 
     radix: bool = True
@@ -50,11 +59,34 @@ class Config:
     encoder: bool = False
     fp8_kv: bool = False
     lora: bool = False
+    flush_default: bool = False
+    versioned_keys: bool = False
+    misreports: bool = False
 
     @property
     def guarded(self) -> bool:
         """ENG-001 applies: exact lane with the radix cache on."""
         return self.lane is Lane.EXACT and self.radix
+
+
+PROFILE_FIELDS = ("flush_default", "versioned_keys", "misreports")
+"""The ``Config`` fields an engine adapter declares for every endpoint (its ``profile``)."""
+
+
+def with_profile(config: Config, profile: object) -> Config:
+    """``config`` with the engine's declared ``profile`` (a mapping of ``PROFILE_FIELDS`` to
+    bools) applied; ``ValueError`` names a field that is not a profile field or not a bool."""
+    if not profile:
+        return config
+    if not isinstance(profile, dict):
+        raise ValueError(f"profile {profile!r:.80} is not a mapping of Config fields")
+    for name, value in profile.items():
+        if name not in PROFILE_FIELDS or not isinstance(value, bool):
+            raise ValueError(
+                f"profile field {name!r}={value!r}: expected one of {', '.join(PROFILE_FIELDS)}"
+                " with a bool"
+            )
+    return evolve(config, **profile)
 
 
 @frozen(cache_hash=True)
@@ -63,8 +95,10 @@ class Entry:
 
     ``version``: the weight version that computed it (the draft's version for DRAFT KV), or
     ``GARBAGE``. ``lora``: the adapter revision it was computed under; ``None`` for the base
-    model. The lookup key is ``(prefix, kind, lora is not None)`` plus, in a correct engine,
-    the revision; ``version`` is provenance, never part of the key.
+    model. ``namespace``: the weight version its key names (vLLM ``cache_salt``, SGLang
+    ``extra_key``, a storage tier's key prefix), ``None`` when the key names no version. The
+    lookup key is ``(prefix, kind, lora, namespace)``; ``version`` is provenance, never part
+    of the key.
     """
 
     prefix: str
@@ -72,12 +106,14 @@ class Entry:
     tier: Tier = Tier.DEVICE
     version: int = 0
     lora: int | None = None
+    namespace: int | None = None
 
     def __str__(self) -> str:
         """``P target KV of v0 on device`` (``of garbage`` when the memory is gone)."""
         made = "garbage" if self.version == GARBAGE else f"v{self.version}"
         lora = "" if self.lora is None else f" (LoRA revision {self.lora})"
-        return f"{self.prefix} {self.kind.value} KV of {made} on {self.tier.value}{lora}"
+        ns = "" if self.namespace is None else f" in namespace v{self.namespace}"
+        return f"{self.prefix} {self.kind.value} KV of {made} on {self.tier.value}{lora}{ns}"
 
 
 @frozen(cache_hash=True)
@@ -99,6 +135,7 @@ class Request:
     ``sampled``: weight versions that have sampled its tokens so far (for INV-002).
     ``uses``: what its held KV depends on; empty once retracted (its KV was freed).
     ``holds_kv``: it pins cache memory, so a flush is refused (LIV-001).
+    ``namespace``: the namespace it is pinned to, as its StartRequest carried.
     """
 
     rid: str
@@ -106,6 +143,7 @@ class Request:
     lora: bool = False
     sampled: frozenset[int] = frozenset()
     uses: frozenset[Use] = frozenset()
+    namespace: int | None = None
     retracted: bool = False
 
     @property
@@ -121,7 +159,9 @@ class Served:
     cached state it attended to. ``current``: the versions in force when it was served, by
     component. ``sampled``: versions that sampled its tokens. ``hit``: it reused cached KV.
     ``waived``: a standard-lane endpoint whose last update skipped the flush at the
-    caller's request (INV-001's waiver).
+    caller's request (INV-001's waiver, for prefix KV only). ``pinned``: the request was
+    pinned to the namespace of older weights (no waiver covers its reuse). ``off_policy``:
+    pinned under a policy that declares off-policy sessions (reported, not failed).
     """
 
     endpoint: int
@@ -134,11 +174,26 @@ class Served:
     exact: bool
     waived: bool
     rid: str | None = None
+    pinned: bool = False
+    off_policy: bool = False
 
     @property
     def stale(self) -> frozenset[Use]:
         """The uses that were not current when it was served."""
         return self.uses - self.current
+
+    @property
+    def unwaived(self) -> frozenset[Use]:
+        """The stale uses INV-001 forbids: the waiver covers prefix KV (target and draft KV,
+        and the FP8 scales it was stored with) on a standard lane only; cached encoder
+        outputs and LoRA revisions are never waived (ENG-012, ENG-007)."""
+        if self.off_policy:
+            return frozenset()
+        if self.waived and not self.exact and not self.pinned:
+            # An in-flight request's encoder output went into its KV at prefill time.
+            prefix_kv = ("target", "draft", "scales", *(("encoder",) if self.rid else ()))
+            return frozenset(u for u in self.stale if u.component not in prefix_kv)
+        return self.stale
 
 
 @frozen(cache_hash=True)
@@ -148,8 +203,10 @@ class Endpoint:
     ``weights``: last completely loaded target version. ``torn``: a failed bucketed update
     left some tensors of a newer version in place. ``draft``/``scales``: versions of the
     draft model and FP8 KV scales. ``lora``: revision of the LoRA adapter's bytes.
-    ``label``: the weight-version label it reports. ``dirty``: an update changed the weights
-    but its flush could not complete (FC-002 closes the endpoint). ``waived``: the last
+    ``label``: the weight-version label it reports. ``cache``: every entry it MAY hold (an
+    upper bound: any entry may vanish at any time, and a miss is always allowed).
+    ``dirty``: an update changed the weights but its flush could not complete (FC-002
+    closes the endpoint). ``waived``: the last
     completed update skipped the flush at the caller's request on a standard lane.
     ``refuse_flush``: an injected fault, consumed by the next flush attempt.
     """
@@ -203,11 +260,17 @@ class Endpoint:
 @frozen(cache_hash=True)
 class Policy:
     """The client's sync policy: ``cache_invalidation_mode``, an explicit ``flush_cache``
-    (``None`` when not given) and the configured ``pause_mode``."""
+    (``None`` when not given) and the configured ``pause_mode``.
+
+    ``off_policy_sessions``: the RL framework declares that a continuing session may keep
+    reusing KV of the weights it started under (its requests pinned to that namespace;
+    PrimeIntellect-ai/prime-rl PR #2266). Such reuse is then reported, not failed.
+    """
 
     mode: CacheMode = field(default=CacheMode.AUTO, converter=CacheMode)
     flush_cache: bool | None = None
     pause_mode: PauseMode = field(default=PauseMode.RETRACT, converter=PauseMode)
+    off_policy_sessions: bool = False
 
 
 @frozen(cache_hash=True)
@@ -217,12 +280,18 @@ class Bounds:
     ``prefixes``: prompt prefixes shared across requests (so reuse happens).
     ``rids``: request IDs available for in-flight requests. ``versions``: the newest weight
     version the trainer may produce. ``lora_revisions``: newest LoRA revision.
+    ``namespaces``: requests may be pinned to a namespace (any version up to the one in
+    force); off, every request carries none.
+
+    Bounds are the search's, not the spec's: no guard reads them. ``semantics.within`` is
+    the one place they are applied.
     """
 
     prefixes: tuple[str, ...] = ("P", "Q")
     rids: tuple[str, ...] = ("r1", "r2")
     versions: int = 2
     lora_revisions: int = 2
+    namespaces: bool = False
 
 
 @frozen(cache_hash=True)
@@ -270,4 +339,5 @@ __all__ = [
     "Use",
     "initial_state",
     "server_info",
+    "with_profile",
 ]

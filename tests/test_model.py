@@ -7,7 +7,7 @@ import re
 
 import pytest
 from attrs import evolve
-from kvfence.model import lifecycle
+from kvfence.model import candidates, lifecycle
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     ContinueGeneration,
@@ -184,11 +184,11 @@ def test_sync_composes_pause_update_continue_for_every_endpoint():
 
 def test_conforming_calls_only_skip_the_flush_where_the_spec_client_would():
     s = initial_state((Config(), Config(lane=Lane.EXACT)))
-    assert not spec.conforming(s, UpdateWeights(0, 1, T, False))  # auto, radix reported on
-    assert spec.conforming(s, UpdateWeights(1, 1, T, False))  # guarded: the engine flushes
+    assert not candidates.conforming(s, UpdateWeights(0, 1, T, False))  # auto, radix reported on
+    assert candidates.conforming(s, UpdateWeights(1, 1, T, False))  # guarded: the engine flushes
     opt_out = evolve(s, policy=Policy(mode=CacheMode.NONE))
-    assert spec.conforming(opt_out, UpdateWeights(0, 1, T, False))
-    assert all(spec.conforming(s, a) for a in spec.actions(s))
+    assert candidates.conforming(opt_out, UpdateWeights(0, 1, T, False))
+    assert all(candidates.conforming(s, a) for a in candidates.actions(s))
 
 
 def test_label_soundness_invariant():
