@@ -10,6 +10,7 @@ must fail with that rule); ``tests/regressions/`` holds the recorded counterexam
 from __future__ import annotations
 
 from attrs import frozen
+
 from kvfence.model.actions import (
     Action,
     ContinueGeneration,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from attrs import frozen
+
 from kvfence.model.state import Policy
 from kvfence.model.vocabulary import GARBAGE, Funnel, Kind, PauseMode, Tier
 

@@ -220,7 +220,7 @@ def mutant_job(m: Mutant, profile: str, out: Path, timeout: float, n: int | None
 
 def killed(m: Mutant, result: Result) -> bool:
     """Shown killed: the run FAILed and its counterexample breaks the mutant's rule."""
-    return result.verdict == "FAIL" and m.rule in result.caught()
+    return result.verdict is Verdict.FAIL and m.rule in result.caught()
 
 
 def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
@@ -247,10 +247,12 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
         table.add_column(col)
     ok = True
     for job, result in zip(jobs[: len(refs)], results[: len(refs)], strict=True):
-        passed = result.verdict == "PASS"
+        passed = result.verdict is Verdict.PASS
         ok &= passed
         verdict = f"[{'green' if passed else 'bold red'}]{result.verdict}[/]"
-        table.add_row(job.label, "reference", "PASS", verdict, "", "", f"{result.seconds:.1f}", "")
+        table.add_row(
+            job.label, "reference", Verdict.PASS.value, verdict, "", "", f"{result.seconds:.1f}", ""
+        )
     for m, result in zip(chosen, results[len(refs) :], strict=True):
         good = killed(m, result)
         ok &= good

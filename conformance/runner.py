@@ -159,8 +159,10 @@ def _rule_verdicts(
             out.append(RuleVerdict(r, Verdict.FAIL, n, why))
         elif error is not None and r.id == error.rule:
             out.append(RuleVerdict(r, Verdict.ERROR, n, str(error)))
-        elif missing and n == 0:
-            out.append(RuleVerdict(r, Verdict.SKIP, 0, f"needs {', '.join(missing)}"))
+        elif missing:
+            # Evidence counted without a capability it needs could not have shown a
+            # violation: never a PASS.
+            out.append(RuleVerdict(r, Verdict.SKIP, n, f"needs {', '.join(missing)}"))
         elif n > 0:
             out.append(RuleVerdict(r, Verdict.PASS, n))
         elif r.kind == "ADP" and error is None:

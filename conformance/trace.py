@@ -43,6 +43,8 @@ from kvfence.model.observation import (
 from kvfence.model.state import Config, Policy, Use
 from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Status, Tier
 
+from .verdict import Verdict
+
 TRACE_FORMAT = 1
 
 MAX_TRACE_BYTES = 256 * 1024 * 1024
@@ -219,11 +221,11 @@ def verdict_line(steps: Sequence[Step], violations: Sequence[Any], error: str = 
     if violations:
         last = steps[-1].step if steps else 0
         return {
-            "verdict": "FAIL",
+            "verdict": Verdict.FAIL.value,
             "step": last,
             "violations": [violation_json(v) for v in violations],
         }
-    return {"verdict": "ERROR", "error": error}
+    return {"verdict": Verdict.ERROR.value, "error": error}
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.adapters.cases import CASES
 from kvfence.adapters.mutants import BY_NAME

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -70,9 +71,10 @@ def test_mutants_subset(tmp_path, capsys):
 
 
 def test_console_script_is_installed():
-    proc = subprocess.run(
-        [sys.executable, "-m", "kvfence.conformance.cli", "rules"], capture_output=True, text=True
-    )
+    """The `kvfence` script pip installs beside this interpreter (not `python -m`)."""
+    script = Path(sys.executable).with_name("kvfence")
+    assert script.exists(), f"no console script at {script}: reinstall with pip install -e ."
+    proc = subprocess.run([str(script), "rules"], capture_output=True, text=True)
     assert proc.returncode == 0 and "NoStalePrefixReuse" in proc.stdout
 
 

@@ -10,7 +10,6 @@ from kvfence.adapters import registry
 from kvfence.adapters.mutants import MUTANTS
 from kvfence.conformance.cli import FOCUSED_EXAMPLES, cli_bounds, main_explore
 from kvfence.conformance.explore import (
-    EXPLORE_BOUNDS,
     SETUPS,
     explore_adapter,
     fingerprint,
@@ -273,10 +272,6 @@ def test_main_explore_against_a_mutant(out_dir, monkeypatch):
     assert code == 0 and "PASS" in text, text
     code, text = main_explore(2, 1, 2, 1, 3, None, "never-flush")
     assert code == 1 and "CLI-001" in text, text
-
-
-def test_default_explore_bounds_name_one_prefix_and_request():
-    assert EXPLORE_BOUNDS.prefixes == ("P",) and EXPLORE_BOUNDS.rids == ("r1",)
 
 
 @pytest.mark.slow

@@ -118,7 +118,9 @@ def test_client_raising_on_one_configuration_is_judged_on_the_others(out_dir):
     assert result.verdict == "FAIL"
     refused = {v.rule for v in result.violations}
     assert refused and all("None" in v.where for v in result.violations), result.violations
-    assert result.examples > 50  # the run went on past the refused configuration
+    # the run went on past the refused configuration (it stopped at 0 examples before);
+    # about 600 at ci, so only a collapse of the search moves it below 50
+    assert result.examples > 50
     assert verdicts["INV-001"] == verdicts["ENG-001"] == "PASS"
 
 
@@ -159,7 +161,8 @@ def test_client_table_catches_what_the_engine_cannot_show(out_dir):
         MalformedInfo(ReferenceEndpoint, "malformed"), OnlyWrongWhenReportedOn(), out_dir=out_dir
     )
     assert result.verdict == "FAIL"
-    assert result.caught() == ("CLI-001",)
+    # CLI-001 first; the model's plan judging (judge_plan) may name CLI-006/CLI-007 too
+    assert result.caught()[0] == "CLI-001"
     assert "server info {'radix_cache_enabled': True}" in result.violations[0].where
 
 
@@ -185,7 +188,9 @@ def test_dead_server_info_with_a_client_that_guesses_off_fails(out_dir):
 class Blind(InProcessAdapter):
     """Sees nothing but statuses: most rules must be SKIP, and nothing may PASS blindly."""
 
-    capabilities = frozenset({"pause"})
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.capabilities = frozenset({"pause"})  # the reference sets its own in __init__
 
 
 def test_blind_adapter_skips_rules_it_cannot_see(out_dir):

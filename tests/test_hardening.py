@@ -130,7 +130,9 @@ def test_null_radix_flag_is_unknown_not_off(out_dir):
             return Plan(flush, pause)
 
     result = run_check(registry.engine("reference"), NullIsOff(), out_dir=out_dir)
-    assert result.verdict == "FAIL" and "CLI-002" in result.caught()
+    # Reading a null flag as "off" is a parsing mistake: CLI-006 since issue 14 (it was
+    # CLI-002, whose parsing fallback could never fail).
+    assert result.verdict == "FAIL" and "CLI-006" in result.caught()
 
 
 def test_replay_never_imports_code_named_by_a_trace(tmp_path, capsys):

@@ -4,6 +4,7 @@ systems are shown passing, at the ci profile (the kill matrix of ``kvfence mutan
 from __future__ import annotations
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import MUTANTS
 from kvfence.conformance.cli import _run_job, killed, mutant_job
