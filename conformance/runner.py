@@ -325,6 +325,21 @@ def judge(search: Search, violations: list[Violation], opts: Options):
     return rules, verdict
 
 
+def _collect(
+    search: Search, shown: list[Violation], problem: str, focus: str | None
+) -> tuple[list[Violation], list[str]]:
+    """The result's violations: the counterexample's, then what only the client table or
+    a refusal showed (a pure function's counterexample is its input); and the warnings."""
+    table = [v for v in search.table if focus is None or v.rule == focus]
+    violations = shown + _extra(shown, table + list(search.recorder.refused.values()))
+    warnings = [problem] if problem else []
+    warnings += sorted(search.recorder.notes)  # availability and off-policy notes
+    other = sorted(set(search.recorder.other) - {v.rule for v in violations})
+    if other:
+        warnings.append(f"examples set aside by the focus on {focus} also broke {other}")
+    return violations, warnings
+
+
 def _extra(violations: list[Violation], more: list[Violation]) -> list[Violation]:
     """``more``'s first violation of each rule ``violations`` does not already break."""
     seen = {v.rule for v in violations}
@@ -369,21 +384,13 @@ def run_check(
     except AdapterError as e:
         search.error = search.error or e
     seconds = time.monotonic() - started
-    if best is not None:
-        run = best.run
-    # The trace lists only violations of the steps it holds; the client table's and the
-    # refusals' (a pure function's counterexample is its input) join the result only.
+    run = best.run if best is not None else run
+    # The trace lists only violations of the steps it holds (issue 14).
     shown = list(best.violations if best else run.violations if run else [])
     path, problem = None, ""
     if run is not None and (shown or search.error):
         path, problem = write_counterexample(engine, client, run, shown, search, opts)
-    table = [v for v in search.table if focus is None or v.rule == focus]
-    violations = shown + _extra(shown, table + list(search.recorder.refused.values()))
-    warnings = [problem] if problem else []
-    warnings += sorted(search.recorder.notes)  # availability and off-policy notes
-    other = sorted(set(search.recorder.other) - {v.rule for v in violations})
-    if other:
-        warnings.append(f"examples set aside by the focus on {focus} also broke {other}")
+    violations, warnings = _collect(search, shown, problem, focus)
     rules, verdict = judge(search, violations, opts)
     return Result(
         engine=engine.name,
