@@ -370,8 +370,14 @@ def sync_weights(s: State, a: SyncWeights) -> Branches:
     """
     frontier: list[Branch] = [(s, ok(s.endpoint(0)))]
     for call in sync_actions(s, a):
-        frontier = [b for state, _ in frontier for b in step(state, call)]
+        frontier = [b for here in frontier for b in step(here[0], call) or _if_stopped(here, call)]
     return tuple(frontier)
+
+
+def _if_stopped(branch: Branch, call: Action) -> Branches:
+    """A sync drives nothing more on an endpoint whose engine stopped mid-sync (CD-07)."""
+    stopped = branch[0].endpoint(call.endpoint).phase is Phase.STOPPED  # type: ignore[attr-defined]
+    return (branch,) if stopped else ()
 
 
 @action(FlushCache, when=_always)

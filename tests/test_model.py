@@ -203,3 +203,13 @@ def test_stale_entry_on_open_exact_endpoint_is_a_violation():
     s = go(initial_state((Config(lane=Lane.EXACT),)), ServeRequest(0, "P"))
     ep = evolve(s.endpoint(0), weights=1, label=1, draft=1, scales=1)
     assert [v.rule for v in check_state(s.with_endpoint(0, ep))] == ["INV-001"]
+
+
+def test_a_sync_keeps_the_branch_where_an_engine_stopped():
+    """CD-07 inside a sync: the stop branch survives the composition (nothing more is
+    driven on the stopped endpoint) instead of vanishing from the explorer's view."""
+    s = initial_state((Config(lane="exact"),))
+    s, _ = spec.step(s, StartRequest(0, "r1", "P"))[0]
+    s, _ = spec.step(s, FaultRefuseFlush(0))[0]
+    branches = spec.step(s, SyncWeights(1, T))
+    assert any(b[0].endpoint(0).phase is Phase.STOPPED for b in branches)
