@@ -7,7 +7,6 @@ import pytest
 from attrs import evolve
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import MUTANTS
-from kvfence.conformance.cli import FOCUSED_EXAMPLES
 from kvfence.conformance.explore import (
     EXPLORE_BOUNDS,
     SETUPS,
@@ -17,6 +16,7 @@ from kvfence.conformance.explore import (
     main_explore,
     setups_for,
 )
+from kvfence.conformance.matrix import FOCUSED_EXAMPLES
 from kvfence.conformance.replay import replay_trace, trace_actions
 from kvfence.conformance.runner import run_check
 from kvfence.conformance.trace import read_trace
