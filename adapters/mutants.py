@@ -378,6 +378,51 @@ class HitPathNumericsDiffer(ReferenceEndpoint):
         return (*out, "hit-kernel") if hit else out
 
 
+# ----- appended: PF-21, PF-22 (shared/cases/more-faults.md) ------------------------------
+
+
+class EncoderKeptOnOptOut(ReferenceEndpoint):
+    """Violates: ENG-012.
+
+    Encoder outputs follow the prefix-cache decision: an update the caller asked to run
+    without a flush keeps them, though they are keyed by content only and so are stale the
+    moment the weights change (the opt-out covers the prefix cache alone).
+    vllm-project/vllm #44910 (PF-21).
+    """
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        encoder = {k: kv for k, kv in self.cache.items() if k[1] is Kind.ENCODER}
+        reply = super().update_weights(version, funnel, flush_cache)
+        if reply.ok and not self._must_flush(funnel, flush_cache):
+            self.cache.update(encoder)
+        return reply
+
+
+class FlushIsAStub(ReferenceEndpoint):
+    """Violates: LIV-001.
+
+    The cache reset is a placeholder: it clears nothing and answers without a result (the
+    route returns 200 with no body). A missing result counts as failure, so the report is
+    not a lie; but a flush that nothing blocks must complete, and this one never does.
+    vllm-project/vllm-omni #6739 (PF-22; the same stub in vllm-project/vllm-omni #5513).
+    """
+
+    def flush_cache(self) -> Reply:
+        return Reply(True, flushed=None, message="reset_prefix_cache: placeholder, no-op")
+
+
+class FlushStubClaimsSuccess(ReferenceEndpoint):
+    """Violates: FC-003.
+
+    The cache reset is a stub that clears nothing and reports success, so the caller
+    believes the cache clean and the next request reuses old KV. vllm-project/vllm-omni
+    #6739 (PF-22, the variant that answers True); vllm-project/vllm-omni #5513.
+    """
+
+    def flush_cache(self) -> Reply:
+        return Reply(True, flushed=True, message="reset_prefix_cache: True")
+
+
 # ----- the catalog -----------------------------------------------------------------------
 
 
@@ -441,6 +486,10 @@ MUTANTS: tuple[Mutant, ...] = (
     _engine("label-not-recorded-on-ipc", LabelNotRecordedOnIpc, "INV-003", "PF-15"),
     _engine("labels-with-final-version", LabelsWithFinalVersion, "INV-002", "PF-16"),
     _engine("hit-path-numerics-differ", HitPathNumericsDiffer, "INV-004", "PF-18"),
+    # appended with shared/cases/more-faults.md
+    _engine("encoder-kept-on-opt-out", EncoderKeptOnOptOut, "ENG-012", "PF-21"),
+    _engine("flush-is-a-stub", FlushIsAStub, "LIV-001", "PF-22"),
+    _engine("flush-stub-claims-success", FlushStubClaimsSuccess, "FC-003", "PF-22"),
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}
