@@ -15,7 +15,7 @@ from kvfence.model.state import Policy
 from kvfence.model.vocabulary import GARBAGE, Funnel, Kind, PauseMode, Tier
 
 from .clients import NeverFlushClient, ReferenceClient
-from .reference import InFlight, Key, ReferenceEndpoint, Reply
+from .reference import Key, ReferenceEndpoint, Reply, Request
 
 # ----- clients ---------------------------------------------------------------------------
 
@@ -128,10 +128,12 @@ class UpdateNeverFlushes(ReferenceEndpoint):
 
 
 class ForcesFlushOnStandardLane(ReferenceEndpoint):
-    """Violates: ENG-002.
+    """Violates: ENG-011.
 
     Applies the exact-lane guard everywhere: standard lanes lose their cache on every
-    update though the caller asked to keep it. Seed contract SC-2.
+    update though the caller asked to keep it. Safe, so only a SHOULD (a performance note),
+    seen only with ``exact_cache``; it was ENG-002 before that rule was narrowed to the
+    unsafe direction (issue 14 item 2). Seed contract SC-2.
     """
 
     def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
@@ -362,7 +364,7 @@ class LabelsWithFinalVersion(ReferenceEndpoint):
     tokens were sampled under an older one. areal-project/AReaL PR #1569 (PF-16).
     """
 
-    def _attribute(self, req: InFlight) -> set[int]:
+    def _attribute(self, req: Request) -> set[int]:
         return {self.weights}
 
 
@@ -468,7 +470,7 @@ MUTANTS: tuple[Mutant, ...] = (
         for f in Funnel
     ),
     _engine("update-never-flushes", UpdateNeverFlushes, "ENG-001", "PF-08"),
-    _engine("forces-flush-on-standard-lane", ForcesFlushOnStandardLane, "ENG-002"),
+    _engine("forces-flush-on-standard-lane", ForcesFlushOnStandardLane, "ENG-011"),
     _engine("swallows-failed-flush", SwallowsFailedFlush, "FC-001"),
     _engine("serves-after-failed-flush", ServesAfterFailedFlush, "FC-002"),
     _engine("crashes-after-swap", CrashesAfterSwap, "FC-001", "PF-04"),

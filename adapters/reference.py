@@ -56,7 +56,7 @@ class CachedKV:
 
 
 @define
-class InFlight:
+class Request:
     """An in-flight request: its prefix, the versions that sampled it, what its KV used."""
 
     prefix: str
@@ -86,7 +86,7 @@ class ReferenceEndpoint:
 
     State: ``weights``/``draft``/``scales``/``lora_rev`` versions, ``label``, ``torn``,
     ``dirty`` (failed closed), ``phase``, ``cache`` (key -> ``CachedKV``), ``requests``
-    (rid -> ``InFlight``), ``refuse_next_flush`` (an injected fault).
+    (rid -> ``Request``), ``refuse_next_flush`` (an injected fault).
     """
 
     def __init__(self, config: Config) -> None:
@@ -101,7 +101,7 @@ class ReferenceEndpoint:
         self.waived = False
         self.phase = Phase.SERVING
         self.cache: dict[Key, CachedKV] = {}
-        self.requests: dict[str, InFlight] = {}
+        self.requests: dict[str, Request] = {}
         self.refuse_next_flush = False
 
     # ----- probes ---------------------------------------------------------------------
@@ -180,7 +180,7 @@ class ReferenceEndpoint:
         if self.closed:
             return Reply(False, message="endpoint closed")
         uses, hit = self._prefill(prefix, lora)
-        self.requests[rid] = InFlight(prefix, lora, {self.weights}, uses)
+        self.requests[rid] = Request(prefix, lora, {self.weights}, uses)
         return Reply(True, hit=hit)
 
     def finish(self, rid: str) -> Reply:
@@ -322,7 +322,7 @@ class ReferenceEndpoint:
         computation depended on, so stale KV changes them and a fresh hit does not."""
         return (prefix, *sorted((u.component, u.version) for u in uses))
 
-    def _attribute(self, req: InFlight) -> set[int]:
+    def _attribute(self, req: Request) -> set[int]:
         """Every version that sampled the response's tokens (INV-002)."""
         return set(req.sampled)
 
@@ -472,8 +472,8 @@ class InProcessAdapter:
 __all__ = [
     "CachedKV",
     "ClosingEndpoint",
-    "InFlight",
     "InProcessAdapter",
     "ReferenceEndpoint",
     "Reply",
+    "Request",
 ]

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from itertools import product
 from typing import Any
 
+from attrs import evolve
 from kvfence.adapters.protocol import (
     CAPABILITIES,
     AdapterFailure,
@@ -35,13 +36,12 @@ from kvfence.model.actions import (
     UpdateWeights,
 )
 from kvfence.model.capabilities import NEEDED_BY_ACTION
-from kvfence.model.checks import Violation, check_state, compare, evidence
-from kvfence.model.client import Plan, resolve_plan
+from kvfence.model.checks import SpecError, Violation, check_state, compare, evidence
+from kvfence.model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON, Plan, judge_plan, resolve_plan
 from kvfence.model.observation import malformed
 from kvfence.model.state import Bounds, Config, Policy, State, initial_state
 from kvfence.model.vocabulary import CacheMode, PauseMode
 
-from .strategies import REPORTS_WHEN_OFF, REPORTS_WHEN_ON
 from .trace import observation_json, outcome_json, plan_json
 
 MACHINE_BOUNDS = Bounds(versions=64, lora_revisions=16)
@@ -164,14 +164,16 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
             lambda policy=policy, info=info: client.resolve(policy, info), timeout, "resolve"
         )
         check_plan(got)
-        for f in ("flush", "pause_mode"):
-            recorder.exercised[expected.rule_for(f)] += 1
-            if getattr(got, f) != getattr(expected, f):
-                where = f"plan.{f} for policy {policy_words(policy)}, server info {info!r}"
-                out.append(
-                    Violation(expected.rule_for(f), getattr(expected, f), getattr(got, f), where)
-                )
-    recorder.exercised["CLI-006"] += len(infos)
+        retract = evolve(policy, pause_mode=PauseMode.RETRACT)
+        again = call_with_timeout(
+            lambda retract=retract, info=info: client.resolve(retract, info), timeout, "resolve"
+        )
+        check_plan(again)
+        recorder.exercised[expected.rule_for("flush")] += 1
+        recorder.exercised["CLI-007"] += pause is PauseMode.IN_PLACE
+        for f, rule, want, was in judge_plan(expected, got, pause, again.flush):
+            where = f"plan.{f} for policy {policy_words(policy)}, server info {info!r}"
+            out.append(Violation(rule, want, was, where))
     return out
 
 
@@ -306,27 +308,38 @@ class Lockstep:
                 lambda info=info: self.client.resolve(self.policy, info), self.timeout, "resolve"
             )
             check_plan(got)
+            entry = {"endpoint": i, "server_info": info}
             line.setdefault("plans", []).append(
-                {
-                    "endpoint": i,
-                    "server_info": info,
-                    "expected": plan_json(expected),
-                    "observed": plan_json(got),
-                }
+                {**entry, "expected": plan_json(expected), "observed": plan_json(got)}
             )
-            bad = [
-                Violation(
-                    expected.rule_for(f),
-                    getattr(expected, f),
-                    getattr(got, f),
-                    f"endpoint {i} plan.{f}",
+            again = None
+            if expected.flush and not got.flush and p.pause_mode is PauseMode.IN_PLACE:
+                # Was the flush dropped because of the in_place pause (CLI-007, PF-06)? Ask
+                # the same question with a retract pause, and record the answer for replay.
+                retract = evolve(p, pause_mode=PauseMode.RETRACT)
+                again = call_with_timeout(
+                    lambda info=info, retract=retract: self.client.resolve(retract, info),
+                    self.timeout,
+                    "resolve",
                 )
-                for f in ("flush", "pause_mode")
-                if getattr(expected, f) != getattr(got, f)
+                check_plan(again)
+                spec_retract = resolve_plan(p.mode, p.flush_cache, PauseMode.RETRACT, info)
+                line["plans"].append(
+                    {
+                        **entry,
+                        "asked": "retract",
+                        "expected": plan_json(spec_retract),
+                        "observed": plan_json(again),
+                    }
+                )
+            bad = [
+                Violation(rule, want, was, f"endpoint {i} plan.{f}, server info {info!r}")
+                for f, rule, want, was in judge_plan(
+                    expected, got, p.pause_mode, None if again is None else again.flush
+                )
             ]
-            for f in ("flush", "pause_mode"):
-                self.recorder.exercised[expected.rule_for(f)] += 1
-            self.recorder.exercised["CLI-006"] += 1
+            self.recorder.exercised[expected.rule_for("flush")] += 1
+            self.recorder.exercised["CLI-007"] += p.pause_mode is PauseMode.IN_PLACE
             if bad:
                 self.client_violation(bad)
             plans.append(got)
@@ -377,7 +390,7 @@ class Lockstep:
         for s in self.states:
             bad = check_state(s, ledger=not self.off_contract)
             if bad:
-                raise AdapterError("ADP-002", f"the model broke its own invariants: {bad}")
+                raise SpecError(f"the model broke its own invariants: {bad}")
 
     # ----- verdicts -------------------------------------------------------------------
 

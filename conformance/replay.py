@@ -249,7 +249,7 @@ class RecordedClient:
     name = "recorded"
 
     def __init__(self, trace: Trace) -> None:
-        self.plans: list[Plan] = [plan for s in trace.steps if s.plans for _, plan in s.plans]
+        self.plans: list[Plan] = [plan for s in trace.steps for plan in s.answers]
         self.cursor = 0
 
     def resolve(self, policy: Policy, info: Mapping[str, object] | None) -> Plan:

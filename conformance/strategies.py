@@ -7,32 +7,9 @@ tiers, mode ``auto``), so a counterexample carries only the features it needs.
 from __future__ import annotations
 
 from hypothesis import strategies as st
-from kvfence.model.state import Config, Policy, server_info
+from kvfence.model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON
+from kvfence.model.state import Config, Policy
 from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
-
-REPORTS_WHEN_ON = (
-    server_info(radix_cache_enabled=True),
-    server_info(),  # absent: unknown, so enabled (SC-5)
-    server_info(radix_cache_enabled="maybe"),  # garbage: unknown
-    None,  # unreachable
-    server_info(radix_cache_enabled="true"),
-    server_info(disable_radix_cache="0"),
-    server_info(disable_radix_cache="off", radix_cache_enabled="?"),
-    server_info(radix_cache_enabled=None),  # null: unknown, not off
-    server_info(radix_cache_enabled=""),  # empty: unknown, not off
-    server_info(radix_cache_enabled=True, disable_radix_cache=True),  # enabled wins
-)
-"""What an endpoint with the radix cache on may honestly report (SC-7 shapes)."""
-
-REPORTS_WHEN_OFF = (
-    server_info(radix_cache_enabled=False),
-    server_info(disable_radix_cache="true"),
-    server_info(),
-    None,
-    server_info(radix_cache_enabled=0),
-    server_info(radix_cache_enabled=False, disable_radix_cache=False),  # enabled wins
-)
-"""What an endpoint with the radix cache off may report."""
 
 TIERS = (
     frozenset({Tier.DEVICE}),

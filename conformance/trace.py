@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kvfence.model import SPEC_VERSION
+from kvfence.model import READABLE_SPECS, SPEC_VERSION
 from kvfence.model.actions import Action, TraceError, action_from_json
 from kvfence.model.client import Plan
 from kvfence.model.observation import (
@@ -72,11 +72,19 @@ def config_json(c: Config) -> dict[str, Any]:
         "encoder": c.encoder,
         "fp8_kv": c.fp8_kv,
         "lora": c.lora,
+        "flush_default": c.flush_default,
+        "versioned_keys": c.versioned_keys,
+        "misreports": c.misreports,
     }
 
 
 def policy_json(p: Policy) -> dict[str, Any]:
-    return {"mode": p.mode.value, "flush_cache": p.flush_cache, "pause_mode": p.pause_mode.value}
+    return {
+        "mode": p.mode.value,
+        "flush_cache": p.flush_cache,
+        "pause_mode": p.pause_mode.value,
+        "off_policy_sessions": p.off_policy_sessions,
+    }
 
 
 def plan_json(p: Plan) -> dict[str, Any]:
@@ -192,7 +200,8 @@ def config_from_json(obj: Any, where: str) -> Config:
     tiers = obj.get("tiers", ["device"])
     if not isinstance(tiers, list):
         raise TraceError(f"{where}: field 'tiers' must be a list")
-    flags = {k: obj.get(k, False) for k in ("draft", "encoder", "fp8_kv", "lora")}
+    names = ("draft", "encoder", "fp8_kv", "lora", "flush_default", "versioned_keys", "misreports")
+    flags = {k: obj.get(k, False) for k in names}
     for k, v in flags.items():
         if not isinstance(v, bool):
             raise TraceError(f"{where}: field {k!r} must be bool, got {v!r}")
@@ -215,6 +224,9 @@ def policy_from_json(obj: Any, where: str) -> Policy:
         mode=_enum(CacheMode, obj.get("mode", "auto"), f"{where}.mode"),
         flush_cache=flush,
         pause_mode=_enum(PauseMode, obj.get("pause_mode", "retract"), f"{where}.pause_mode"),
+        off_policy_sessions=_need(obj, "off_policy_sessions", bool, where)
+        if "off_policy_sessions" in obj
+        else False,
     )
 
 
@@ -304,14 +316,19 @@ class Trace:
 
 class Step:
     """One step line: ``action``, ``observed`` (engine step), ``plans`` (sync step:
-    ``[(server_info, observed Plan)]``), ``within`` and its ``line`` number."""
+    ``[(server_info, observed Plan)]``, one per endpoint), ``answers`` (every plan the
+    client gave, in the order asked: ``plans`` plus a re-asked one marked ``"asked"``),
+    ``within`` and its ``line`` number."""
 
-    def __init__(self, line: int, action: Action, observed, plans, within) -> None:
+    def __init__(self, line: int, action: Action, observed, plans, within, answers=None) -> None:
         self.line = line
         self.action = action
         self.observed: Observation | None = observed
         self.plans: list[tuple[dict[str, Any] | None, Plan]] | None = plans
         self.within: int | None = within
+        self.answers: list[Plan] = (
+            answers if answers is not None else [plan for _, plan in plans or ()]
+        )
 
 
 def read_trace(path: Path, allow_other_spec: bool = False) -> Trace:
@@ -350,9 +367,10 @@ def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
     if not isinstance(head, dict) or head.get("kvfence_trace") != TRACE_FORMAT:
         raise TraceError(f"{where}: first line must be a header with kvfence_trace: 1")
     version = _need(head, "spec_version", str, where)
-    if version != SPEC_VERSION and not allow_other_spec:
+    if version not in READABLE_SPECS and not allow_other_spec:
         raise TraceError(
-            f"{where}: trace is for spec {version}, this is spec {SPEC_VERSION}; "
+            f"{where}: trace is for spec {version} (older or unknown), this is spec "
+            f"{SPEC_VERSION}, which reads {', '.join(READABLE_SPECS)}; "
             "re-record it or pass --allow-other-spec"
         )
     configs_raw = _need(head, "configs", list, where)
@@ -383,14 +401,18 @@ def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
             raise TraceError(f"{where}: field 'within' must be a step number")
         if action.name == "SyncWeights":
             plans_raw = _need(obj, "plans", list, where)
-            plans = [
-                (p.get("server_info"), plan_from_json(p.get("observed"), f"{where}.plans[{i}]"))
-                for i, p in enumerate(plans_raw)
-                if isinstance(p, dict)
-            ]
-            if len(plans) != len(plans_raw):
+            if not all(isinstance(p, dict) for p in plans_raw):
                 raise TraceError(f"{where}: field 'plans' must hold objects")
-            steps.append(Step(n, action, None, plans, within))
+            answers = [
+                plan_from_json(p.get("observed"), f"{where}.plans[{i}]")
+                for i, p in enumerate(plans_raw)
+            ]
+            plans = [
+                (p.get("server_info"), plan)
+                for p, plan in zip(plans_raw, answers, strict=True)
+                if "asked" not in p
+            ]
+            steps.append(Step(n, action, None, plans, within, answers))
         else:
             observed = obj.get("observed")
             parsed = None if observed is None else observation_from_json(observed, where)

@@ -40,23 +40,27 @@ class Action:
 class ServeRequest(Action):
     """A whole request (prefill, decode, finish) for ``prefix`` on ``endpoint``.
 
-    ``lora``: served through the LoRA adapter. Mirrors SGLang ``/generate`` and vLLM
-    ``/v1/completions``.
+    ``lora``: served through the LoRA adapter. ``namespace``: the weight version the
+    client keys the request by (vLLM ``cache_salt``, SGLang ``extra_key``); ``None``: none.
+    Mirrors SGLang ``/generate`` and vLLM ``/v1/completions``.
     """
 
     endpoint: int
     prefix: str
     lora: bool = False
+    namespace: int | None = None
 
 
 @frozen
 class StartRequest(Action):
-    """Admit request ``rid`` for ``prefix``: its prefill runs and it stays in flight."""
+    """Admit request ``rid`` for ``prefix``: its prefill runs and it stays in flight.
+    ``lora`` and ``namespace`` as for ServeRequest."""
 
     endpoint: int
     rid: str
     prefix: str
     lora: bool = False
+    namespace: int | None = None
 
 
 @frozen
@@ -84,7 +88,8 @@ class SyncWeights(Action):
 class UpdateWeights(Action):
     """A raw engine update of ``endpoint`` to ``version`` through ``funnel``.
 
-    ``flush_cache``: what the caller asked; ``None`` when the field was not sent. Mirrors
+    ``flush_cache``: what the caller asked; ``None`` when the field was not sent (what that
+    means is the engine's ``Config.flush_default``). Mirrors
     SGLang ``/update_weights_from_{disk,tensor,distributed}`` with ``flush_cache``.
     """
 
@@ -205,6 +210,7 @@ def _check(name: str, field_name: str, value: Any, expected: Any) -> Any:
         "str": isinstance(value, str),
         "bool": isinstance(value, bool),
         "bool | None": value is None or isinstance(value, bool),
+        "int | None": value is None or (isinstance(value, int) and not isinstance(value, bool)),
     }.get(expected)
     if ok is None:
         raise TraceError(f"{name}.{field_name}: unsupported field type {expected!r}")

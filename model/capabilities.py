@@ -104,6 +104,8 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     "ENG-008": (C.TIERS, C.CACHE_PROBE),
     "ENG-009": (C.PAUSE, C.INFLIGHT),
     "ENG-010": (C.RESTART, C.CACHE_PROBE),
+    "ENG-011": (C.EXACT_CACHE, C.CACHE_PROBE),
+    "ENG-012": (C.ENCODER, C.CACHE_PROBE),
     "FC-001": (C.INFLIGHT,),
     "FC-002": (C.INFLIGHT,),
     "FC-003": (C.FLUSH_RESULT, C.INFLIGHT),

@@ -20,6 +20,11 @@ from .state import Served, State
 from .vocabulary import Kind, Status, Tier
 
 
+class SpecError(AssertionError):
+    """The model broke one of its own invariants: a bug in the spec, never in the system
+    under test (it is not an ADP or any other rule of the contract)."""
+
+
 @frozen
 class Violation:
     """A broken rule: ``rule`` ID, what the spec ``expected``, what was ``actual``, and

@@ -15,7 +15,38 @@ from collections.abc import Mapping
 
 from attrs import frozen
 
+from .state import ServerInfo, server_info
 from .vocabulary import CacheMode, PauseMode
+
+REPORTS_WHEN_ON: tuple[ServerInfo, ...] = (
+    server_info(radix_cache_enabled=True),
+    server_info(),  # absent: unknown, so enabled (SC-5)
+    server_info(radix_cache_enabled="maybe"),  # garbage: unknown
+    None,  # unreachable
+    server_info(radix_cache_enabled="true"),
+    server_info(disable_radix_cache="0"),
+    server_info(disable_radix_cache=0),
+    server_info(disable_radix_cache="off", radix_cache_enabled="?"),
+    server_info(radix_cache_enabled=None),  # null: unknown, not off
+    server_info(radix_cache_enabled=""),  # empty: unknown, not off
+    server_info(radix_cache_enabled=True, disable_radix_cache=True),  # enabled wins
+    server_info(radix_cache_enabled=1, disable_radix_cache=True),  # enabled wins, as 0/1
+)
+"""What an endpoint with the radix cache on may honestly report (SC-7 shapes): every one
+parses as on or unknown, so ``auto`` flushes."""
+
+REPORTS_WHEN_OFF: tuple[ServerInfo, ...] = (
+    server_info(radix_cache_enabled=False),
+    server_info(disable_radix_cache="true"),
+    server_info(disable_radix_cache=1),
+    server_info(),
+    None,
+    server_info(radix_cache_enabled=0),
+    server_info(radix_cache_enabled=False, disable_radix_cache=False),  # enabled wins
+    server_info(radix_cache_enabled=0, disable_radix_cache=False),  # enabled wins, as 0/1
+)
+"""What an endpoint with the radix cache off may report (silence included: a client must
+then flush anyway)."""
 
 TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 FALSE_WORDS = frozenset({"false", "0", "no", "off"})
@@ -74,6 +105,23 @@ class Plan:
         return dict(self.because).get(field_name, "CLI-006")
 
 
+def canonical(info: Mapping[str, object] | None) -> bool:
+    """``info`` needs no parsing: unreachable, silent, or ``radix_cache_enabled`` as a real
+    boolean with no ``disable_radix_cache`` beside it. A plan that goes wrong on any other
+    shape is a parsing mistake (CLI-006); on these, the mistake is the resolver's rule."""
+    if not isinstance(info, Mapping):
+        return info is None
+    keys = {"radix_cache_enabled", "disable_radix_cache"} & set(info)
+    return not keys or (
+        keys == {"radix_cache_enabled"} and isinstance(info["radix_cache_enabled"], bool)
+    )
+
+
+def pause_for(pause_mode: PauseMode, flush: bool) -> PauseMode:
+    """CLI-007: the pause a plan with ``flush`` must use when ``pause_mode`` is configured."""
+    return PauseMode.RETRACT if flush and pause_mode is PauseMode.IN_PLACE else pause_mode
+
+
 def resolve_plan(
     mode: CacheMode,
     flush_cache: bool | None,
@@ -97,5 +145,31 @@ def resolve_plan(
             flush, why = True, "CLI-001"
         else:
             flush, why = False, "CLI-003"
-    pause = PauseMode.RETRACT if flush and pause_mode is PauseMode.IN_PLACE else pause_mode
-    return Plan(flush, pause, (("flush", why), ("pause_mode", "CLI-007" if flush else why)))
+        if not canonical(info):
+            why = "CLI-006"
+    return Plan(flush, pause_for(pause_mode, flush), (("flush", why), ("pause_mode", "CLI-007")))
+
+
+def judge_plan(
+    expected: Plan, got: Plan, pause_mode: PauseMode, flush_if_retract: bool | None = None
+) -> list[tuple[str, str, object, object]]:
+    """How the plan of a client under test differs from the spec's, as
+    ``(field, rule, expected, got)``.
+
+    The pause is judged against the flush the *client* chose (CLI-007: a client that never
+    flushes keeps its configured pause). A flush dropped only because the pause is
+    ``in_place`` (the client flushes the same endpoint when configured to retract:
+    ``flush_if_retract``) is CLI-007's fault, PF-06; any other wrong flush is the rule
+    that decided it (``expected.because``).
+    """
+    out: list[tuple[str, str, object, object]] = []
+    if got.flush != expected.flush:
+        dropped_for_pause = (
+            expected.flush and pause_mode is PauseMode.IN_PLACE and flush_if_retract is True
+        )
+        rule = "CLI-007" if dropped_for_pause else expected.rule_for("flush")
+        out.append(("flush", rule, expected.flush, got.flush))
+    want = pause_for(pause_mode, got.flush)
+    if got.pause_mode != want:
+        out.append(("pause_mode", "CLI-007", want, got.pause_mode))
+    return out

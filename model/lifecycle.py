@@ -5,8 +5,10 @@ data invariants stay in plain code in ``semantics.py``. A ``transitions`` guard 
 returns False silently, so this module uses no guards at all: ``allows`` asks the table,
 ``next_phase`` reads it, and both raise nothing.
 
-Phases: SERVING, PAUSED (``/pause_generation``), ASLEEP (vLLM ``/sleep``). Being *closed*
-(FC-002) is not a phase: a closed endpoint is in any phase and refuses to serve.
+Phases: SERVING, PAUSED (``/pause_generation``), ASLEEP (vLLM ``/sleep``), STOPPED (the
+engine process exited: ``EngineStops`` is not an action anyone draws but an outcome of an
+update whose mandatory flush was refused on an exact lane). Being *closed* (FC-002) is not a
+phase: a closed endpoint is in any phase and refuses to serve.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from transitions.extensions import GraphMachine
 
 from .vocabulary import Phase
 
-S, P, A = Phase.SERVING.value, Phase.PAUSED.value, Phase.ASLEEP.value
+S, P, A, X = Phase.SERVING.value, Phase.PAUSED.value, Phase.ASLEEP.value, Phase.STOPPED.value
 
 TABLE: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     # (action, phases it may run in, phase it leads to; None = stays)
@@ -35,7 +37,8 @@ TABLE: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("ContinueGeneration", (P,), S),
     ("Sleep", (S,), A),
     ("WakeUp", (A,), S),
-    ("Restart", (S, P, A), S),
+    ("Restart", (S, P, A, X), S),
+    ("EngineStops", (S, P), X),
 )
 """SyncWeights is the client's: it needs every endpoint SERVING and runs through
 PauseGeneration, UpdateWeights and ContinueGeneration on each."""

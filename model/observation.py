@@ -55,8 +55,9 @@ class Response:
 class Observation:
     """What a system showed after one action.
 
-    ``status``: OK / REJECTED / INDETERMINATE. ``response``: for ServeRequest and
-    FinishRequest. ``flushed``: a flush's reported result (``None``: it returned nothing).
+    ``status``: OK / REJECTED / STOPPED / INDETERMINATE (see ``Status``). ``response``:
+    for ServeRequest and FinishRequest. ``flushed``: a flush's reported result (``None``: it
+    returned nothing).
     ``aborted``: request IDs the system ended. ``view``: a probe of the endpoint.
     ``detail``: free text (HTTP body, message) for the report.
     """
@@ -97,7 +98,7 @@ def malformed(obs: object) -> str | None:
     if not isinstance(obs, Observation):
         return f"returned {type(obs).__name__} {obs!r:.80}, not an Observation"
     if not isinstance(obs.status, Status):
-        return f"status {obs.status!r} is not a Status (ok/rejected/indeterminate)"
+        return f"status {obs.status!r} is not a Status (ok/rejected/stopped/indeterminate)"
     if obs.flushed is not None and not isinstance(obs.flushed, bool):
         return f"flushed {obs.flushed!r} is not a bool or None"
     if obs.aborted is not None and not (
@@ -142,6 +143,7 @@ def entry_json(e: Entry) -> dict[str, Any]:
         "tier": e.tier.value,
         "version": e.version,
         "lora": e.lora,
+        "namespace": e.namespace,
     }
 
 
@@ -152,4 +154,5 @@ def entry_from_json(obj: dict[str, Any]) -> Entry:
         tier=Tier(obj.get("tier", "device")),
         version=int(obj["version"]),
         lora=obj.get("lora"),
+        namespace=obj.get("namespace"),
     )

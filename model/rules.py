@@ -101,7 +101,8 @@ RULES: tuple[Rule, ...] = (
         "CLI-007",
         "FlushUpgradesInPlacePause",
         "MUST",
-        "When a sync requests a flush, a configured in_place pause is upgraded to retract.",
+        "When the client's own plan requests a flush, a configured in_place pause is "
+        "upgraded to retract (a client that does not flush is not charged with this rule).",
         "In-place paused requests hold KV, so the flush would be refused (PF-06).",
         "SC-8; radixark/miles PR #2782 (PF-06)",
     ),
@@ -117,12 +118,14 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "ENG-002",
-        "EngineAutonomy",
+        "RequestedFlushHappens",
         "MUST",
-        "On a standard lane, or with the radix cache off, an update flushes if and only if "
-        "the caller asked.",
-        "Outside exact lanes, existing behaviour is unchanged.",
-        "SC-2",
+        "On a standard lane, or with the radix cache off, an update the caller asked to flush "
+        "(flush_cache true, or omitted where the engine's default is true) removes every "
+        "entry computed under older weights before it reports success. Dropping more than "
+        "asked is never a violation of this rule (see ENG-011).",
+        "A flush the caller asked for that silently did not happen leaves stale KV reachable.",
+        "SC-2; SGLang UpdateWeightFromDiskReqInput.flush_cache (default true)",
     ),
     Rule(
         "ENG-003",
@@ -195,13 +198,39 @@ RULES: tuple[Rule, ...] = (
         "Nothing survives a process restart but the checkpoint on disk.",
         "seed contract",
     ),
+    Rule(
+        "ENG-011",
+        "KeepsCacheUnlessAsked",
+        "SHOULD",
+        "On a standard lane, an update that was not asked to flush keeps the prefix cache. "
+        "Dropping more than asked is safe; it is reported as a performance note (cold "
+        "prefills), judged only where the adapter declares exact_cache.",
+        "Outside exact lanes existing behaviour is unchanged; but extra invalidation is never "
+        "unsafe, so it is never a MUST failure.",
+        "SC-2; vllm-project/vllm /pause (clears the cache by default, CD-01)",
+    ),
+    Rule(
+        "ENG-012",
+        "DerivedCachesFollowWeights",
+        "MUST",
+        "Every completed update invalidates encoder outputs (and any other weight-derived "
+        "cache keyed without a weight version), whatever the caller asked about the prefix "
+        "cache; draft KV follows the draft weights.",
+        "The prefix-cache opt-out waives the prefix cache only; an encoder output keyed by "
+        "content alone is stale the moment the weights change.",
+        "vllm-project/vllm #44910 (PF-21)",
+    ),
     # ----- fail-closed ------------------------------------------------------------------
     Rule(
         "FC-001",
         "FailedFlushFailsUpdate",
         "MUST",
-        "An update whose flush (mandatory or requested) cannot complete reports failure.",
-        "A refused flush swallowed as success leaves the client believing the cache clean.",
+        "An update whose flush (mandatory or requested) cannot complete reports failure with "
+        "a reply. Only on an exact lane may a refused mandatory flush instead stop the engine "
+        "process (nothing more is served; reported as an availability note); a standard-lane "
+        "update that dies on a requested flush is a violation.",
+        "A refused flush swallowed as success leaves the client believing the cache clean; a "
+        "crash where a failure reply was due leaves it not knowing.",
         "SC-3; areal-project/AReaL #140 (PF-04); vllm-project/vllm #54443 (PF-17)",
     ),
     Rule(
@@ -237,8 +266,11 @@ RULES: tuple[Rule, ...] = (
         "NoStalePrefixReuse",
         "MUST",
         "No token is computed under weights v attending to KV (target, draft, encoder, LoRA) "
-        "computed under anything else; on a standard lane this is waived only after an "
-        "update the caller explicitly asked to run without a flush.",
+        "computed under anything else, nor KV of another namespace than the weights in force; "
+        "on a standard lane this is waived only after an update the caller explicitly asked "
+        "to run without a flush on an endpoint that honestly reports its radix cache, and for "
+        "a request pinned to an older namespace only where the policy declares off-policy "
+        "sessions (then it is reported, not failed).",
         "The bug class kvfence exists for.",
         "SC-9; PF-01, PF-06, PF-07, PF-08",
     ),

@@ -40,6 +40,15 @@ class Config:
     form a hierarchical cache). ``draft``: a speculative draft model with its own KV.
     ``encoder``: a multimodal encoder cache. ``fp8_kv``: KV stored in FP8 with per-version
     scales. ``lora``: serves one LoRA adapter that can be reloaded in place.
+
+    Engine profile (what the engine does that the client does not choose):
+    ``flush_default``: what an omitted ``flush_cache`` means on an update (SGLang's
+    ``UpdateWeightFromDiskReqInput`` and the seed fork default it to true; vLLM has no such
+    field: false). ``versioned_keys``: the engine keys every prefix by the weight version in
+    force (a ``cache_salt`` / ``extra_key`` equal to the version), so KV of older weights can
+    never be matched again: invalidation by namespace instead of deletion (CD-03).
+    ``misreports``: the adapter declares that the engine's server info may lie about its
+    radix flag; INV-001 is then never waived for it (issue 8, F-5).
     """
 
     radix: bool = True
@@ -50,6 +59,9 @@ class Config:
     encoder: bool = False
     fp8_kv: bool = False
     lora: bool = False
+    flush_default: bool = False
+    versioned_keys: bool = False
+    misreports: bool = False
 
     @property
     def guarded(self) -> bool:
@@ -63,8 +75,10 @@ class Entry:
 
     ``version``: the weight version that computed it (the draft's version for DRAFT KV), or
     ``GARBAGE``. ``lora``: the adapter revision it was computed under; ``None`` for the base
-    model. The lookup key is ``(prefix, kind, lora is not None)`` plus, in a correct engine,
-    the revision; ``version`` is provenance, never part of the key.
+    model. ``namespace``: the weight version its key names (vLLM ``cache_salt``, SGLang
+    ``extra_key``, a storage tier's key prefix), ``None`` when the key names no version. The
+    lookup key is ``(prefix, kind, lora, namespace)``; ``version`` is provenance, never part
+    of the key.
     """
 
     prefix: str
@@ -72,12 +86,14 @@ class Entry:
     tier: Tier = Tier.DEVICE
     version: int = 0
     lora: int | None = None
+    namespace: int | None = None
 
     def __str__(self) -> str:
         """``P target KV of v0 on device`` (``of garbage`` when the memory is gone)."""
         made = "garbage" if self.version == GARBAGE else f"v{self.version}"
         lora = "" if self.lora is None else f" (LoRA revision {self.lora})"
-        return f"{self.prefix} {self.kind.value} KV of {made} on {self.tier.value}{lora}"
+        ns = "" if self.namespace is None else f" in namespace v{self.namespace}"
+        return f"{self.prefix} {self.kind.value} KV of {made} on {self.tier.value}{lora}{ns}"
 
 
 @frozen(cache_hash=True)
@@ -203,11 +219,17 @@ class Endpoint:
 @frozen(cache_hash=True)
 class Policy:
     """The client's sync policy: ``cache_invalidation_mode``, an explicit ``flush_cache``
-    (``None`` when not given) and the configured ``pause_mode``."""
+    (``None`` when not given) and the configured ``pause_mode``.
+
+    ``off_policy_sessions``: the RL framework declares that a continuing session may keep
+    reusing KV of the weights it started under (its requests pinned to that namespace;
+    PrimeIntellect-ai/prime-rl PR #2266). Such reuse is then reported, not failed.
+    """
 
     mode: CacheMode = field(default=CacheMode.AUTO, converter=CacheMode)
     flush_cache: bool | None = None
     pause_mode: PauseMode = field(default=PauseMode.RETRACT, converter=PauseMode)
+    off_policy_sessions: bool = False
 
 
 @frozen(cache_hash=True)

@@ -55,11 +55,16 @@ class PauseMode(str, Enum):
 
 
 class Phase(str, Enum):
-    """Endpoint lifecycle phase; the table of allowed actions lives in ``lifecycle.py``."""
+    """Endpoint lifecycle phase; the table of allowed actions lives in ``lifecycle.py``.
+
+    STOPPED: the engine process exited (the seed fork's fail-closed: a refused mandatory
+    flush raises out of the scheduler loop). Nothing is served; only Restart leaves it.
+    """
 
     SERVING = "serving"
     PAUSED = "paused"
     ASLEEP = "asleep"
+    STOPPED = "stopped"
 
 
 class Kind(str, Enum):
@@ -82,12 +87,19 @@ class Status(str, Enum):
     """How a system under test answered an action, as classified by its adapter.
 
     OK: it did what was asked. REJECTED: it reported failure (HTTP error, ``success: false``,
-    a refused flush). INDETERMINATE: the answer does not say which (timeout on a call that
-    may have taken effect).
+    a refused flush). STOPPED: the engine process exited instead of answering (the adapter
+    saw the process end, not merely a lost reply). INDETERMINATE: the answer does not say
+    which (a timeout or dropped connection on a call that may have taken effect).
+
+    The INDETERMINATE rule: the spec never predicts INDETERMINATE. Every action the spec
+    lets fail has a definite failure (REJECTED, or STOPPED where stopping is allowed), so an
+    INDETERMINATE answer matches no branch and is judged as a status mismatch against each:
+    a lost reply on an update or a flush is never evidence that it was safe.
     """
 
     OK = "ok"
     REJECTED = "rejected"
+    STOPPED = "stopped"
     INDETERMINATE = "indeterminate"
 
 

@@ -70,19 +70,27 @@ def test_sc4_auto_flushes_when_radix_reported_on():
     assert plan.rule_for("flush") == "CLI-001"
 
 
-@pytest.mark.parametrize(
-    "info", [{}, None, {"radix_cache_enabled": "maybe"}, {"disable_radix_cache": []}]
-)
+@pytest.mark.parametrize("info", [{}, None])
 def test_sc5_auto_flushes_when_radix_unknown(info):
     plan = both(Policy(AUTO), info)
     assert plan.flush is True
     assert plan.rule_for("flush") == "CLI-002"
 
 
+@pytest.mark.parametrize("info", [{"radix_cache_enabled": "maybe"}, {"disable_radix_cache": []}])
+def test_unparseable_radix_is_unknown_and_a_parsing_matter(info):
+    """A shape that needs parsing is CLI-006's: a plan wrong on it is a parsing mistake."""
+    plan = both(Policy(AUTO), info)
+    assert plan.flush is True
+    assert plan.rule_for("flush") == "CLI-006"
+
+
 def test_auto_skips_when_radix_reported_off():
-    plan = both(Policy(AUTO), {"disable_radix_cache": "true"})
+    plan = both(Policy(AUTO), {"radix_cache_enabled": False})
     assert plan.flush is False
     assert plan.rule_for("flush") == "CLI-003"
+    parsed = both(Policy(AUTO), {"disable_radix_cache": "true"})
+    assert (parsed.flush, parsed.rule_for("flush")) == (False, "CLI-006")
 
 
 @pytest.mark.parametrize("info", [{"radix_cache_enabled": False}, {}, None])
