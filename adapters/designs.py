@@ -31,10 +31,11 @@ class PauseAbortClearsCache(ReferenceEndpoint):
     """Keeps: ENG-002, ENG-009, INV-001.
 
     ``pause(abort)`` ends every in-flight request and also clears the prefix cache: dropping
-    KV is always safe, it only costs cold prefills. vLLM's ``POST /pause`` takes a
-    ``clear_cache`` flag that defaults to true (``vllm/entrypoints/serve/rlhf/api_router.py``
-    in vllm-project/vllm, ``pause_generation(mode="abort", clear_cache=True)``); aborted
-    requests hold no KV, so the clear cannot be refused.
+    KV is always safe, it only costs cold prefills. vLLM's ``POST /pause`` takes
+    ``mode="abort"`` and ``clear_cache=True`` by default (vllm-project/vllm
+    ``vllm/entrypoints/rl/online/api_router.py``, passed to ``AsyncLLM.pause_generation`` in
+    ``vllm/v1/engine/async_llm.py``); aborted requests hold no KV, so the clear cannot be
+    refused.
     """
 
     def pause_generation(self, mode: PauseMode) -> Reply:
@@ -52,10 +53,11 @@ class SleepFlushesEveryTier(ReferenceEndpoint):
 
     Sleep releases KV memory through a full flush: every tier and kind is emptied before the
     memory goes, and the result is checked (an index left non-empty is a failed sleep). The
-    fix for PF-02 (vllm-project/vllm #17103), not a fault. SGLang's
-    ``release_memory_occupation`` with the ``kv_cache`` tag calls ``flush_cache`` first
-    (sgl-project/sglang ``python/sglang/srt/managers/scheduler.py``; upstream ignores the
-    result, this design checks it).
+    fix for PF-02 (vllm-project/vllm #17103), not a fault. SGLang's scheduler
+    ``release_memory_occupation`` (sgl-project/sglang ``python/sglang/srt/managers/``,
+    ``scheduler.py`` in older releases, its weight-update mixin in newer ones) pauses the
+    ``kv_cache`` memory and calls ``flush_cache``; upstream ignores the flush's result, this
+    design checks it.
     """
 
     def _on_sleep(self) -> None:
@@ -71,8 +73,8 @@ class VersionKeyedCache(ReferenceEndpoint):
     """Keeps: INV-001, ENG-001.
 
     Every prefix is keyed by the weight version in force, as an RL framework does by sending
-    a per-request ``cache_salt`` (vLLM, ``vllm/v1/core/kv_cache_utils.py`` mixes it into the
-    block hash) or ``extra_key`` (SGLang ``GenerateReqInput.extra_key`` in
+    a per-request ``cache_salt`` (vLLM ``vllm/v1/core/kv_cache_utils.py`` makes it an extra
+    key of the first block's hash) or ``extra_key`` (SGLang ``GenerateReqInput.extra_key`` in
     ``python/sglang/srt/managers/io_struct.py``) equal to that version. KV of older weights
     can never be matched again, so an update never flushes the tree: old entries stay listed
     until evicted, unreachable. A request still holding KV of the old weights is another
@@ -104,9 +106,10 @@ class EncoderFollowsWeights(ReferenceEndpoint):
 
     Encoder (multimodal) outputs are keyed by content only, so they are dropped on every
     weight update whatever the caller asked; the prefix cache is kept unless a flush is
-    asked for. The split vLLM's maintainers settled on for vllm-project/vllm #44910 (encoder
-    cache reset with the weights, ``reset_mm_cache`` beside ``reset_prefix_cache``); the
-    fault it fixes is PF-21.
+    asked for. The split vLLM's maintainers settled on (vllm-project/vllm #44910): the GPU
+    model runner's ``reload_weights`` (``vllm/v1/worker/gpu_model_runner.py``) clears the
+    encoder and multimodal caches itself and leaves the prefix cache to the caller's
+    ``reset_prefix_cache``. The fault it fixes is PF-21.
     """
 
     def _install(self, version: int, funnel: Funnel) -> None:
@@ -145,8 +148,9 @@ class RadixOffSkipsFlush(ReferenceEndpoint):
     With the radix cache off there is no tree to flush: an update that asks for a flush
     skips it, even while requests run, and reports success. The update is honest: nothing
     can ever be reused. SGLang with ``--disable-radix-cache`` serves from a ``ChunkCache``
-    (sgl-project/sglang ``python/sglang/srt/mem_cache/chunk_cache.py``), whose reset has
-    nothing to drop, and the scheduler's flush after an update has nothing to wait for.
+    (sgl-project/sglang ``python/sglang/srt/mem_cache/chunk_cache.py``, "used when
+    RadixCache is disabled"): its ``match_prefix`` never matches and its ``reset`` has
+    nothing to drop.
     """
 
     def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
