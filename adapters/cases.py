@@ -177,9 +177,10 @@ CASES: tuple[Case, ...] = (
         "ENG-003",
         (Config(encoder=True),),
         OPT_OUT,
+        # Encoder outputs now follow every update (ENG-012), so the forgotten kind shows on
+        # an explicit flush: the flush must remove every entry of every kind.
         (
             ServeRequest(0, "P"),
-            UpdateWeights(0, 1, T, False),
             FlushCache(0),
             ServeRequest(0, "P"),
         ),

@@ -136,6 +136,8 @@ class ForcesFlushOnStandardLane(ReferenceEndpoint):
     unsafe direction (issue 14 item 2). Seed contract SC-2.
     """
 
+    exact_cache = True
+
     def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
         return self.config.radix or flush_cache is True
 

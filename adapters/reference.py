@@ -16,7 +16,7 @@ requests are running or queued with KV; ``update_weights_from_*`` with ``flush_c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from attrs import define, field
 from kvfence.model.actions import (
@@ -79,15 +79,22 @@ class Reply:
     message: str = ""
     lost: bool = False
     output: tuple[object, ...] | None = None
+    stopped: bool = False
 
 
 class ReferenceEndpoint:
     """One correct endpoint. Public methods are its API; ``_hooks`` are what mutants change.
 
+    ``exact_cache``: its adapter declares the ``exact_cache`` capability (the endpoint never
+    drops an entry on its own, so a miss is as telling as a hit). Off by default: an
+    in-process design may drop KV at will; the reference's own tests opt in.
+
     State: ``weights``/``draft``/``scales``/``lora_rev`` versions, ``label``, ``torn``,
     ``dirty`` (failed closed), ``phase``, ``cache`` (key -> ``CachedKV``), ``requests``
     (rid -> ``Request``), ``refuse_next_flush`` (an injected fault).
     """
+
+    exact_cache: ClassVar[bool] = False
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -150,18 +157,23 @@ class ReferenceEndpoint:
             return uses, False
         keys = self._keys(prefix, lora)
         found = [k for k in keys if k in self.cache]
-        if found:
+        if any(k[1] is Kind.TARGET for k in found):
             for k in found:
                 self._load_back(k)
                 kv = self.cache[k]
                 uses.add(Use(k[1].value, kv.version))
                 if kv.lora is not None:
                     uses.add(Use("lora", kv.lora))
+            self._insert([k for k in keys if k not in found], lora)
             return uses, True
+        self._insert(keys, lora)
+        return uses, False
+
+    def _insert(self, keys: list[Key], lora: bool) -> None:
+        """Cache freshly computed KV (and encoder output) under ``keys``."""
         for k in keys:
             version = self.draft if k[1] is Kind.DRAFT else self.weights
             self.cache[k] = CachedKV(version, lora=self.lora_rev if lora else None)
-        return uses, False
 
     def generate(self, prefix: str, lora: bool = False) -> Reply:
         """SGLang ``POST /generate`` for a whole request."""
@@ -205,6 +217,7 @@ class ReferenceEndpoint:
             self.refuse_next_flush = False
             return Reply(False, message="flush refused while requests hold KV; not updated")
         self._install(version, funnel)
+        self._drop_derived()
         if flush:
             self._clear_cache()
             self.dirty = False
@@ -308,6 +321,12 @@ class ReferenceEndpoint:
         """Every tier and kind (ENG-003)."""
         self.cache.clear()
 
+    def _drop_derived(self) -> None:
+        """Encoder outputs are keyed by content only: they follow every update, whatever was
+        asked about the prefix cache (ENG-012; vllm-project/vllm #44910)."""
+        for k in [k for k in self.cache if k[1] is Kind.ENCODER]:
+            del self.cache[k]
+
     def _load_back(self, key: Key) -> None:
         """A lower-tier hit moves back to device, draft KV with it (ENG-008)."""
         self.cache[key].tier = Tier.DEVICE
@@ -341,6 +360,7 @@ class ClosingEndpoint(ReferenceEndpoint):
         flush = self._must_flush(funnel, flush_cache)
         blocked = flush and not self._can_flush()
         self._install(version, funnel)
+        self._drop_derived()
         if blocked:
             self.refuse_next_flush = False
             self.dirty = True
@@ -356,6 +376,8 @@ class ClosingEndpoint(ReferenceEndpoint):
 
 
 def _reply_status(reply: Reply) -> Status:
+    if reply.stopped:
+        return Status.STOPPED
     if reply.lost:
         return Status.INDETERMINATE
     return Status.OK if reply.ok else Status.REJECTED
@@ -364,15 +386,15 @@ def _reply_status(reply: Reply) -> Status:
 class InProcessAdapter:
     """Drives ``endpoint_cls`` instances in this process, one per endpoint config.
 
-    Every capability is on: these systems can be probed completely. Exceptions from the
+    Every capability is on (these systems can be probed completely) except ``exact_cache``,
+    which is the endpoint class's opt-in (``exact``: override it). Exceptions from the
     endpoint propagate to the checker, which reports them as ERROR (ADP-001).
     """
 
-    capabilities = frozenset(
+    capabilities_all = frozenset(
         {
             "weights_probe",
             "cache_probe",
-            "exact_cache",
             "provenance",
             "attribution",
             "flush_result",
@@ -392,10 +414,14 @@ class InProcessAdapter:
     )
     fixed_configs = None
 
-    def __init__(self, endpoint_cls: type[ReferenceEndpoint], name: str) -> None:
+    def __init__(
+        self, endpoint_cls: type[ReferenceEndpoint], name: str, exact: bool | None = None
+    ) -> None:
         self.endpoint_cls = endpoint_cls
         self.name = name
         self.endpoints: list[ReferenceEndpoint] = []
+        exact = endpoint_cls.exact_cache if exact is None else exact
+        self.capabilities = self.capabilities_all | ({"exact_cache"} if exact else set())
 
     def start(self, configs: tuple[Config, ...]) -> None:
         self.endpoints = [self.endpoint_cls(c) for c in configs]

@@ -36,9 +36,18 @@ from kvfence.model.actions import (
     UpdateWeights,
 )
 from kvfence.model.capabilities import NEEDED_BY_ACTION
-from kvfence.model.checks import SpecError, Violation, check_state, compare, evidence
+from kvfence.model.checks import (
+    ColdBytes,
+    SpecError,
+    Violation,
+    check_state,
+    compare,
+    evidence,
+    misreported,
+)
 from kvfence.model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON, Plan, judge_plan, resolve_plan
 from kvfence.model.observation import malformed
+from kvfence.model.rules import BY_ID
 from kvfence.model.state import Bounds, Config, Policy, State, initial_state
 from kvfence.model.vocabulary import CacheMode, PauseMode
 
@@ -95,6 +104,8 @@ class Recorder:
         self.examples = 0
         self.steps = 0
         self.failure: Run | None = None
+        self.cold = ColdBytes()
+        self.notes: set[str] = set()
         self.soft: Run | None = None
         self.error: tuple[Run, AdapterError] | None = None
         self.other: set[str] = set()
@@ -205,6 +216,27 @@ def policy_words(p: Policy) -> str:
     return f"mode={p.mode.value} flush_cache={p.flush_cache} pause_mode={p.pause_mode.value}"
 
 
+def explanation(candidates: list[list[Violation]]) -> list[Violation]:
+    """The violations to report when no model branch agrees: those of the first branch
+    whose violations include no MUST rule, else of the first branch. Never "the fewest":
+    a single MUST violation must not hide behind a branch with fewer words (issue 8)."""
+    for violations in candidates:
+        if all(BY_ID[v.rule].level != "MUST" for v in violations if v.rule in BY_ID):
+            return violations
+    return candidates[0]
+
+
+def narrowed(state: State, action: Action, obs, capabilities) -> State:
+    """The model's upper bound on a cache, narrowed to what a cache listing showed: an
+    entry the system no longer lists is gone (dropped entries never come back)."""
+    index = getattr(action, "endpoint", None)
+    listing = obs.view.cache if obs.view is not None else None
+    if index is None or listing is None or "cache_probe" not in capabilities:
+        return state
+    ep = state.endpoint(index)
+    return state.with_endpoint(index, evolve(ep, cache=ep.cache & listing))
+
+
 class Lockstep:
     """One run: ``start`` the SUT with configs and a policy, then ``run`` actions.
 
@@ -241,6 +273,7 @@ class Lockstep:
         self.served_at: dict[tuple[int, str], int] = {}
         self.pending: list[Violation] = []
         self.off_contract = False
+        self.unsettled = False
 
     # ----- setup and drawing ----------------------------------------------------------
 
@@ -251,23 +284,28 @@ class Lockstep:
         # An adapter may need longer to start than to answer (importing and launching an
         # engine): it says so with ``start_timeout``.
         limit = max(self.timeout, getattr(self.engine, "start_timeout", 0.0))
+        for i, c in enumerate(configs):
+            problem = misreported(c)
+            if problem:
+                raise AdapterError("ADP-002", f"endpoint {i}: {problem}")
         call_with_timeout(lambda: self.engine.start(configs), limit, "start")
         self.states = frozenset({initial_state(configs, policy)})
+        self.unsettled = False
 
     def enabled_actions(self) -> list[Action]:
         """Conforming actions the model enables in every candidate state, within the
         adapter's capabilities."""
         if self.pool is None:
             caps = self.engine.capabilities | {""}
+            bounds = evolve(self.bounds, namespaces="namespaces" in caps)
             states = list(self.states)
             if not states:
                 return []
             first, rest = states[0], states[1:]
             self.pool = [
                 a
-                for a in spec.actions(first, self.bounds, faults="faults" in caps)
-                if NEEDS.get(type(a), "") in caps
-                and all(spec.enabled(s, a, self.bounds) for s in rest)
+                for a in spec.actions(first, bounds, faults="faults" in caps)
+                if NEEDS.get(type(a), "") in caps and all(spec.enabled(s, a, bounds) for s in rest)
             ]
         return self.pool
 
@@ -359,7 +397,7 @@ class Lockstep:
             raise AdapterError("ADP-002", f"{action.name}: the adapter {problem}")
         caps = self.engine.capabilities
         where = f"endpoint {getattr(action, 'endpoint', '')}"
-        branches = [b for s in self.states for b in spec.step(s, action, self.bounds)]
+        branches = [b for s in self.states for b in spec.step(s, action)]
         if not branches:
             raise NotEnabled(f"{action!r} is not enabled in the model")
         judged = [(s2, o, compare(o, obs, caps, where)) for s2, o in branches]
@@ -374,16 +412,38 @@ class Lockstep:
         self.lines.append(line)
         agreeing = [(s2, o) for s2, o, v in judged if not v]
         if not agreeing:
-            self.fail(min((v for _, _, v in judged), key=len), line["step"])
-        for _, o in agreeing:
-            for rule_id in evidence(o, obs, caps):
-                self.recorder.exercised[rule_id] += 1
-        if isinstance(action, UpdateWeights) and len(branches) > 1:
-            # A refused flush, and the SUT chose a branch that keeps the tree sound.
+            self.fail(explanation([v for _, _, v in judged]), line["step"])
+        self.judge_evidence(action, obs, agreeing)
+        if isinstance(action, UpdateWeights) and len(branches) > len(self.states):
+            # A refused flush: the spec allows several fail-closed branches.
             self.recorder.reached.add("REACH-003")
+            self.unsettled = True
+        self.states = frozenset(narrowed(s2, action, obs, caps) for s2, _ in agreeing)
+        if self.unsettled and len(self.states) == 1:
+            # A later observation (or this one) settled which branch the system took.
             self.recorder.exercised["FC-002"] += 1
-        self.states = frozenset(s2 for s2, _ in agreeing)
+            self.unsettled = False
         self.pool = None
+
+    def judge_evidence(self, action: Action, obs, agreeing) -> None:
+        """Count, per rule, the agreeing comparisons that could have shown its violation,
+        and collect the notes of the branches the system took."""
+        caps = self.engine.capabilities
+        got = obs.response
+        lora = bool(getattr(action, "lora", False))
+        for _, o in agreeing:
+            if got is not None and got.cold is not None and o.served is not None:
+                self.recorder.cold.record(o.served, lora, got.cold)
+        for _, o in agreeing:
+            for rule_id in evidence(o, obs, caps, self.recorder.cold, lora):
+                self.recorder.exercised[rule_id] += 1
+            if o.note:
+                self.recorder.notes.add(f"{o.note} (endpoint {getattr(action, 'endpoint', '')})")
+            if o.served is not None and o.served.off_policy and o.served.stale:
+                self.recorder.notes.add(
+                    f"off-policy reuse declared by the policy: endpoint {o.served.endpoint} "
+                    f"prefix {o.served.prefix} reused {sorted(map(str, o.served.stale))}"
+                )
 
     def check_model(self) -> None:
         """The model's own invariants on every candidate: a spec bug fails loudly."""

@@ -40,6 +40,7 @@ class Capability(str, Enum):
     ENCODER = "encoder"
     FP8_KV = "fp8_kv"
     LORA = "lora"
+    NAMESPACES = "namespaces"
 
 
 @frozen
@@ -84,6 +85,10 @@ TABLE: dict[Capability, Unlocks] = {
     C.FP8_KV: Unlocks("KV stored in FP8 with per-version scales", config=True),
     C.LORA: Unlocks(
         "one LoRA adapter, reloadable in place under its name", actions=("LoadLora",), config=True
+    ),
+    C.NAMESPACES: Unlocks(
+        "requests may carry a namespace (vLLM cache_salt, SGLang extra_key) and are drawn "
+        "pinned to any version up to the one in force"
     ),
 }
 """Capability -> what it unlocks: the single source."""

@@ -15,8 +15,9 @@ from typing import Any
 
 from attrs import evolve, frozen
 
+from .client import parse_radix
 from .observation import Observation, Outcome
-from .state import Served, State
+from .state import Config, Served, State, Use
 from .vocabulary import Kind, Status, Tier
 
 
@@ -49,10 +50,10 @@ def _words(value: Any) -> str:
 
 
 def check_served(served: Served) -> list[Violation]:
-    """INV-001 on one response: nothing it used may be stale, unless the waiver holds
-    (standard lane, and the last update skipped the flush at the caller's request)."""
-    stale = served.stale
-    if not stale or (served.waived and not served.exact):
+    """INV-001 on one response: nothing it used may be stale, unless a waiver holds (the
+    standard-lane opt-out for prefix KV, or a declared off-policy session)."""
+    stale = served.unwaived
+    if not stale:
         return []
     used = sorted((u.component, u.version) for u in stale)
     return [
@@ -67,7 +68,9 @@ def check_served(served: Served) -> list[Violation]:
 
 def check_state(state: State, ledger: bool = True) -> list[Violation]:
     """Every invariant over ``state``: the ledger (INV-001), labels (INV-003), and the
-    exact-lane cache itself (no stale entry may be reachable on an open guarded endpoint).
+    exact-lane cache itself (no stale entry may be reachable on an open guarded endpoint;
+    an entry keyed by another version's namespace is reachable only by a pinned request,
+    judged when it is served).
 
     ``ledger=False`` skips the ledger: after a client under test made an off-contract call,
     the model's own ledger records the stale reuse that call allows, and that is the
@@ -86,22 +89,36 @@ def check_state(state: State, ledger: bool = True) -> list[Violation]:
         if ep.config.guarded and not ep.closed:
             current = {u.component: u.version for u in ep.current(lora=True)}
             for e in ep.cache:
-                component = e.kind.value
-                if current.get(component, e.version) != e.version:
+                reachable = e.namespace is None or e.namespace == ep.weights
+                if reachable and current.get(e.kind.value, e.version) != e.version:
                     out.append(
-                        Violation("INV-001", current[component], e.version, f"endpoint {i} {e}")
+                        Violation("INV-001", current[e.kind.value], e.version, f"endpoint {i} {e}")
                     )
     return out
+
+
+def misreported(config: Config) -> str | None:
+    """ADP-002 for a config whose radix flag and reported server info disagree, in words;
+    ``None`` when they agree, when the info is silent, or when the adapter declares the
+    engine as misreporting (``Config.misreports``: then INV-001 is never waived for it)."""
+    reported = parse_radix(None if config.info is None else dict(config.info))
+    if reported is None or reported == config.radix or config.misreports:
+        return None
+    return (
+        f"the config has the radix cache {'on' if config.radix else 'off'} but its server "
+        f"info {dict(config.info or ())!r} reports it {'on' if reported else 'off'}; declare "
+        "Config(misreports=True) if the engine really misreports"
+    )
 
 
 # ----- observations against the spec --------------------------------------------------
 
 
 def _cache_rule(outcome: Outcome, observed: frozenset) -> str:
-    """The rule a cache mismatch breaks. After a flush that removed some entries but not
-    all, or left only lower tiers and other kinds (a forgotten tier, spared entries), it is
-    ENG-003; after one that removed nothing from the device, the rule that required the
-    flush (ENG-001 guard, ENG-002 asked)."""
+    """The rule an entry kept beyond what the spec allows breaks. After a flush that removed
+    some entries but not all, or left only lower tiers and other kinds (a forgotten tier,
+    spared entries), it is ENG-003; after one that removed nothing, the rule that required
+    the flush (ENG-001 guard, ENG-002 asked, FC-003 for a FlushCache reported done)."""
     rule = outcome.rule_for("view.cache", "INV-001")
     before = outcome.flushed_from
     if before is None or not observed:
@@ -117,11 +134,14 @@ def compare(
     """Mismatches between ``obs`` and the allowed ``outcome``, over observed fields.
 
     ``capabilities``: what the adapter can observe (``weights_probe``, ``cache_probe``,
-    ``provenance``, ``attribution``, ``exact_cache``, ``flush_result``). A field the adapter
-    cannot observe, or left ``None``, is not compared.
+    ``provenance``, ``attribution``, ``exact_cache``, ``flush_result``, ``byte_oracle``). A
+    field the adapter cannot observe, or left ``None``, is not compared. The cache is an
+    upper bound: an observed cache may hold less than the outcome's, never more (with
+    ``exact_cache``, less is a performance note, ENG-011).
     """
     exp = outcome.observation
     out: list[Violation] = []
+    exact = "exact_cache" in capabilities
 
     def miss(field_name: str, expected: Any, actual: Any, default: str) -> None:
         rule = outcome.rule_for(field_name, default)
@@ -143,21 +163,22 @@ def compare(
             e, a = getattr(exp.view, name), getattr(obs.view, name)
             if e != a:
                 miss(f"view.{name}", e, a, "INV-003")
-    if (
-        view_seen
-        and obs.view.cache is not None
-        and "cache_probe" in capabilities
-        and obs.view.cache != exp.view.cache
-    ):
-        rule = _cache_rule(outcome, obs.view.cache)
-        out.append(
-            Violation(
-                rule,
-                sorted(map(str, exp.view.cache or ())),
-                sorted(map(str, obs.view.cache)),
-                f"{where} view.cache".strip(),
+    cache_seen = view_seen and obs.view.cache is not None and "cache_probe" in capabilities
+    if cache_seen:
+        allowed, got = exp.view.cache or frozenset(), obs.view.cache
+        kept = got - allowed
+        if kept:
+            out.append(
+                Violation(
+                    _cache_rule(outcome, got),
+                    f"at most {sorted(map(str, allowed))}",
+                    f"also {sorted(map(str, kept))}",
+                    f"{where} view.cache".strip(),
+                )
             )
-        )
+        elif exact and got != allowed:
+            dropped = sorted(map(str, allowed - got))
+            out.append(Violation("ENG-011", "nothing dropped unasked", f"dropped {dropped}", where))
     if exp.response is not None and obs.response is not None:
         out += _compare_response(outcome, obs, capabilities, where)
     claims_success = obs.status is Status.OK and exp.status is not Status.OK
@@ -170,10 +191,21 @@ def compare(
 def _compare_response(
     outcome: Outcome, obs: Observation, capabilities: Collection[str], where: str
 ) -> list[Violation]:
+    """A response against one branch of a prefill. ``hit`` selects the branch: a hit the
+    model cannot explain at all (no entry it may hold) is judged by provenance and bytes,
+    and named only with ``exact_cache``; a miss is always allowed (ENG-011 note with
+    ``exact_cache``)."""
     served = outcome.served
     exp, got = outcome.observation.response, obs.response
     assert served is not None and exp is not None and got is not None
     out: list[Violation] = []
+    exact = "exact_cache" in capabilities
+    if got.hit != exp.hit and (exp.hit or outcome.dropped or exact):
+        rule = outcome.rule_for("response.hit", "INV-001")
+        out.append(Violation(rule, exp.hit, got.hit, f"{where} response.hit".strip()))
+        return out
+    if exact and outcome.dropped:
+        out.append(Violation("ENG-011", "a hit on KV it held", "a miss", where))
     if got.uses is not None and "provenance" in capabilities:
         out += check_served(evolve(served, uses=got.uses, hit=got.hit))
     if got.sampled is not None and "attribution" in capabilities and got.sampled != exp.sampled:
@@ -181,10 +213,7 @@ def _compare_response(
         out.append(Violation(rule, sorted(exp.sampled or ()), sorted(got.sampled), where))
     bytes_seen = got.output is not None and got.cold is not None and "byte_oracle" in capabilities
     if bytes_seen and got.output != got.cold and not out:
-        out += _judge_bytes(served, got.hit, where, got.output, got.cold)
-    if "exact_cache" in capabilities and got.hit != exp.hit and not out:
-        rule = outcome.rule_for("response.hit", "INV-001")
-        out.append(Violation(rule, exp.hit, got.hit, f"{where} response.hit".strip()))
+        out += _judge_bytes(served, obs, capabilities, where)
     return out
 
 
@@ -207,27 +236,74 @@ def divergence(output: tuple[Any, ...], cold: tuple[Any, ...]) -> str:
 
 
 def _judge_bytes(
-    served: Served, hit: bool, where: str, output: tuple[Any, ...], cold: tuple[Any, ...]
+    served: Served, obs: Observation, capabilities: Collection[str], where: str
 ) -> list[Violation]:
     """The byte oracle: a response that differs from a cold prefill under the same weights.
 
-    A miss that differs means the oracle itself is not deterministic (ADP-002). A hit where
-    the spec allows only fresh KV, or none, is stale reuse (INV-001) unless the spec had a
-    fresh hit there too, in which case the hit path's numerics differ (INV-004)."""
-    how = divergence(output, cold)
-    if not hit:
+    A miss that differs means the oracle itself is not deterministic (ADP-002). A hit is
+    stale reuse (INV-001) unless a waiver covers it, or unless the model's belief that the
+    hit was fresh is confirmed by a probe (provenance, or the cache listing) on an exact
+    lane: then the hit path's numerics differ (INV-004, a SHOULD). The model's belief alone
+    is never enough: it may have re-filled its cache where the system did not (issue 8
+    F-1)."""
+    got = obs.response
+    assert got is not None and got.output is not None and got.cold is not None
+    how = divergence(got.output, got.cold)
+    if not got.hit:
         return [Violation("ADP-002", "a miss equals a cold prefill", how, where)]
-    if served.waived and not served.exact:
+    if served.hit and not served.unwaived and served.stale:
+        return []  # a waived stale hit: its bytes may differ
+    if served.hit and not served.stale and fresh_confirmed(served, obs, capabilities):
+        if served.exact:
+            return [Violation("INV-004", "a fresh hit equals a cold prefill", how, where)]
         return []
-    if served.hit and not served.stale:
-        return [Violation("INV-004", "a fresh hit equals a cold prefill", how, where)]
     return [Violation("INV-001", "no KV reused across the update", f"stale hit: {how}", where)]
 
 
-def evidence(outcome: Outcome, obs: Observation, capabilities: Collection[str]) -> set[str]:
-    """The rules an agreeing comparison gave real evidence for (for PASS vs UNKNOWN)."""
+def fresh_confirmed(served: Served, obs: Observation, capabilities: Collection[str]) -> bool:
+    """A probe confirms the hit reused only KV of the weights in force: the response's own
+    provenance, or the cache listing of the prefix after it."""
+    got = obs.response
+    if got is not None and got.uses is not None and "provenance" in capabilities:
+        return not (got.uses - served.current)
+    listing = obs.view.cache if obs.view is not None else None
+    if listing is None or "cache_probe" not in capabilities:
+        return False
+    versions = {Use(e.kind.value, e.version) for e in listing if e.prefix == served.prefix}
+    return bool(versions) and not (versions - served.current)
+
+
+class ColdBytes:
+    """What the byte oracle has shown so far: the cold bytes of each prompt under each
+    weight version. Bytes are evidence only once the oracle has told two versions apart for
+    the same prompt: an oracle whose bytes do not depend on the weights (a stub, issue 8
+    F-6) could never have shown a stale hit."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, bool], dict[int, str]] = {}
+
+    def record(self, served: Served, lora: bool, cold: tuple[Any, ...]) -> None:
+        self.seen.setdefault((served.prefix, lora), {})[served.weights] = repr(cold)
+
+    def distinguishes(self, prefix: str, lora: bool) -> bool:
+        return len(set(self.seen.get((prefix, lora), {}).values())) > 1
+
+
+def evidence(
+    outcome: Outcome,
+    obs: Observation,
+    capabilities: Collection[str],
+    oracle: ColdBytes | None = None,
+    lora: bool = False,
+) -> set[str]:
+    """The rules an agreeing comparison gave real evidence for (PASS needs some; without,
+    UNKNOWN). Only observations that could have shown the violation count: a cache listing
+    after a flush only if there was something to remove; provenance or bytes only on a hit
+    the model explains by an entry it held; bytes only once ``oracle`` has told two weight
+    versions apart for that prompt."""
     exp = outcome.observation
     view_seen = exp.view is not None and obs.view is not None
+    something_to_remove = outcome.flushed_from is None or bool(outcome.flushed_from)
     seen = {
         "status": True,
         "flushed": "flush_result" in capabilities,
@@ -238,7 +314,10 @@ def evidence(outcome: Outcome, obs: Observation, capabilities: Collection[str]) 
         "view.scales": view_seen
         and "weights_probe" in capabilities
         and exp.view.scales is not None,
-        "view.cache": view_seen and obs.view.cache is not None and "cache_probe" in capabilities,
+        "view.cache": view_seen
+        and obs.view.cache is not None
+        and "cache_probe" in capabilities
+        and something_to_remove,
         "response.hit": obs.response is not None and "exact_cache" in capabilities,
         "response.sampled": obs.response is not None
         and obs.response.sampled is not None
@@ -246,13 +325,42 @@ def evidence(outcome: Outcome, obs: Observation, capabilities: Collection[str]) 
         and len(exp.response.sampled or ()) > 1,
     }
     rules = {rule for field_name, rule in outcome.because if seen.get(field_name, False)}
-    got = obs.response
-    if got is not None and outcome.served is not None:
-        if got.uses is not None and "provenance" in capabilities and outcome.served.hit:
+    if seen["view.cache"] and outcome.flushed_from:
+        rules.add("ENG-003")  # a listing after a flush that had entries to remove
+    if seen["view.cache"] and "exact_cache" in capabilities and exp.view.cache:
+        rules.add("ENG-011")  # a listing that could have shown an entry dropped unasked
+    got, served = obs.response, outcome.served
+    if got is not None and served is not None and served.hit:
+        if got.uses is not None and "provenance" in capabilities:
             rules.add("INV-001")
         bytes_seen = got.output is not None and got.cold is not None
-        if bytes_seen and "byte_oracle" in capabilities and outcome.served.hit:
-            rules.add("INV-001")
-            if outcome.served.exact and not outcome.served.stale:
+        if bytes_seen and "byte_oracle" in capabilities:
+            if oracle is not None and oracle.distinguishes(served.prefix, lora):
+                rules.add("INV-001")
+            if served.exact and not served.stale:
                 rules.add("INV-004")
     return rules
+
+
+UNKNOWN_BECAUSE: dict[str, str] = {
+    "INV-001": "no observation could have shown stale reuse: no hit on KV the model held was "
+    "seen through provenance, a cache listing, or a byte oracle that had told two weight "
+    "versions apart for the same prompt",
+    "INV-004": "no fresh hit on an exact lane was compared with a cold prefill",
+    "FC-001": "no update met a flush that could not complete",
+    "FC-002": "no later observation settled which fail-closed branch the system took",
+    "FC-003": "no flush result was observed",
+    "FC-004": "no update failed midway",
+    "ENG-001": "no cache listing after an exact-lane update that had something to remove",
+    "ENG-002": "no cache listing after a requested flush that had something to remove",
+    "ENG-003": "no cache listing after a flush that had something to remove",
+    "ENG-011": "the adapter does not declare exact_cache, so a dropped entry is no evidence",
+    "ENG-012": "no cache listing after an update of an endpoint with an encoder cache",
+}
+"""Why a rule with no discriminating evidence is UNKNOWN, in words (for the report)."""
+
+
+def unknown_reason(rule_id: str) -> str:
+    """The reason a rule is UNKNOWN when the run gave it no evidence that could have shown
+    its violation (the evidence principle, docs/spec.md)."""
+    return UNKNOWN_BECAUSE.get(rule_id, "no observation in the run could have shown a violation")

@@ -1,8 +1,8 @@
 """Exhaustive breadth-first search over the model's states, within bounds.
 
 ``explore(initial, bounds, depth)`` enumerates every state reachable from ``initial`` in at
-most ``depth`` top-level actions (``engine.actions``: conforming calls only; with
-``faults`` the injected faults too), following every branch ``engine.step`` allows. States
+most ``depth`` top-level actions (``semantics.actions``: conforming calls only; with
+``faults`` the injected faults too), following every branch ``semantics.step`` allows. States
 are deduplicated on ``State.without_ledger()``: the ledger only grows and no guard reads
 it. Visited states are stored without their ledger, so the ledger a successor arrives
 with is exactly what that step served. Every transition is judged: ``check_state`` on
@@ -14,7 +14,7 @@ first violation found one at the fewest steps, and its ``trace`` a shortest path
 Defaults (``initial_states``): endpoint 0 on the exact lane, every other on the standard
 lane, radix cache on and reported everywhere, client policy ``Policy()`` (mode auto,
 pause retract). ``kvfence explore`` with its defaults (2 endpoints, ``--prefixes 1
---versions 2 --inflight 1 --depth 6``) visits 33,028 states over 793,442 transitions.
+--versions 2 --inflight 1 --depth 6``) visits 34,407 states over 1,053,035 transitions.
 
 Pure: standard library and attrs only. No I/O, clock or randomness; callers time it.
 """
@@ -145,7 +145,7 @@ def explore(
         if level >= depth:
             continue
         for action in actions(state, bounds, faults):
-            for nxt, _ in step(state, action, bounds):
+            for nxt, _ in step(state, action):
                 transitions += 1
                 key = _bare(nxt)
                 new = key not in parent

@@ -71,26 +71,79 @@ class Observation:
 
 
 @frozen
+class Blame:
+    """Which rule a mismatch on each observed field breaks, for one outcome.
+
+    A field left ``None`` is not attributed: a mismatch there falls back to the comparison's
+    default rule, and an agreement there is no evidence for any rule. Built only by the
+    outcome helpers of ``semantics.py``. Iterating gives ``(field, rule)`` pairs under the
+    trace's field names (``status``, ``view.cache``, ``response.hit`` ...).
+    """
+
+    status: str | None = None
+    flushed: str | None = None
+    aborted: str | None = None
+    weights: str | None = None
+    draft: str | None = None
+    scales: str | None = None
+    label: str | None = None
+    cache: str | None = None
+    hit: str | None = None
+    sampled: str | None = None
+
+    def __iter__(self):
+        for name, dotted in _FIELD_NAMES.items():
+            rule = getattr(self, name)
+            if rule is not None:
+                yield dotted, rule
+
+    def rule_for(self, field_name: str, default: str) -> str:
+        """The rule for a field by its trace name (``"view.cache"``), else ``default``."""
+        return getattr(self, _ATTRIBUTE[field_name]) or default
+
+
+_FIELD_NAMES = {
+    "status": "status",
+    "flushed": "flushed",
+    "aborted": "aborted",
+    "weights": "view.weights",
+    "draft": "view.draft",
+    "scales": "view.scales",
+    "label": "view.label",
+    "cache": "view.cache",
+    "hit": "response.hit",
+    "sampled": "response.sampled",
+}
+_ATTRIBUTE = {dotted: name for name, dotted in _FIELD_NAMES.items()}
+
+
+@frozen
 class Outcome:
     """One allowed result of an action in the model.
 
     ``observation``: what a correct system shows. ``served``: the ledger entry, if any.
-    ``because``: ``(field, rule_id)`` pairs; the rule a mismatch on that field violates.
+    ``because``: the ``Blame``, the rule a mismatch on each field violates.
     ``completion``: for an action that must fail, what a system that nevertheless claims
     success would have had to show; a false claim is judged against it too, so that an
     update reported complete but never flushed is named for the flush rule it skipped.
     ``flushed_from``: the cache a flush in this action started from, so that a flush that
     removed some entries but not all is told apart from one that never ran (ENG-003).
+    ``dropped``: this branch supposes the system dropped KV it may have held (a miss where
+    an entry was cached): always allowed, and only a performance note (ENG-011) for an
+    adapter declaring ``exact_cache``. ``note``: what a report should say when the system
+    took this branch though it is no violation (an availability or off-policy note).
     """
 
     observation: Observation
     served: Served | None = None
-    because: tuple[tuple[str, str], ...] = ()
+    because: Blame = Blame()
     completion: Outcome | None = None
     flushed_from: frozenset[Entry] | None = None
+    dropped: bool = False
+    note: str = ""
 
     def rule_for(self, field_name: str, default: str) -> str:
-        return dict(self.because).get(field_name, default)
+        return self.because.rule_for(field_name, default)
 
 
 def malformed(obs: object) -> str | None:

@@ -1,22 +1,28 @@
-"""The semantics: which actions are enabled, and what each one may do.
+"""The semantics: the next-state relation of the spec.
 
 ``step(state, action)`` returns every allowed ``(next_state, outcome)`` pair; an empty tuple
-means the action is not enabled. Where the spec leaves a choice (an update whose flush is
-refused may be rejected outright or applied and closed), both branches are returned and the
-checker follows whichever one the system under test took.
+means the action is not enabled. Where the spec leaves a choice (a prefill may hit or miss;
+an update whose flush is refused may be rejected outright, applied and closed, or on an
+exact lane stop the engine), every branch is returned and the checker follows whichever one
+the system under test took.
 
-Read top to bottom: cache lookup and insertion, then one function per action (guards
-first, then updates), then the dispatch table and ``actions``, the enumeration of every
-enabled action that the explorer and the stateful machine draw from.
+The cache of the model is what an endpoint MAY hold, an upper bound: any entry may vanish at
+any moment (eviction, a clear on abort, a flush on sleep, an extra flush), and a miss is
+always allowed. What the spec forbids is reuse of KV computed under other weights, keeping
+what a required invalidation must have removed, serving while closed, and dishonest reports.
+
+Read top to bottom: outcome helpers, the cache (keys, lookup, prefill), then each action in
+one place (its registration names its guard, its body is its effect), then the next-state
+relation (``step``, ``enabled``, ``candidates``, ``actions``). The phase table that also
+gates every action is ``lifecycle.py``; the invariants are ``checks.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from functools import cache, lru_cache
-from typing import Any
 
-from attrs import evolve
+from attrs import evolve, frozen
 
 from . import lifecycle
 from .actions import (
@@ -38,14 +44,15 @@ from .actions import (
     WakeUp,
 )
 from .client import Plan, resolve_plan
-from .observation import Observation, Outcome, Response, View
+from .observation import Blame, Observation, Outcome, Response, View
 from .state import Bounds, Endpoint, Entry, Policy, Request, Served, ServerInfo, State, Use
 from .vocabulary import Funnel, Kind, PauseMode, Phase, Status, Tier
 
 Branch = tuple[State, Outcome]
+Branches = tuple[Branch, ...]
 
 
-# ----- views and cache helpers ----------------------------------------------------------
+# ----- outcomes: the only place a Blame is built ------------------------------------------
 
 
 def view(ep: Endpoint) -> View:
@@ -59,17 +66,53 @@ def view(ep: Endpoint) -> View:
     )
 
 
-def _namespace(ep: Endpoint, lora: bool) -> int | None:
-    """The LoRA revision a request's KV is keyed by; ``None`` for the base model."""
-    return ep.lora if lora else None
+def ok(ep: Endpoint, status: str = "LIV-002", **blame: str) -> Outcome:
+    """The endpoint did what was asked; ``status`` and ``blame`` name the rules that fix the
+    observation's fields. Fields of the observation itself go through ``seen``."""
+    return Outcome(Observation(Status.OK, view=view(ep)), because=Blame(status=status, **blame))
 
 
-def lookup(ep: Endpoint, prefix: str, lora: bool) -> frozenset[Entry]:
-    """Entries a request for ``prefix`` reuses, on any tier (ENG-007: keyed by revision)."""
+def rejected(ep: Endpoint, status: str, **blame: str) -> Outcome:
+    """The endpoint reported failure; ``status`` is the rule that required the failure."""
+    return Outcome(
+        Observation(Status.REJECTED, view=view(ep)), because=Blame(status=status, **blame)
+    )
+
+
+def seen(outcome: Outcome, **fields) -> Outcome:
+    """``outcome`` whose observation also shows ``fields`` (response, flushed, aborted)."""
+    return evolve(outcome, observation=evolve(outcome.observation, **fields))
+
+
+# ----- the cache --------------------------------------------------------------------------
+
+
+def _namespace(ep: Endpoint, namespace: int | None) -> int | None:
+    """The namespace a request's key names: its own, else the version in force where the
+    engine keys every prefix by version (``Config.versioned_keys``), else none."""
+    if namespace is not None:
+        return namespace
+    return ep.weights if ep.config.versioned_keys else None
+
+
+def lookup(ep: Endpoint, prefix: str, lora: bool, namespace: int | None = None) -> frozenset[Entry]:
+    """Entries a prefill of ``prefix`` may reuse, on any tier: same prefix, same LoRA revision
+    (ENG-007), same namespace. Nothing with the radix cache off."""
     if not ep.config.radix:
         return frozenset()
-    ns = _namespace(ep, lora)
-    return frozenset(e for e in ep.cache if e.prefix == prefix and e.lora == ns)
+    rev, ns = (ep.lora if lora else None), _namespace(ep, namespace)
+    return frozenset(
+        e for e in ep.cache if e.prefix == prefix and e.lora == rev and e.namespace == ns
+    )
+
+
+def _computed(ep: Endpoint, prefix: str, lora: bool, namespace: int | None) -> frozenset[Entry]:
+    """The entries a cold prefill of ``prefix`` inserts, one per kind the endpoint has."""
+    rev, ns = (ep.lora if lora else None), _namespace(ep, namespace)
+    kinds = [(Kind.TARGET, ep.weights)]
+    kinds += [(Kind.DRAFT, ep.draft)] if ep.config.draft else []
+    kinds += [(Kind.ENCODER, ep.weights)] if ep.config.encoder else []
+    return frozenset(Entry(prefix, k, Tier.DEVICE, v, rev, ns) for k, v in kinds)
 
 
 def uses_of(entries: frozenset[Entry]) -> frozenset[Use]:
@@ -79,28 +122,39 @@ def uses_of(entries: frozenset[Entry]) -> frozenset[Use]:
     return frozenset(uses)
 
 
-def _prefill(
-    ep: Endpoint, prefix: str, lora: bool
-) -> tuple[Endpoint, frozenset[Use], frozenset[Entry]]:
-    """Prefill ``prefix``: reuse what is cached (loading lower tiers back to device, draft KV
-    with it, ENG-008), else compute and insert fresh entries. Returns the endpoint, the
-    response's uses and the entries it reused."""
-    reused = lookup(ep, prefix, lora)
-    ns = _namespace(ep, lora)
-    if reused:
-        back = frozenset(evolve(e, tier=Tier.DEVICE) for e in reused)
-        cache = (ep.cache - reused) | back
-    elif ep.config.radix:
-        fresh = {Entry(prefix, Kind.TARGET, Tier.DEVICE, ep.weights, ns)}
-        if ep.config.draft:
-            fresh.add(Entry(prefix, Kind.DRAFT, Tier.DEVICE, ep.draft, ns))
-        if ep.config.encoder:
-            fresh.add(Entry(prefix, Kind.ENCODER, Tier.DEVICE, ep.weights, ns))
-        cache = ep.cache | fresh
-    else:
-        cache = ep.cache
-    uses = uses_of(reused) | ep.current(lora)
-    return evolve(ep, cache=cache), uses, reused
+@frozen
+class Prefill:
+    """One way a prefill may go: the endpoint after it, what the response depends on, the
+    entries it reused (empty: a miss), and whether it supposes cached KV was dropped."""
+
+    ep: Endpoint
+    uses: frozenset[Use]
+    reused: frozenset[Entry]
+    dropped: bool
+
+
+def prefills(ep: Endpoint, prefix: str, lora: bool, namespace: int | None) -> list[Prefill]:
+    """A hit reuses what the key finds (lower tiers load back to device, draft KV with it:
+    ENG-008; kinds missing are computed). A miss computes everything and replaces the key's
+    entries; it is always allowed, since any entry may have been evicted."""
+    if not ep.config.radix:
+        return [Prefill(ep, ep.current(lora), frozenset(), False)]
+    found = lookup(ep, prefix, lora, namespace)
+    fresh = _computed(ep, prefix, lora, namespace)
+    miss = Prefill(
+        evolve(ep, cache=(ep.cache - found) | fresh), ep.current(lora), frozenset(), bool(found)
+    )
+    if not any(e.kind is Kind.TARGET for e in found):
+        return [miss]
+    kept = {e.kind for e in found}
+    back = {evolve(e, tier=Tier.DEVICE) for e in found} | {e for e in fresh if e.kind not in kept}
+    hit = Prefill(
+        evolve(ep, cache=(ep.cache - found) | back),
+        uses_of(found) | ep.current(lora),
+        found,
+        False,
+    )
+    return [hit, miss]
 
 
 def _cache_rule(reused: frozenset[Entry]) -> str:
@@ -108,21 +162,27 @@ def _cache_rule(reused: frozenset[Entry]) -> str:
     return "ENG-008" if any(e.tier is not Tier.DEVICE for e in reused) else "INV-001"
 
 
-def _served(
-    ep: Endpoint, index: int, prefix: str, lora: bool, uses, sampled, hit, rid=None
-) -> Served:
+def _served(s: State, index: int, a, p: Prefill, sampled, rid=None) -> Served:
+    ep = s.endpoint(index)
     return Served(
         endpoint=index,
-        prefix=prefix,
+        prefix=a.prefix,
         weights=ep.weights,
-        uses=frozenset(uses),
-        current=ep.current(lora),
+        uses=frozenset(p.uses),
+        current=ep.current(a.lora),
         sampled=frozenset(sampled),
-        hit=hit,
+        hit=bool(p.reused),
         exact=ep.config.guarded,
         waived=ep.waived,
         rid=rid,
+        off_policy=_off_policy(s, ep, getattr(a, "namespace", None)),
     )
+
+
+def _off_policy(s: State, ep: Endpoint, pinned: int | None) -> bool:
+    """A request pinned to an older namespace, under a policy that declares off-policy
+    sessions: its stale reuse is reported, not failed (INV-001)."""
+    return pinned is not None and pinned < ep.weights and s.policy.off_policy_sessions
 
 
 def _load(ep: Endpoint, version: int) -> Endpoint:
@@ -135,140 +195,20 @@ def _flushed(ep: Endpoint) -> Endpoint:
     return evolve(ep, cache=frozenset(), dirty=False, waived=False, refuse_flush=False)
 
 
-def _ok(ep: Endpoint, because: tuple[tuple[str, str], ...] = (), **fields) -> Outcome:
-    if not any(f == "status" for f, _ in because):
-        because = (("status", "LIV-002"), *because)
-    return Outcome(Observation(Status.OK, view=view(ep), **fields), because=because)
-
-
-def _rejected(ep: Endpoint, because: tuple[tuple[str, str], ...], **fields) -> Outcome:
-    return Outcome(Observation(Status.REJECTED, view=view(ep), **fields), because=because)
-
-
-def _phase_allows(ep: Endpoint, action: Action) -> bool:
-    return lifecycle.allows(ep.phase, action.name)
-
-
-def _next(ep: Endpoint, action: Action) -> Phase:
-    """The phase after ``action``, read from the lifecycle table (its single source)."""
-    return lifecycle.next_phase(ep.phase, action.name)
-
-
-# ----- requests ---------------------------------------------------------------------------
-
-
-def serve_request(s: State, a: ServeRequest, bounds: Bounds) -> tuple[Branch, ...]:
-    ep = s.endpoint(a.endpoint)
-    if ep.closed:
-        return ((s, _rejected(ep, (("status", "FC-002"),))),)
-    ep2, uses, reused = _prefill(ep, a.prefix, a.lora)
-    served = _served(ep2, a.endpoint, a.prefix, a.lora, uses, {ep.weights}, bool(reused))
-    response = Response(hit=bool(reused), uses=served.uses, sampled=served.sampled)
-    s2 = evolve(s.with_endpoint(a.endpoint, ep2), ledger=(*s.ledger, served))
-    because = (("response.hit", "INV-001"), ("view.cache", _cache_rule(reused)))
-    because = (("status", "LIV-002"), *because)
-    return ((s2, Outcome(Observation(Status.OK, response, view=view(ep2)), served, because)),)
-
-
-def start_request(s: State, a: StartRequest, bounds: Bounds) -> tuple[Branch, ...]:
-    ep = s.endpoint(a.endpoint)
-    if ep.closed:
-        return ((s, _rejected(ep, (("status", "FC-002"),))),)
-    ep2, uses, reused = _prefill(ep, a.prefix, a.lora)
-    req = Request(a.rid, a.prefix, a.lora, frozenset({ep.weights}), uses)
-    ep2 = evolve(ep2, requests=(*ep2.requests, req))
-    because = (("view.cache", _cache_rule(reused)),)
-    return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, because)),)
-
-
-def finish_request(s: State, a: FinishRequest, bounds: Bounds) -> tuple[Branch, ...]:
-    ep = s.endpoint(a.endpoint)
-    req = ep.request(a.rid)
-    rest = tuple(r for r in ep.requests if r.rid != a.rid)
-    if ep.closed:
-        ep2 = evolve(ep, requests=rest)
-        because = (("status", "FC-002"), ("aborted", "FC-002"))
-        outcome = _rejected(ep2, because, aborted=frozenset({a.rid}))
-        return ((s.with_endpoint(a.endpoint, ep2), outcome),)
-    ep2 = evolve(ep, requests=rest)
-    sampled = req.sampled | {ep.weights}
-    uses = req.uses | ep.current(req.lora)
-    served = _served(ep2, a.endpoint, req.prefix, req.lora, uses, sampled, hit=False, rid=a.rid)
-    response = Response(hit=False, uses=served.uses, sampled=served.sampled)
-    s2 = evolve(s.with_endpoint(a.endpoint, ep2), ledger=(*s.ledger, served))
-    because = (("status", "LIV-002"), ("response.sampled", "INV-002"))
-    return ((s2, Outcome(Observation(Status.OK, response, view=view(ep2)), served, because)),)
-
-
-# ----- weights ----------------------------------------------------------------------------
-
-
-def _version_ok(s: State, ep: Endpoint, version: int, bounds: Bounds) -> bool:
-    """A version the trainer has (or is about to have) that this endpoint lacks."""
-    return version in (s.trainer, s.trainer + 1) and ep.weights < version <= bounds.versions
-
-
-def update_endpoint(
-    s: State, index: int, version: int, flush_cache: bool | None
-) -> tuple[Branch, ...]:
-    """UpdateWeights on one endpoint, guards already checked. The heart of the spec.
-
-    ENG-001: a guarded endpoint flushes whatever was asked; ENG-002: otherwise it flushes
-    iff asked. FC-001: if that flush cannot complete (KV held, or an injected refusal) the
-    update reports failure, and either changes nothing or installs the weights and closes
-    the endpoint (FC-002) until a flush completes.
-    """
-    ep = s.endpoint(index)
-    guarded = ep.config.guarded
-    must_flush = guarded or flush_cache is True
-    why = "ENG-001" if guarded else "ENG-002"
-    s = evolve(s, trainer=max(s.trainer, version))
-    because_done = (
-        ("status", "LIV-001" if must_flush else "LIV-002"),
-        ("view.cache", why),
-        ("view.weights", why),
-        ("view.draft", "ENG-004"),
-        ("view.scales", "ENG-005"),
-        ("view.label", "INV-003"),
+def _invalidated(ep: Endpoint, version: int) -> Endpoint:
+    """A required invalidation by ``version``: deleted, or moved out of reach by namespace
+    (an entry keyed by an older version is reachable only by a request pinned to it, and
+    that reuse is judged when it happens)."""
+    unreachable = frozenset(
+        e for e in ep.cache if e.namespace is not None and e.namespace != version
     )
-    loaded = _load(ep, version)
-    if must_flush and (ep.kv_held or ep.refuse_flush):
-        ep = evolve(ep, refuse_flush=False)
-        closed = evolve(loaded, dirty=True, refuse_flush=False)
-        because = (("status", "FC-001"), ("view.weights", "FC-001"), ("view.label", "INV-003"))
-        claimed = evolve(_ok(_flushed(loaded), because_done), flushed_from=ep.cache)
-        return (
-            (s.with_endpoint(index, ep), evolve(_rejected(ep, because), completion=claimed)),
-            (
-                s.with_endpoint(index, closed),
-                evolve(_rejected(closed, because), completion=claimed),
-            ),
-        )
-    if not must_flush:
-        # INV-001's waiver: only where the spec's own client would skip the flush too.
-        loaded = evolve(loaded, waived=not plan_for(s, index).flush)
-        return ((s.with_endpoint(index, loaded), _ok(loaded, because_done)),)
-    loaded = _flushed(loaded)
-    done = evolve(_ok(loaded, because_done), flushed_from=ep.cache)
-    return ((s.with_endpoint(index, loaded), done),)
+    return evolve(_flushed(ep), cache=unreachable)
 
 
-def update_weights(s: State, a: UpdateWeights, bounds: Bounds) -> tuple[Branch, ...]:
-    return update_endpoint(s, a.endpoint, a.version, a.flush_cache)
-
-
-def fault_update_fails_midway(
-    s: State, a: FaultUpdateFailsMidway, bounds: Bounds
-) -> tuple[Branch, ...]:
-    """FC-004: rolled back (consistent) or torn and closed; either way, failure."""
-    ep = s.endpoint(a.endpoint)
-    s = evolve(s, trainer=max(s.trainer, a.version))
-    torn = evolve(ep, torn=True, label=None)
-    because = (("status", "FC-004"), ("view.weights", "FC-004"), ("view.label", "INV-003"))
-    return (
-        (s, _rejected(ep, because)),
-        (s.with_endpoint(a.endpoint, torn), _rejected(torn, because)),
-    )
+def _derived_dropped(ep: Endpoint) -> Endpoint:
+    """ENG-012: encoder outputs keyed without a weight version follow every update."""
+    keep = frozenset(e for e in ep.cache if e.kind is not Kind.ENCODER or e.namespace is not None)
+    return evolve(ep, cache=keep)
 
 
 def plan_for(s: State, index: int) -> Plan:
@@ -279,6 +219,221 @@ def plan_for(s: State, index: int) -> Plan:
 @cache
 def _plan(p: Policy, info: ServerInfo) -> Plan:
     return resolve_plan(p.mode, p.flush_cache, p.pause_mode, None if info is None else dict(info))
+
+
+def asked_to_flush(ep: Endpoint, flush_cache: bool | None) -> bool:
+    """What the caller asked, with an omitted field read by the engine's profile."""
+    return ep.config.flush_default if flush_cache is None else flush_cache
+
+
+# ----- guards: the enabling conditions beyond the phase table ----------------------------
+
+
+def _always(s: State, a: Action) -> bool:
+    return True
+
+
+def _lora_served(s: State, a: ServeRequest | StartRequest) -> bool:
+    return not a.lora or s.endpoint(a.endpoint).config.lora
+
+
+def _rid_free(s: State, a: StartRequest) -> bool:
+    free = all(r.rid != a.rid for e in s.endpoints for r in e.requests)
+    return free and _lora_served(s, a)
+
+
+def _in_flight(s: State, a: FinishRequest) -> bool:
+    return any(r.rid == a.rid for r in s.endpoint(a.endpoint).requests)
+
+
+def _newer_version(s: State, a: UpdateWeights | FaultUpdateFailsMidway) -> bool:
+    """A version the trainer has (or is about to have) that this endpoint lacks."""
+    return a.version in (s.trainer, s.trainer + 1) and s.endpoint(a.endpoint).weights < a.version
+
+
+def _next_sync(s: State, a: SyncWeights) -> bool:
+    return a.version == s.trainer + 1 and all(ep.phase is Phase.SERVING for ep in s.endpoints)
+
+
+def _evictable(ep: Endpoint, prefix: str) -> frozenset[Entry]:
+    """A prefix's device KV (target and draft) that can move to a lower tier."""
+    return frozenset(
+        e
+        for e in ep.cache
+        if e.prefix == prefix and e.tier is Tier.DEVICE and e.kind is not Kind.ENCODER
+    )
+
+
+def _lower_tier_holds(s: State, a: EvictPrefix) -> bool:
+    ep = s.endpoint(a.endpoint)
+    tier_ok = a.tier is not Tier.DEVICE and a.tier in ep.config.tiers
+    return tier_ok and bool(_evictable(ep, a.prefix))
+
+
+def _lora_idle(s: State, a: LoadLora) -> bool:
+    ep = s.endpoint(a.endpoint)
+    return ep.config.lora and not any(r.lora and r.holds_kv for r in ep.requests)
+
+
+def _no_fault_pending(s: State, a: FaultRefuseFlush) -> bool:
+    return not s.endpoint(a.endpoint).refuse_flush
+
+
+def _no_requests(s: State, a: Sleep) -> bool:
+    return not s.endpoint(a.endpoint).requests
+
+
+# ----- actions: one registration each (type, guard), the body is the effect ---------------
+
+Effect = Callable[[State, Action], Branches]
+Guard = Callable[[State, Action], bool]
+SPEC: dict[type[Action], tuple[Guard, Effect]] = {}
+"""Action type -> (guard, effect): the whole next-state relation, filled by ``@action``."""
+
+
+def action(kind: type[Action], when: Guard) -> Callable[[Effect], Effect]:
+    """Register ``effect`` as the meaning of ``kind``, enabled when ``when`` holds (and the
+    phase table allows it). ``step`` calls the effect only then: no effect re-checks it."""
+
+    def register(effect: Effect) -> Effect:
+        SPEC[kind] = (when, effect)
+        return effect
+
+    return register
+
+
+@action(ServeRequest, when=_lora_served)
+def serve_request(s: State, a: ServeRequest) -> Branches:
+    """A whole request: prefill (hit or miss), decode, answer. Closed: refused (FC-002)."""
+    ep = s.endpoint(a.endpoint)
+    if ep.closed:
+        return ((s, rejected(ep, "FC-002")),)
+    out = []
+    for p in prefills(ep, a.prefix, a.lora, a.namespace):
+        served = _served(s, a.endpoint, a, p, {ep.weights})
+        response = Response(hit=served.hit, uses=served.uses, sampled=served.sampled)
+        s2 = evolve(s.with_endpoint(a.endpoint, p.ep), ledger=(*s.ledger, served))
+        outcome = ok(p.ep, cache=_cache_rule(p.reused), hit="INV-001")
+        outcome = evolve(seen(outcome, response=response), served=served, dropped=p.dropped)
+        out.append((s2, outcome))
+    return tuple(out)
+
+
+@action(StartRequest, when=_rid_free)
+def start_request(s: State, a: StartRequest) -> Branches:
+    """Admit a request: its prefill runs (hit or miss) and it stays in flight holding KV."""
+    ep = s.endpoint(a.endpoint)
+    if ep.closed:
+        return ((s, rejected(ep, "FC-002")),)
+    out = []
+    for p in prefills(ep, a.prefix, a.lora, a.namespace):
+        req = Request(a.rid, a.prefix, a.lora, frozenset({ep.weights}), p.uses, a.namespace)
+        ep2 = evolve(p.ep, requests=(*p.ep.requests, req))
+        outcome = evolve(ok(ep2, cache=_cache_rule(p.reused)), dropped=p.dropped)
+        out.append((s.with_endpoint(a.endpoint, ep2), outcome))
+    return tuple(out)
+
+
+@action(FinishRequest, when=_in_flight)
+def finish_request(s: State, a: FinishRequest) -> Branches:
+    """The request decodes to its end under the weights now in force. Closed: aborted."""
+    ep = s.endpoint(a.endpoint)
+    req = ep.request(a.rid)
+    ep2 = evolve(ep, requests=tuple(r for r in ep.requests if r.rid != a.rid))
+    if ep.closed:
+        outcome = seen(rejected(ep2, "FC-002", aborted="FC-002"), aborted=frozenset({a.rid}))
+        return ((s.with_endpoint(a.endpoint, ep2), outcome),)
+    served = Served(
+        endpoint=a.endpoint,
+        prefix=req.prefix,
+        weights=ep.weights,
+        uses=req.uses | ep.current(req.lora),
+        current=ep.current(req.lora),
+        sampled=req.sampled | {ep.weights},
+        hit=False,
+        exact=ep.config.guarded,
+        waived=ep.waived,
+        rid=a.rid,
+        off_policy=_off_policy(s, ep, req.namespace),
+    )
+    response = Response(hit=False, uses=served.uses, sampled=served.sampled)
+    s2 = evolve(s.with_endpoint(a.endpoint, ep2), ledger=(*s.ledger, served))
+    outcome = evolve(seen(ok(ep2, sampled="INV-002"), response=response), served=served)
+    return ((s2, outcome),)
+
+
+@action(UpdateWeights, when=_newer_version)
+def update_weights(s: State, a: UpdateWeights) -> Branches:
+    """The heart of the spec.
+
+    ENG-001: a guarded endpoint invalidates its prefix cache whatever was asked; ENG-002:
+    otherwise it does so when asked (an omitted ``flush_cache`` read by the engine's
+    profile). ENG-012: encoder outputs follow every update. FC-001: if a required flush
+    cannot complete (KV held, or an injected refusal) the update reports failure, and
+    either changes nothing or installs the weights and closes the endpoint (FC-002) until a
+    flush completes; on an exact lane the engine may instead stop (fail-closed by stopping,
+    safe, reported as an availability note).
+    """
+    ep = s.endpoint(a.endpoint)
+    guarded = ep.config.guarded
+    must_flush = guarded or asked_to_flush(ep, a.flush_cache)
+    s = evolve(s, trainer=max(s.trainer, a.version))
+    blame = {
+        "cache": ("ENG-001" if guarded else "ENG-002") if must_flush else "ENG-012",
+        "weights": "ENG-001" if guarded else "INV-003",
+        "draft": "ENG-004",
+        "scales": "ENG-005",
+        "label": "INV-003",
+    }
+    loaded = _derived_dropped(_load(ep, a.version))
+    flushed = _invalidated(loaded, a.version)
+    done = evolve(ok(flushed, "LIV-001", **blame), flushed_from=ep.cache)
+    if must_flush and (ep.kv_held or ep.refuse_flush):
+        claimed = done
+        kept = evolve(ep, refuse_flush=False)
+        closed = evolve(loaded, dirty=True, refuse_flush=False)
+        fail = {"weights": "FC-001", "label": "INV-003"}
+        branches = [
+            (kept, evolve(rejected(kept, "FC-001", **fail), completion=claimed)),
+            (closed, evolve(rejected(closed, "FC-001", **fail), completion=claimed)),
+        ]
+        if guarded:
+            branches += [(stop(ep), stopped(claimed)), (stop(loaded), stopped(claimed))]
+        return tuple((s.with_endpoint(a.endpoint, e), o) for e, o in branches)
+    if not must_flush:
+        # INV-001's waiver: only where the spec's own client would skip the flush too, and
+        # never for an engine declared to misreport its radix cache.
+        waived = not plan_for(s, a.endpoint).flush and not ep.config.misreports
+        loaded = evolve(loaded, waived=waived)
+        return ((s.with_endpoint(a.endpoint, loaded), ok(loaded, **blame)),)
+    return ((s.with_endpoint(a.endpoint, flushed), done),)
+
+
+def stop(ep: Endpoint) -> Endpoint:
+    """The engine process exited: no cache, no requests, nothing served until Restart."""
+    phase = lifecycle.next_phase(ep.phase, "EngineStops")
+    return evolve(ep, phase=phase, cache=frozenset(), requests=(), pause=None, refuse_flush=False)
+
+
+def stopped(claimed: Outcome) -> Outcome:
+    """The STOPPED answer: allowed only where ``update_weights`` offers it (FC-001)."""
+    note = "availability: the engine stopped after a refused mandatory flush (safe)"
+    return Outcome(
+        Observation(Status.STOPPED), because=Blame(status="FC-001"), completion=claimed, note=note
+    )
+
+
+@action(FaultUpdateFailsMidway, when=_newer_version)
+def fault_update_fails_midway(s: State, a: FaultUpdateFailsMidway) -> Branches:
+    """FC-004: rolled back (consistent) or torn and closed; either way, failure."""
+    ep = s.endpoint(a.endpoint)
+    s = evolve(s, trainer=max(s.trainer, a.version))
+    torn = evolve(ep, torn=True, label=None)
+    blame = {"weights": "FC-004", "label": "INV-003"}
+    return (
+        (s, rejected(ep, "FC-004", **blame)),
+        (s.with_endpoint(a.endpoint, torn), rejected(torn, "FC-004", **blame)),
+    )
 
 
 def sync_actions(s: State, a: SyncWeights) -> list[Action]:
@@ -294,64 +449,62 @@ def sync_actions(s: State, a: SyncWeights) -> list[Action]:
     return calls
 
 
-def sync_weights(s: State, a: SyncWeights, bounds: Bounds) -> tuple[Branch, ...]:
+@action(SyncWeights, when=_next_sync)
+def sync_weights(s: State, a: SyncWeights) -> Branches:
     """The composition of ``sync_actions``: every combination of their branches.
 
     The outcome of a sync is that of its last call; the stateful machine drives the calls
     one by one and compares each.
     """
-    frontier: list[Branch] = [(s, _ok(s.endpoint(0)))]
+    frontier: list[Branch] = [(s, ok(s.endpoint(0)))]
     for call in sync_actions(s, a):
-        nxt: list[Branch] = []
-        for state, _ in frontier:
-            nxt += step(state, call, bounds)
-        frontier = nxt
+        frontier = [b for state, _ in frontier for b in step(state, call)]
     return tuple(frontier)
 
 
-# ----- cache control ----------------------------------------------------------------------
-
-
-def flush_cache(s: State, a: FlushCache, bounds: Bounds) -> tuple[Branch, ...]:
+@action(FlushCache, when=_always)
+def flush_cache(s: State, a: FlushCache) -> Branches:
     """LIV-001: refused only while KV is held or a refusal is injected. FC-003: the
-    reported result is the truth. A flush on torn weights still leaves it closed."""
+    reported result is the truth (a flush that removed nothing yet reports success is
+    FC-003's; one that removed some entries but not all, ENG-003's). A flush on torn
+    weights still leaves the endpoint closed."""
     ep = s.endpoint(a.endpoint)
     if ep.kv_held or ep.refuse_flush:
         ep2 = evolve(ep, refuse_flush=False)
-        because = (("status", "FC-003"), ("flushed", "FC-003"))
-        return ((s.with_endpoint(a.endpoint, ep2), _rejected(ep2, because, flushed=False)),)
+        outcome = seen(rejected(ep2, "FC-003", flushed="FC-003"), flushed=False)
+        return ((s.with_endpoint(a.endpoint, ep2), outcome),)
     ep2 = _flushed(ep)
-    because = (("status", "LIV-001"), ("flushed", "LIV-001"), ("view.cache", "ENG-003"))
-    done = evolve(_ok(ep2, because, flushed=True), flushed_from=ep.cache)
-    return ((s.with_endpoint(a.endpoint, ep2), done),)
+    outcome = seen(ok(ep2, "LIV-001", flushed="LIV-001", cache="FC-003"), flushed=True)
+    return ((s.with_endpoint(a.endpoint, ep2), evolve(outcome, flushed_from=ep.cache)),)
 
 
-def evict_prefix(s: State, a: EvictPrefix, bounds: Bounds) -> tuple[Branch, ...]:
+@action(EvictPrefix, when=_lower_tier_holds)
+def evict_prefix(s: State, a: EvictPrefix) -> Branches:
     """Hierarchical cache: a prefix's target and draft KV move down a tier together."""
     ep = s.endpoint(a.endpoint)
     moving = _evictable(ep, a.prefix)
-    cache = (ep.cache - moving) | {evolve(e, tier=a.tier) for e in moving}
-    ep2 = evolve(ep, cache=frozenset(cache))
-    return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, (("view.cache", "ENG-008"),))),)
+    ep2 = evolve(ep, cache=(ep.cache - moving) | {evolve(e, tier=a.tier) for e in moving})
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-008")),)
 
 
-def load_lora(s: State, a: LoadLora, bounds: Bounds) -> tuple[Branch, ...]:
+@action(LoadLora, when=_lora_idle)
+def load_lora(s: State, a: LoadLora) -> Branches:
     """ENG-007: the old revision's KV becomes unreachable (here: dropped)."""
     ep = s.endpoint(a.endpoint)
-    cache = frozenset(e for e in ep.cache if e.lora is None)
-    ep2 = evolve(ep, lora=ep.lora + 1, cache=cache)
-    return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, (("view.cache", "ENG-007"),))),)
+    cache_ = frozenset(e for e in ep.cache if e.lora is None)
+    ep2 = evolve(ep, lora=ep.lora + 1, cache=cache_)
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-007")),)
 
 
-def fault_refuse_flush(s: State, a: FaultRefuseFlush, bounds: Bounds) -> tuple[Branch, ...]:
+@action(FaultRefuseFlush, when=_no_fault_pending)
+def fault_refuse_flush(s: State, a: FaultRefuseFlush) -> Branches:
+    """Fault: the next flush attempt on the endpoint is refused."""
     ep2 = evolve(s.endpoint(a.endpoint), refuse_flush=True)
-    return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2)),)
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2)),)
 
 
-# ----- lifecycle --------------------------------------------------------------------------
-
-
-def pause_generation(s: State, a: PauseGeneration, bounds: Bounds) -> tuple[Branch, ...]:
+@action(PauseGeneration, when=_always)
+def pause_generation(s: State, a: PauseGeneration) -> Branches:
     """ENG-009: abort ends requests; retract frees their KV; in_place keeps it."""
     ep = s.endpoint(a.endpoint)
     aborted: frozenset[str] = frozenset()
@@ -360,142 +513,96 @@ def pause_generation(s: State, a: PauseGeneration, bounds: Bounds) -> tuple[Bran
         aborted, requests = frozenset(r.rid for r in requests), ()
     elif a.mode is PauseMode.RETRACT:
         requests = tuple(evolve(r, uses=frozenset(), retracted=True) for r in requests)
-    ep2 = evolve(ep, phase=_next(ep, a), pause=a.mode, requests=requests)
-    because = (("aborted", "ENG-009"),)
-    return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, because, aborted=aborted)),)
+    phase = lifecycle.next_phase(ep.phase, a.name)
+    ep2 = evolve(ep, phase=phase, pause=a.mode, requests=requests)
+    outcome = seen(ok(ep2, aborted="ENG-009"), aborted=aborted)
+    return ((s.with_endpoint(a.endpoint, ep2), outcome),)
 
 
-def continue_generation(s: State, a: ContinueGeneration, bounds: Bounds) -> tuple[Branch, ...]:
-    """Retracted requests recompute their prefix under the weights now in force."""
+@action(ContinueGeneration, when=_always)
+def continue_generation(s: State, a: ContinueGeneration) -> Branches:
+    """Retracted requests recompute their prefix under the weights now in force (each
+    recompute may hit or miss, as any prefill)."""
     ep = s.endpoint(a.endpoint)
-    ep2 = evolve(ep, phase=_next(ep, a), pause=None)
-    if not ep2.closed:
-        requests = []
-        for r in ep2.requests:
-            if r.retracted:
-                ep2, uses, _ = _prefill(ep2, r.prefix, r.lora)
-                r = evolve(r, uses=uses, retracted=False)
-            requests.append(r)
-        ep2 = evolve(ep2, requests=tuple(requests))
-    return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, (("view.cache", "ENG-009"),))),)
-
-
-def sleep(s: State, a: Sleep, bounds: Bounds) -> tuple[Branch, ...]:
-    """ENG-006: device KV memory is discarded, and its index entries with it."""
-    ep = s.endpoint(a.endpoint)
-    cache = frozenset(e for e in ep.cache if e.tier is not Tier.DEVICE)
-    ep2 = evolve(ep, phase=_next(ep, a), cache=cache)
-    return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, (("view.cache", "ENG-006"),))),)
-
-
-def wake_up(s: State, a: WakeUp, bounds: Bounds) -> tuple[Branch, ...]:
-    ep = s.endpoint(a.endpoint)
-    ep2 = evolve(ep, phase=_next(ep, a))
-    return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, (("view.cache", "ENG-006"),))),)
-
-
-def restart(s: State, a: Restart, bounds: Bounds) -> tuple[Branch, ...]:
-    """ENG-010: cold start from the last whole checkpoint."""
-    ep = s.endpoint(a.endpoint)
-    ep2 = _load(evolve(ep, phase=_next(ep, a), pause=None), ep.weights)
-    ep2 = evolve(ep2, cache=frozenset(), requests=(), dirty=False, waived=False)
-    ep2 = evolve(ep2, refuse_flush=False)
-    because = (("view.cache", "ENG-010"), ("view.weights", "ENG-010"))
-    return ((s.with_endpoint(a.endpoint, ep2), _ok(ep2, because)),)
-
-
-# ----- guards: when each action is enabled (the phase table is checked first) ------------
-
-
-def _evictable(ep: Endpoint, prefix: str) -> frozenset[Entry]:
-    """A prefix's device KV (target and draft) that can move to a lower tier."""
-    return frozenset(
-        e
-        for e in ep.cache
-        if e.prefix == prefix and e.tier is Tier.DEVICE and e.kind is not Kind.ENCODER
+    ep = evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name), pause=None)
+    frontier = [(evolve(ep, requests=()), False)]
+    for r in ep.requests:
+        nxt = []
+        for e, dropped in frontier:
+            if not r.retracted or ep.closed:
+                nxt.append((evolve(e, requests=(*e.requests, r)), dropped))
+                continue
+            for p in prefills(e, r.prefix, r.lora, r.namespace):
+                again = evolve(r, uses=p.uses, retracted=False)
+                nxt.append((evolve(p.ep, requests=(*p.ep.requests, again)), dropped or p.dropped))
+        frontier = nxt
+    return tuple(
+        (s.with_endpoint(a.endpoint, e), evolve(ok(e, cache="ENG-009"), dropped=d))
+        for e, d in frontier
     )
 
 
-def _rid_free(s: State, rid: str) -> bool:
-    return all(r.rid != rid for e in s.endpoints for r in e.requests)
+@action(Sleep, when=_no_requests)
+def sleep(s: State, a: Sleep) -> Branches:
+    """ENG-006: device KV memory is discarded, and its index entries with it."""
+    ep = s.endpoint(a.endpoint)
+    kept = frozenset(e for e in ep.cache if e.tier is not Tier.DEVICE)
+    ep2 = evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name), cache=kept)
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-006")),)
 
 
-def _always(s: State, a: Action, bounds: Bounds) -> bool:
-    return True
+@action(WakeUp, when=_always)
+def wake_up(s: State, a: WakeUp) -> Branches:
+    """The endpoint serves again; nothing discarded by Sleep comes back (ENG-006)."""
+    ep = s.endpoint(a.endpoint)
+    ep2 = evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name))
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-006")),)
 
 
-_GUARDS: dict[type[Action], Callable[[State, Any, Bounds], bool]] = {
-    ServeRequest: lambda s, a, b: not a.lora or s.endpoint(a.endpoint).config.lora,
-    StartRequest: lambda s, a, b: (
-        (not a.lora or s.endpoint(a.endpoint).config.lora) and _rid_free(s, a.rid)
-    ),
-    FinishRequest: lambda s, a, b: any(r.rid == a.rid for r in s.endpoint(a.endpoint).requests),
-    SyncWeights: lambda s, a, b: (
-        a.version == s.trainer + 1 <= b.versions
-        and all(ep.phase is Phase.SERVING for ep in s.endpoints)
-    ),
-    UpdateWeights: lambda s, a, b: _version_ok(s, s.endpoint(a.endpoint), a.version, b),
-    FaultUpdateFailsMidway: lambda s, a, b: _version_ok(s, s.endpoint(a.endpoint), a.version, b),
-    FlushCache: _always,
-    EvictPrefix: lambda s, a, b: (
-        a.tier is not Tier.DEVICE
-        and a.tier in s.endpoint(a.endpoint).config.tiers
-        and bool(_evictable(s.endpoint(a.endpoint), a.prefix))
-    ),
-    LoadLora: lambda s, a, b: (
-        s.endpoint(a.endpoint).config.lora
-        and s.endpoint(a.endpoint).lora < b.lora_revisions
-        and not any(r.lora and r.holds_kv for r in s.endpoint(a.endpoint).requests)
-    ),
-    FaultRefuseFlush: lambda s, a, b: not s.endpoint(a.endpoint).refuse_flush,
-    PauseGeneration: _always,
-    ContinueGeneration: _always,
-    Sleep: lambda s, a, b: not s.endpoint(a.endpoint).requests,
-    WakeUp: _always,
-    Restart: _always,
-}
-"""Each action's guard beyond the phase table. ``step`` calls an effect only when its guard
-holds, so no effect function re-checks it."""
+@action(Restart, when=_always)
+def restart(s: State, a: Restart) -> Branches:
+    """ENG-010: cold start from the last whole checkpoint (also after a stop)."""
+    ep = s.endpoint(a.endpoint)
+    ep2 = _load(evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name), pause=None), ep.weights)
+    ep2 = evolve(ep2, cache=frozenset(), requests=(), dirty=False, waived=False, refuse_flush=False)
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-010", weights="ENG-010")),)
 
 
-# ----- dispatch ---------------------------------------------------------------------------
-
-_STEPS: dict[type[Action], Callable[[State, Action, Bounds], tuple[Branch, ...]]] = {
-    ServeRequest: serve_request,
-    StartRequest: start_request,
-    FinishRequest: finish_request,
-    SyncWeights: sync_weights,
-    UpdateWeights: update_weights,
-    FlushCache: flush_cache,
-    PauseGeneration: pause_generation,
-    ContinueGeneration: continue_generation,
-    Sleep: sleep,
-    WakeUp: wake_up,
-    Restart: restart,
-    EvictPrefix: evict_prefix,
-    LoadLora: load_lora,
-    FaultRefuseFlush: fault_refuse_flush,
-    FaultUpdateFailsMidway: fault_update_fails_midway,
-}
+# ----- the next-state relation ------------------------------------------------------------
 
 
-def enabled(state: State, action: Action, bounds: Bounds = Bounds()) -> bool:
+def enabled(state: State, action: Action, bounds: Bounds | None = None) -> bool:
     """``action`` may be taken in ``state``: its endpoint exists, the phase table allows
-    it, and its guard holds. Cheap: no effect is computed."""
+    it, and its guard holds (and it lies ``within`` ``bounds``, when given). Cheap: no
+    effect is computed."""
     index = getattr(action, "endpoint", None)
     if index is not None:
         if not 0 <= index < len(state.endpoints):
             return False
-        if not _phase_allows(state.endpoint(index), action):
+        if not lifecycle.allows(state.endpoint(index).phase, action.name):
             return False
-    return bool(_GUARDS[type(action)](state, action, bounds))
+    if bounds is not None and not within(state, action, bounds):
+        return False
+    guard, _ = SPEC[type(action)]
+    return bool(guard(state, action))
 
 
-def step(state: State, action: Action, bounds: Bounds = Bounds()) -> tuple[Branch, ...]:
+def step(state: State, action: Action) -> Branches:
     """Every allowed ``(next_state, outcome)``; empty when ``action`` is not enabled."""
-    if not enabled(state, action, bounds):
+    if not enabled(state, action):
         return ()
-    return _STEPS[type(action)](state, action, bounds)
+    _, effect = SPEC[type(action)]
+    return effect(state, action)
+
+
+def within(state: State, action: Action, bounds: Bounds) -> bool:
+    """``action`` stays inside the search ``bounds``: the one place bounds are applied."""
+    version = getattr(action, "version", None)
+    if version is not None and version > bounds.versions:
+        return False
+    if isinstance(action, LoadLora):
+        return state.endpoint(action.endpoint).lora < bounds.lora_revisions
+    return bounds.namespaces or getattr(action, "namespace", None) is None
 
 
 def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> Iterator[Action]:
@@ -507,11 +614,15 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
         for funnel in Funnel:
             yield SyncWeights(v, funnel)
     for i in range(n):
+        namespaces: list[int | None] = [None]
+        if bounds.namespaces:
+            namespaces += range(state.endpoint(i).weights + 1)
         for p in bounds.prefixes:
             for lora in (False, True):
-                yield ServeRequest(i, p, lora)
-                for rid in bounds.rids:
-                    yield StartRequest(i, rid, p, lora)
+                for ns in namespaces:
+                    yield ServeRequest(i, p, lora, ns)
+                    for rid in bounds.rids:
+                        yield StartRequest(i, rid, p, lora, ns)
             for tier in (Tier.HOST, Tier.STORAGE):
                 yield EvictPrefix(i, p, tier)
         for rid in bounds.rids:
@@ -529,7 +640,8 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
         yield Sleep(i)
         yield WakeUp(i)
         yield Restart(i)
-        yield LoadLora(i)
+        if state.endpoint(i).lora < bounds.lora_revisions:
+            yield LoadLora(i)
         if faults:
             yield FaultRefuseFlush(i)
 
@@ -543,11 +655,12 @@ def conforming(state: State, action: Action) -> bool:
     machine draw only conforming calls, and reach off-contract ones only through a client
     under test that makes them.
     """
-    if not isinstance(action, UpdateWeights) or action.flush_cache is True:
+    if not isinstance(action, UpdateWeights):
         return True
-    return (
-        state.endpoint(action.endpoint).config.guarded or not plan_for(state, action.endpoint).flush
-    )
+    ep = state.endpoint(action.endpoint)
+    if ep.config.guarded or asked_to_flush(ep, action.flush_cache):
+        return True
+    return not plan_for(state, action.endpoint).flush
 
 
 def actions(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> list[Action]:
@@ -560,7 +673,5 @@ def _actions(state: State, bounds: Bounds, faults: bool) -> tuple[Action, ...]:
     """``actions`` memoized: enabledness never depends on the ledger, and the same states
     recur across the examples of a stateful run and its shrinking."""
     return tuple(
-        a
-        for a in candidates(state, bounds, faults)
-        if enabled(state, a, bounds) and conforming(state, a)
+        a for a in candidates(state, bounds, faults) if enabled(state, a) and conforming(state, a)
     )

@@ -115,6 +115,7 @@ class Request:
     ``sampled``: weight versions that have sampled its tokens so far (for INV-002).
     ``uses``: what its held KV depends on; empty once retracted (its KV was freed).
     ``holds_kv``: it pins cache memory, so a flush is refused (LIV-001).
+    ``namespace``: the namespace it is pinned to, as its StartRequest carried.
     """
 
     rid: str
@@ -122,6 +123,7 @@ class Request:
     lora: bool = False
     sampled: frozenset[int] = frozenset()
     uses: frozenset[Use] = frozenset()
+    namespace: int | None = None
     retracted: bool = False
 
     @property
@@ -137,7 +139,9 @@ class Served:
     cached state it attended to. ``current``: the versions in force when it was served, by
     component. ``sampled``: versions that sampled its tokens. ``hit``: it reused cached KV.
     ``waived``: a standard-lane endpoint whose last update skipped the flush at the
-    caller's request (INV-001's waiver).
+    caller's request (INV-001's waiver, for prefix KV only). ``off_policy``: the request
+    was pinned to an older namespace under a policy that declares off-policy sessions (its
+    stale reuse is reported, not failed).
     """
 
     endpoint: int
@@ -150,11 +154,25 @@ class Served:
     exact: bool
     waived: bool
     rid: str | None = None
+    off_policy: bool = False
 
     @property
     def stale(self) -> frozenset[Use]:
         """The uses that were not current when it was served."""
         return self.uses - self.current
+
+    @property
+    def unwaived(self) -> frozenset[Use]:
+        """The stale uses INV-001 forbids: the waiver covers prefix KV (target and draft KV,
+        and the FP8 scales it was stored with) on a standard lane only; cached encoder
+        outputs and LoRA revisions are never waived (ENG-012, ENG-007)."""
+        if self.off_policy:
+            return frozenset()
+        if self.waived and not self.exact:
+            # An in-flight request's encoder output went into its KV at prefill time.
+            prefix_kv = ("target", "draft", "scales", *(("encoder",) if self.rid else ()))
+            return frozenset(u for u in self.stale if u.component not in prefix_kv)
+        return self.stale
 
 
 @frozen(cache_hash=True)
@@ -164,8 +182,10 @@ class Endpoint:
     ``weights``: last completely loaded target version. ``torn``: a failed bucketed update
     left some tensors of a newer version in place. ``draft``/``scales``: versions of the
     draft model and FP8 KV scales. ``lora``: revision of the LoRA adapter's bytes.
-    ``label``: the weight-version label it reports. ``dirty``: an update changed the weights
-    but its flush could not complete (FC-002 closes the endpoint). ``waived``: the last
+    ``label``: the weight-version label it reports. ``cache``: every entry it MAY hold (an
+    upper bound: any entry may vanish at any time, and a miss is always allowed).
+    ``dirty``: an update changed the weights but its flush could not complete (FC-002
+    closes the endpoint). ``waived``: the last
     completed update skipped the flush at the caller's request on a standard lane.
     ``refuse_flush``: an injected fault, consumed by the next flush attempt.
     """
@@ -239,12 +259,18 @@ class Bounds:
     ``prefixes``: prompt prefixes shared across requests (so reuse happens).
     ``rids``: request IDs available for in-flight requests. ``versions``: the newest weight
     version the trainer may produce. ``lora_revisions``: newest LoRA revision.
+    ``namespaces``: requests may be pinned to a namespace (any version up to the one in
+    force); off, every request carries none.
+
+    Bounds are the search's, not the spec's: no guard reads them. ``semantics.within`` is
+    the one place they are applied.
     """
 
     prefixes: tuple[str, ...] = ("P", "Q")
     rids: tuple[str, ...] = ("r1", "r2")
     versions: int = 2
     lora_revisions: int = 2
+    namespaces: bool = False
 
 
 @frozen(cache_hash=True)

@@ -15,7 +15,7 @@ from kvfence.model.actions import (
     UpdateWeights,
 )
 from kvfence.model.state import Config, Policy, initial_state
-from kvfence.model.vocabulary import CacheMode, Funnel, Lane, Status
+from kvfence.model.vocabulary import CacheMode, Funnel, Lane, Phase, Status
 
 EXACT = Config(lane=Lane.EXACT)
 STANDARD = Config()
@@ -52,12 +52,14 @@ def test_sc2_standard_lane_does_what_was_asked(funnel, asked, flushed):
     s, out = only(spec.step(s, UpdateWeights(0, 1, funnel, asked)))
     assert out.observation.status is Status.OK
     assert (s.endpoint(0).cache == frozenset()) is flushed
-    assert out.rule_for("view.cache", "") == "ENG-002"
+    # a kept entry breaks the flush that was asked (ENG-002); without one, only what must
+    # follow every update (ENG-012, encoder outputs) can be kept wrongly
+    assert out.rule_for("view.cache", "") == ("ENG-002" if flushed else "ENG-012")
 
 
 def test_sc2_radix_off_is_standard_even_on_exact_lane():
     s = served_twice(Config(radix=False, lane=Lane.EXACT))
-    s, out = only(spec.step(s, UpdateWeights(0, 1, Funnel.TENSOR, False)))
+    s, out = only(spec.step(s, UpdateWeights(0, 1, Funnel.TENSOR, True)))
     assert out.rule_for("view.cache", "") == "ENG-002"
 
 
@@ -65,11 +67,16 @@ def test_sc3_mandatory_flush_that_cannot_complete_fails_closed():
     s = initial_state((EXACT,), OPT_OUT)
     s, _ = only(spec.step(s, StartRequest(0, "r1", "P")))
     branches = spec.step(s, UpdateWeights(0, 1, Funnel.TENSOR, False))
-    assert len(branches) == 2
+    # rejected unchanged, rejected and closed, or (exact lane only) the engine stops
+    assert [o.observation.status for _, o in branches] == [Status.REJECTED] * 2 + [
+        Status.STOPPED
+    ] * 2
     for _, out in branches:
-        assert out.observation.status is Status.REJECTED
         assert out.rule_for("status", "") == "FC-001"
-    rejected, closed = (b[0].endpoint(0) for b in branches)
+    for stopped, out in branches[2:]:
+        assert stopped.endpoint(0).phase is Phase.STOPPED and out.note
+        assert not spec.step(stopped, ServeRequest(0, "P"))  # nothing more is served
+    rejected, closed = (b[0].endpoint(0) for b in branches[:2])
     assert (rejected.weights, rejected.closed) == (0, False)  # consistent: nothing changed
     assert (closed.weights, closed.closed) == (1, True)  # closed: nothing served
     s_closed = branches[1][0]
@@ -119,3 +126,12 @@ def test_sc9_shape_stale_hit_differs_from_cold_prefill_fresh_hit_does_not():
     stale, fresh = r.run.lines[2]["observed"]["response"], r.run.lines[4]["observed"]["response"]
     assert stale["hit"] is True and stale["output"] != stale["cold"]
     assert fresh["hit"] is False and fresh["output"] == fresh["cold"]
+
+
+def test_standard_lane_requested_flush_refused_may_not_stop_the_engine():
+    """Fail-closed by stopping is the exact lane's (the seed guard, CD-07); a standard-lane
+    update whose client-requested flush is refused owes a failure reply (PF-04)."""
+    s = initial_state((STANDARD,), OPT_OUT)
+    s, _ = only(spec.step(s, StartRequest(0, "r1", "P")))
+    branches = spec.step(s, UpdateWeights(0, 1, Funnel.TENSOR, True))
+    assert [o.observation.status for _, o in branches] == [Status.REJECTED] * 2

@@ -34,10 +34,13 @@ CLI_DEFAULT = Bounds(prefixes=("P",), rids=("r1",), versions=2)
 @pytest.mark.parametrize(
     ("endpoints", "bounds", "depth", "states", "transitions", "reached"),
     [
-        (2, CLI_DEFAULT, 4, 5346, 75718, 4),
-        (2, Bounds(), 3, 3375, 28028, 3),
+        # Each count moves when a branch is added or removed: spec 0.2 added the miss branch
+        # of every prefill that finds an entry (any entry may have been evicted) and the two
+        # stop branches of a refused mandatory flush on the exact lane.
+        (2, CLI_DEFAULT, 4, 5569, 93086, 4),
+        (2, Bounds(), 3, 3418, 34406, 3),
         # one exact-lane endpoint: the frontier runs dry at depth 9
-        (1, CLI_DEFAULT, 12, 508, 17455, 9),
+        (1, CLI_DEFAULT, 12, 519, 27661, 9),
     ],
     ids=["cli-bounds-depth4", "default-bounds-depth3", "one-endpoint-exhausted"],
 )
@@ -95,7 +98,8 @@ def test_cli_bounds():
 def test_main_explore_model_only():
     code, text = main_explore(2, 1, 2, 1, 3, None, None)
     assert code == 0, text
-    assert "distinct states: 1,272" in text and "transitions: 12,687" in text
+    # moves with the model's branches (spec 0.2: miss branches, exact-lane stop branches)
+    assert "distinct states: 1,307" in text and "transitions: 14,647" in text
     assert "states/s" in text and "PASS" in text
     assert main_explore(0, 1, 2, 1, 3, None, None)[0] == 2
 
@@ -126,7 +130,9 @@ SHORTEST: dict[str, int] = {
     "flushes-around-paused-kv": 2,
     "flush-forgets-storage": 3,
     "flush-forgets-encoder": 2,
-    "flush-spares-queued-requests": 3,
+    # 2 since spec 0.2: encoder outputs follow every update, so a flush that spares the
+    # queued prefix leaves a partial cache on the encoder setup at once
+    "flush-spares-queued-requests": 2,
     "draft-left-behind-on-distributed": 1,
     "load-back-loses-draft-kv": 3,
     "lora-keyed-by-name": 2,
@@ -140,7 +146,7 @@ SHORTEST: dict[str, int] = {
 
 SHOWS_ANOTHER_RULE_FIRST = {"flush-spares-queued-requests"}
 """On an exact lane, a flush that spares every entry (all held by queued requests) looks
-exactly like no flush at all, so the shortest path shows ENG-001 before ENG-003."""
+exactly like no flush at all, so a path no longer than the focused one shows ENG-001."""
 
 STATEFUL: dict[str, int] = {
     **{name: 1 for name in ("never-flush", "unreported-means-disabled", "fp8-only")},
@@ -176,7 +182,7 @@ def test_explorer_finds_a_shortest_counterexample(mutant, out_dir):
     assert x.steps == SHORTEST[mutant.name], x.trace
     assert x.steps <= STATEFUL.get(mutant.name, 2)
     if mutant.name in SHOWS_ANOTHER_RULE_FIRST:
-        assert x.other and len(x.other_trace) < x.steps
+        assert x.other and len(x.other_trace) <= x.steps
     else:
         assert x.other == ()  # no shorter path broke another rule first
     assert x.counterexample is not None
