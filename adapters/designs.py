@@ -187,7 +187,9 @@ class StopsOnRefusedFlush(ReferenceEndpoint):
         self.refuse_next_flush = False
         self.stopped = True
         self.requests.clear()
-        return Reply(False, message="connection reset: scheduler raised and exited", lost=True)
+        return Reply(
+            False, message="RuntimeError escaped the scheduler; process exited", stopped=True
+        )
 
     def restart(self) -> None:
         super().restart()
