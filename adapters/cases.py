@@ -295,7 +295,7 @@ CASES += (
         "The cache reset is a stub that clears nothing (placeholder answer)",
         "vllm-project/vllm-omni #6739",
         "flush-is-a-stub",
-        "LIV-001",
+        "FC-003",
         (STANDARD,),
         OPT_OUT,
         (

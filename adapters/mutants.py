@@ -403,12 +403,13 @@ class EncoderKeptOnOptOut(ReferenceEndpoint):
 
 
 class FlushIsAStub(ReferenceEndpoint):
-    """Violates: LIV-001.
+    """Violates: FC-003.
 
-    The cache reset is a placeholder: it clears nothing and answers without a result (the
-    route returns 200 with no body). A missing result counts as failure, so the report is
-    not a lie; but a flush that nothing blocks must complete, and this one never does.
-    vllm-project/vllm-omni #6739 (PF-22; the same stub in vllm-project/vllm-omni #5513).
+    The cache reset is a placeholder: it clears nothing and answers 200 with no result. A
+    no-op flush must report failure, and this one reports no error at all, so the caller
+    goes on as if the cache were clean. It also breaks LIV-001 (a flush nothing blocks must
+    complete), which only a live run can show: a trace does not record a missing result.
+    vllm-project/vllm-omni #6739 (PF-22; the same stubs in vllm-project/vllm-omni #5513).
     """
 
     def flush_cache(self) -> Reply:
@@ -492,7 +493,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _engine("hit-path-numerics-differ", HitPathNumericsDiffer, "INV-004", "PF-18"),
     # appended with shared/cases/more-faults.md
     _engine("encoder-kept-on-opt-out", EncoderKeptOnOptOut, "ENG-012", "PF-21"),
-    _engine("flush-is-a-stub", FlushIsAStub, "LIV-001", "PF-22"),
+    _engine("flush-is-a-stub", FlushIsAStub, "FC-003", "PF-22"),
     _engine("flush-stub-claims-success", FlushStubClaimsSuccess, "FC-003", "PF-22"),
 )
 
