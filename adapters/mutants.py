@@ -310,9 +310,9 @@ class LoraKeyedByName(ReferenceEndpoint):
     old blocks. vllm-project/vllm #42125 (PF-13); prime-rl PR #1650 (PF-07, LoRA load).
     """
 
-    def _keys(self, prefix: str, lora: bool) -> list[Key]:
-        keys = super()._keys(prefix, lora)
-        return [(p, kind, None if ns is None else "adapter-A") for p, kind, ns in keys]
+    def _keys(self, prefix: str, lora: bool, namespace: int | None = None) -> list[Key]:
+        keys = super()._keys(prefix, lora, namespace)
+        return [(p, kind, None if rev is None else "adapter-A", ns) for p, kind, rev, ns in keys]
 
     def _forget_lora(self) -> None:
         """Nothing to forget: the name did not change."""

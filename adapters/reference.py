@@ -42,8 +42,8 @@ from kvfence.model.vocabulary import Funnel, Kind, PauseMode, Phase, Status, Tie
 
 from .protocol import AdapterFailure, Unsupported
 
-Key = tuple[str, Kind, "int | None"]
-"""A radix-cache key: ``(prefix, kind, lora revision or None)``."""
+Key = tuple[str, Kind, "int | None", "int | None"]
+"""A radix-cache key: ``(prefix, kind, lora revision or None, namespace or None)``."""
 
 
 @define
@@ -53,6 +53,7 @@ class CachedKV:
     version: int
     tier: Tier = Tier.DEVICE
     lora: int | None = None
+    namespace: int | None = None
 
 
 @define
@@ -64,6 +65,7 @@ class Request:
     sampled: set[int] = field(factory=set)
     uses: set[Use] = field(factory=set)
     retracted: bool = False
+    namespace: int | None = None
 
 
 @define
@@ -95,6 +97,9 @@ class ReferenceEndpoint:
     """
 
     exact_cache: ClassVar[bool] = False
+    profile: ClassVar[dict[str, bool]] = {}
+    """Engine profile: ``Config`` fields the adapter declares for every endpoint
+    (``flush_default``, ``versioned_keys``, ``misreports``); the spec applies them."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -120,8 +125,8 @@ class ReferenceEndpoint:
     def weight_info(self) -> View:
         """vLLM ``/weight_info``-style probe plus a listing of the radix cache."""
         entries = frozenset(
-            Entry(prefix, kind, kv.tier, kv.version, kv.lora)
-            for (prefix, kind, _), kv in self.cache.items()
+            Entry(key[0], key[1], kv.tier, kv.version, kv.lora, kv.namespace)
+            for key, kv in self.cache.items()
         )
         return View(
             weights=None if self.torn else self.weights,
@@ -150,12 +155,14 @@ class ReferenceEndpoint:
             uses.add(Use("lora", self.lora_rev))
         return uses
 
-    def _prefill(self, prefix: str, lora: bool) -> tuple[set[Use], bool]:
+    def _prefill(
+        self, prefix: str, lora: bool, namespace: int | None = None
+    ) -> tuple[set[Use], bool]:
         """Match the prefix in the radix cache, load lower tiers back, else insert."""
         uses = self.current_uses(lora)
         if not self.config.radix:
             return uses, False
-        keys = self._keys(prefix, lora)
+        keys = self._keys(prefix, lora, namespace)
         found = [k for k in keys if k in self.cache]
         if any(k[1] is Kind.TARGET for k in found):
             for k in found:
@@ -173,13 +180,13 @@ class ReferenceEndpoint:
         """Cache freshly computed KV (and encoder output) under ``keys``."""
         for k in keys:
             version = self.draft if k[1] is Kind.DRAFT else self.weights
-            self.cache[k] = CachedKV(version, lora=self.lora_rev if lora else None)
+            self.cache[k] = CachedKV(version, lora=self.lora_rev if lora else None, namespace=k[3])
 
-    def generate(self, prefix: str, lora: bool = False) -> Reply:
-        """SGLang ``POST /generate`` for a whole request."""
+    def generate(self, prefix: str, lora: bool = False, namespace: int | None = None) -> Reply:
+        """SGLang ``POST /generate`` for a whole request (``namespace``: its ``extra_key``)."""
         if self.closed:
             return Reply(False, message="endpoint closed: stale cache or torn weights")
-        uses, hit = self._prefill(prefix, lora)
+        uses, hit = self._prefill(prefix, lora, namespace)
         output = self._numerics(prefix, uses, hit)
         return Reply(True, hit, frozenset(uses), frozenset({self.weights}), output=output)
 
@@ -187,12 +194,14 @@ class ReferenceEndpoint:
         """The bytes a cold prefill of ``prefix`` gives under the weights in force."""
         return self._numerics(prefix, self.current_uses(lora), hit=False)
 
-    def start(self, rid: str, prefix: str, lora: bool = False) -> Reply:
+    def start(
+        self, rid: str, prefix: str, lora: bool = False, namespace: int | None = None
+    ) -> Reply:
         """Admit a streaming request; its prefill runs now."""
         if self.closed:
             return Reply(False, message="endpoint closed")
-        uses, hit = self._prefill(prefix, lora)
-        self.requests[rid] = Request(prefix, lora, {self.weights}, uses)
+        uses, hit = self._prefill(prefix, lora, namespace)
+        self.requests[rid] = Request(prefix, lora, {self.weights}, uses, namespace=namespace)
         return Reply(True, hit=hit)
 
     def finish(self, rid: str) -> Reply:
@@ -269,7 +278,7 @@ class ReferenceEndpoint:
         if not self.closed:
             for req in self.requests.values():
                 if req.retracted:
-                    req.uses, _ = self._prefill(req.prefix, req.lora)
+                    req.uses, _ = self._prefill(req.prefix, req.lora, req.namespace)
                     req.retracted = False
         return Reply(True)
 
@@ -292,20 +301,23 @@ class ReferenceEndpoint:
 
     # ----- hooks: the decisions public bugs got wrong ---------------------------------
 
-    def _keys(self, prefix: str, lora: bool) -> list[Key]:
+    def _keys(self, prefix: str, lora: bool, namespace: int | None = None) -> list[Key]:
         """Cache keys of a prefix: target, plus draft KV and encoder output if present.
-        LoRA KV is keyed by the adapter's *revision* (ENG-007)."""
-        ns = self.lora_rev if lora else None
-        keys: list[Key] = [(prefix, Kind.TARGET, ns)]
-        if self.config.draft:
-            keys.append((prefix, Kind.DRAFT, ns))
-        if self.config.encoder:
-            keys.append((prefix, Kind.ENCODER, ns))
-        return keys
+        LoRA KV is keyed by the adapter's *revision* (ENG-007); the namespace is the
+        request's own, else the version in force where the engine keys by version."""
+        rev = self.lora_rev if lora else None
+        if namespace is None and self.config.versioned_keys:
+            namespace = self.weights
+        kinds = [Kind.TARGET]
+        kinds += [Kind.DRAFT] if self.config.draft else []
+        kinds += [Kind.ENCODER] if self.config.encoder else []
+        return [(prefix, kind, rev, namespace) for kind in kinds]
 
     def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
-        """The engine guard (ENG-001) and autonomy (ENG-002)."""
-        return self.config.guarded or flush_cache is True
+        """The engine guard (ENG-001), and the flush the caller asked (ENG-002), an omitted
+        field read by the engine's profile (``Config.flush_default``)."""
+        asked = self.config.flush_default if flush_cache is None else flush_cache
+        return self.config.guarded or asked
 
     def _can_flush(self) -> bool:
         """LIV-001: only KV pinned by a running or in-place-paused request blocks a flush."""
@@ -324,7 +336,7 @@ class ReferenceEndpoint:
     def _drop_derived(self) -> None:
         """Encoder outputs are keyed by content only: they follow every update, whatever was
         asked about the prefix cache (ENG-012; vllm-project/vllm #44910)."""
-        for k in [k for k in self.cache if k[1] is Kind.ENCODER]:
+        for k in [k for k in self.cache if k[1] is Kind.ENCODER and k[3] is None]:
             del self.cache[k]
 
     def _load_back(self, key: Key) -> None:
@@ -422,6 +434,7 @@ class InProcessAdapter:
         self.endpoints: list[ReferenceEndpoint] = []
         exact = endpoint_cls.exact_cache if exact is None else exact
         self.capabilities = self.capabilities_all | ({"exact_cache"} if exact else set())
+        self.profile = dict(endpoint_cls.profile)
 
     def start(self, configs: tuple[Config, ...]) -> None:
         self.endpoints = [self.endpoint_cls(c) for c in configs]
@@ -475,8 +488,8 @@ class InProcessAdapter:
 
     def _call(self, ep: ReferenceEndpoint, a: Action) -> Reply:
         calls: dict[type, Any] = {
-            ServeRequest: lambda: ep.generate(a.prefix, a.lora),
-            StartRequest: lambda: ep.start(a.rid, a.prefix, a.lora),
+            ServeRequest: lambda: ep.generate(a.prefix, a.lora, a.namespace),
+            StartRequest: lambda: ep.start(a.rid, a.prefix, a.lora, a.namespace),
             FinishRequest: lambda: ep.finish(a.rid),
             UpdateWeights: lambda: ep.update_weights(a.version, a.funnel, a.flush_cache),
             FaultUpdateFailsMidway: lambda: ep.fail_update_midway(a.version),

@@ -48,7 +48,7 @@ from kvfence.model.checks import (
 from kvfence.model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON, Plan, judge_plan, resolve_plan
 from kvfence.model.observation import malformed
 from kvfence.model.rules import BY_ID
-from kvfence.model.state import Bounds, Config, Policy, State, initial_state
+from kvfence.model.state import Bounds, Config, Policy, State, initial_state, with_profile
 from kvfence.model.vocabulary import CacheMode, PauseMode
 
 from .trace import observation_json, outcome_json, plan_json
@@ -278,6 +278,11 @@ class Lockstep:
     # ----- setup and drawing ----------------------------------------------------------
 
     def start(self, configs: tuple[Config, ...], policy: Policy) -> None:
+        try:  # the engine's declared profile (what an omitted flush_cache means ...)
+            profile = getattr(self.engine, "profile", None)
+            configs = tuple(with_profile(c, profile) for c in configs)
+        except ValueError as e:
+            raise AdapterError("ADP-002", f"the adapter's {e}") from None
         self.configs, self.policy = configs, policy
         self.note(f"configs={configs!r} policy={policy!r}")
         self.recorder.examples += 1

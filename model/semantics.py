@@ -175,14 +175,15 @@ def _served(s: State, index: int, a, p: Prefill, sampled, rid=None) -> Served:
         exact=ep.config.guarded,
         waived=ep.waived,
         rid=rid,
-        off_policy=_off_policy(s, ep, getattr(a, "namespace", None)),
+        pinned=_pinned(ep, getattr(a, "namespace", None)),
+        off_policy=_pinned(ep, getattr(a, "namespace", None)) and s.policy.off_policy_sessions,
     )
 
 
-def _off_policy(s: State, ep: Endpoint, pinned: int | None) -> bool:
-    """A request pinned to an older namespace, under a policy that declares off-policy
-    sessions: its stale reuse is reported, not failed (INV-001)."""
-    return pinned is not None and pinned < ep.weights and s.policy.off_policy_sessions
+def _pinned(ep: Endpoint, namespace: int | None) -> bool:
+    """A request pinned to the namespace of older weights than those in force (PF-24): no
+    waiver covers its reuse, unless the policy declares off-policy sessions."""
+    return namespace is not None and namespace < ep.weights
 
 
 def _load(ep: Endpoint, version: int) -> Endpoint:
@@ -354,7 +355,8 @@ def finish_request(s: State, a: FinishRequest) -> Branches:
         exact=ep.config.guarded,
         waived=ep.waived,
         rid=a.rid,
-        off_policy=_off_policy(s, ep, req.namespace),
+        pinned=_pinned(ep, req.namespace),
+        off_policy=_pinned(ep, req.namespace) and s.policy.off_policy_sessions,
     )
     response = Response(hit=False, uses=served.uses, sampled=served.sampled)
     s2 = evolve(s.with_endpoint(a.endpoint, ep2), ledger=(*s.ledger, served))
@@ -377,6 +379,10 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
     ep = s.endpoint(a.endpoint)
     guarded = ep.config.guarded
     must_flush = guarded or asked_to_flush(ep, a.flush_cache)
+    # With the radix cache off there is nothing to flush, and an engine keying every prefix
+    # by version invalidates by namespace: such an update needs no flush, so none can be
+    # refused (CD-06, CD-03); it may still try one and honestly report the refusal.
+    needless = must_flush and (ep.config.versioned_keys or not ep.config.radix)
     s = evolve(s, trainer=max(s.trainer, a.version))
     blame = {
         "cache": ("ENG-001" if guarded else "ENG-002") if must_flush else "ENG-012",
@@ -387,6 +393,10 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
     }
     loaded = _derived_dropped(_load(ep, a.version))
     flushed = _invalidated(loaded, a.version)
+    if not ep.config.radix:
+        # No prefix cache: only in-flight requests' own KV can cross the update, and no
+        # flush protects it (a pause does, the client's CLI-007); INV-001 waives it.
+        flushed = evolve(flushed, waived=not ep.config.misreports)
     done = evolve(ok(flushed, "LIV-001", **blame), flushed_from=ep.cache)
     if must_flush and (ep.kv_held or ep.refuse_flush):
         claimed = done
@@ -399,11 +409,14 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
         ]
         if guarded:
             branches += [(stop(ep), stopped(claimed)), (stop(loaded), stopped(claimed))]
+        if needless:
+            branches.append((flushed, done))
         return tuple((s.with_endpoint(a.endpoint, e), o) for e, o in branches)
     if not must_flush:
         # INV-001's waiver: only where the spec's own client would skip the flush too, and
         # never for an engine declared to misreport its radix cache.
-        waived = not plan_for(s, a.endpoint).flush and not ep.config.misreports
+        skipped = not plan_for(s, a.endpoint).flush or not ep.config.radix
+        waived = skipped and not ep.config.misreports
         loaded = evolve(loaded, waived=waived)
         return ((s.with_endpoint(a.endpoint, loaded), ok(loaded, **blame)),)
     return ((s.with_endpoint(a.endpoint, flushed), done),)

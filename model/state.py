@@ -69,6 +69,26 @@ class Config:
         return self.lane is Lane.EXACT and self.radix
 
 
+PROFILE_FIELDS = ("flush_default", "versioned_keys", "misreports")
+"""The ``Config`` fields an engine adapter declares for every endpoint (its ``profile``)."""
+
+
+def with_profile(config: Config, profile: object) -> Config:
+    """``config`` with the engine's declared ``profile`` (a mapping of ``PROFILE_FIELDS`` to
+    bools) applied; ``ValueError`` names a field that is not a profile field or not a bool."""
+    if not profile:
+        return config
+    if not isinstance(profile, dict):
+        raise ValueError(f"profile {profile!r:.80} is not a mapping of Config fields")
+    for name, value in profile.items():
+        if name not in PROFILE_FIELDS or not isinstance(value, bool):
+            raise ValueError(
+                f"profile field {name!r}={value!r}: expected one of {', '.join(PROFILE_FIELDS)}"
+                " with a bool"
+            )
+    return evolve(config, **profile)
+
+
 @frozen(cache_hash=True)
 class Entry:
     """One cache entry: the KV (or encoder output) of one prefix.
@@ -139,9 +159,9 @@ class Served:
     cached state it attended to. ``current``: the versions in force when it was served, by
     component. ``sampled``: versions that sampled its tokens. ``hit``: it reused cached KV.
     ``waived``: a standard-lane endpoint whose last update skipped the flush at the
-    caller's request (INV-001's waiver, for prefix KV only). ``off_policy``: the request
-    was pinned to an older namespace under a policy that declares off-policy sessions (its
-    stale reuse is reported, not failed).
+    caller's request (INV-001's waiver, for prefix KV only). ``pinned``: the request was
+    pinned to the namespace of older weights (no waiver covers its reuse). ``off_policy``:
+    pinned under a policy that declares off-policy sessions (reported, not failed).
     """
 
     endpoint: int
@@ -154,6 +174,7 @@ class Served:
     exact: bool
     waived: bool
     rid: str | None = None
+    pinned: bool = False
     off_policy: bool = False
 
     @property
@@ -168,7 +189,7 @@ class Served:
         outputs and LoRA revisions are never waived (ENG-012, ENG-007)."""
         if self.off_policy:
             return frozenset()
-        if self.waived and not self.exact:
+        if self.waived and not self.exact and not self.pinned:
             # An in-flight request's encoder output went into its KV at prefill time.
             prefix_kv = ("target", "draft", "scales", *(("encoder",) if self.rid else ()))
             return frozenset(u for u in self.stale if u.component not in prefix_kv)
@@ -318,4 +339,5 @@ __all__ = [
     "Use",
     "initial_state",
     "server_info",
+    "with_profile",
 ]
