@@ -18,6 +18,7 @@ matrix (``conformance/matrix.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 from attrs import frozen
 from kvfence.model.vocabulary import Funnel, Kind, PauseMode
@@ -76,25 +77,26 @@ class VersionKeyedCache(ReferenceEndpoint):
     a per-request ``cache_salt`` (vLLM ``vllm/v1/core/kv_cache_utils.py`` makes it an extra
     key of the first block's hash) or ``extra_key`` (SGLang ``GenerateReqInput.extra_key`` in
     ``python/sglang/srt/managers/io_struct.py``) equal to that version. KV of older weights
-    can never be matched again, so an update never flushes the tree: old entries stay listed
-    until evicted, unreachable. A request still holding KV of the old weights is another
-    matter: a mandatory invalidation with KV pinned is refused like the reference's.
-    An explicit ``/flush_cache`` still empties everything (it is asked for).
+    can never be matched again, so an update never deletes anything: old entries stay listed
+    until evicted, unreachable. The profile declares ``versioned_keys`` so that the spec
+    knows. An update that must invalidate while a request still holds KV of the old weights
+    is refused, like the reference's (that request would decode on old KV). An explicit
+    ``/flush_cache`` still empties everything: it is asked for.
     """
 
-    def _keys(self, prefix: str, lora: bool) -> list[Key]:
-        salt = f"v{self.weights}" if not lora else f"v{self.weights}/lora{self.lora_rev}"
-        return [(prefix, kind, salt) for _, kind, _ in super()._keys(prefix, lora)]
+    profile: ClassVar[dict[str, bool]] = {"versioned_keys": True}
 
-    def _forget_lora(self) -> None:
-        """A new LoRA revision is a new salt: old-revision KV is unreachable already."""
+    def _keys(self, prefix: str, lora: bool, namespace: int | None = None) -> list[Key]:
+        """A request without its own salt is salted with the version now loaded."""
+        return super()._keys(prefix, lora, self.weights if namespace is None else namespace)
 
     def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
         invalidate = self._must_flush(funnel, flush_cache)
         if invalidate and not self._can_flush():
             self.refuse_next_flush = False
             return Reply(False, message="requests hold KV of the old weights; not updated")
-        self._install(version, funnel)  # the salt moves with the weights: no flush
+        self._install(version, funnel)  # the salt moves with the weights: nothing deleted
+        self._drop_derived()
         return Reply(True)
 
 
@@ -129,14 +131,15 @@ class OmittedFlushMeansFlush(ReferenceEndpoint):
     ``UpdateWeightsFromTensorReqInput``, ``UpdateWeightsFromDistributedReqInput`` in
     sgl-project/sglang ``python/sglang/srt/managers/io_struct.py``), and so do the seed
     fork's (togethercomputer/xorl-sglang). Only an explicit ``flush_cache=False`` keeps the
-    prefix cache on a standard lane. The adapter declares this default
-    (``omitted_flush_cache``) and the spec applies it.
+    prefix cache on a standard lane. The profile declares this default (``flush_default``)
+    and the spec applies it.
     """
 
-    omitted_flush_cache = True
+    profile: ClassVar[dict[str, bool]] = {"flush_default": True}
 
     def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
-        return super()._must_flush(funnel, True if flush_cache is None else flush_cache)
+        """The request type's default, written in the engine's own code."""
+        return self.config.guarded or flush_cache is not False
 
 
 # ----- CD-06 ------------------------------------------------------------------------------
@@ -153,8 +156,16 @@ class RadixOffSkipsFlush(ReferenceEndpoint):
     nothing to drop.
     """
 
-    def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
-        return self.config.radix and super()._must_flush(funnel, flush_cache)
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        if self.config.radix:
+            return super().update_weights(version, funnel, flush_cache)
+        if self._must_flush(funnel, flush_cache):
+            # The asked-for flush is a no-op that cannot be refused; an injected refusal of
+            # "the next flush" is spent on it.
+            self.refuse_next_flush = False
+        self._install(version, funnel)
+        self._drop_derived()
+        return Reply(True, message="radix cache off: nothing to flush")
 
 
 # ----- CD-07 ------------------------------------------------------------------------------
@@ -185,8 +196,9 @@ class StopsOnRefusedFlush(ReferenceEndpoint):
             return super().update_weights(version, funnel, flush_cache)
         self._install(version, funnel)
         self.refuse_next_flush = False
-        self.stopped = True
+        self.stopped = True  # the process is gone, and everything it held with it
         self.requests.clear()
+        self.cache.clear()
         return Reply(
             False, message="RuntimeError escaped the scheduler; process exited", stopped=True
         )
