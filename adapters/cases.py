@@ -322,6 +322,21 @@ CASES += (
     ),
 )
 
+CASES += (
+    Case(
+        "PF-24",
+        "A session pinned to the namespace of older weights",
+        "PrimeIntellect-ai/prime-rl PR #2266, #2687",
+        "session-pinned-namespace",
+        "INV-001",
+        (EXACT,),
+        OPT_OUT,
+        # g1's first turn under v0; the update (no flush: the engine keys by version); g1's
+        # second turn, which the serving layer keys by g1's first salt, v0.
+        (ServeRequest(0, "P"), UpdateWeights(0, 1, T, False), ServeRequest(0, "P")),
+    ),
+)
+
 DEFERRED: dict[str, int] = {"PF-19": 10, "PF-20": 10, "PF-23": 11}
 """Public cases of ``shared/cases/more-faults.md`` that another issue expresses, by issue
 number: PF-19 and PF-20 need the lifecycle flows of issue 10 (sleep with tags, derived

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from attrs import frozen
-from kvfence.model.state import Policy
+from kvfence.model.state import Config, Policy
 from kvfence.model.vocabulary import GARBAGE, Funnel, Kind, PauseMode, Tier
 
 from .clients import NeverFlushClient, ReferenceClient
+from .designs import VersionKeyedCache
 from .reference import Key, ReferenceEndpoint, Reply, Request
 
 # ----- clients ---------------------------------------------------------------------------
@@ -428,6 +429,27 @@ class FlushStubClaimsSuccess(ReferenceEndpoint):
         return Reply(True, flushed=True, message="reset_prefix_cache: True")
 
 
+class SessionPinnedNamespace(VersionKeyedCache):
+    """Violates: INV-001.
+
+    The serving layer salts each session with the weight version it started under and keeps
+    that salt for the session's later turns, across weight updates: a continuing session
+    reuses KV of the old weights under the new ones, silently. Some RL frameworks pin
+    sessions on purpose; then the policy must say so (``Policy.off_policy_sessions``, with
+    the pinned namespace on the request), and the reuse is reported instead of failed.
+    PrimeIntellect-ai/prime-rl PR #2266 and #2687 (PF-24).
+    """
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.sessions: dict[str, int] = {}
+
+    def _keys(self, prefix: str, lora: bool, namespace: int | None = None) -> list[Key]:
+        if namespace is None:
+            namespace = self.sessions.setdefault(prefix, self.weights)
+        return super()._keys(prefix, lora, namespace)
+
+
 # ----- the catalog -----------------------------------------------------------------------
 
 
@@ -495,6 +517,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _engine("encoder-kept-on-opt-out", EncoderKeptOnOptOut, "ENG-012", "PF-21"),
     _engine("flush-is-a-stub", FlushIsAStub, "FC-003", "PF-22"),
     _engine("flush-stub-claims-success", FlushStubClaimsSuccess, "FC-003", "PF-22"),
+    _engine("session-pinned-namespace", SessionPinnedNamespace, "INV-001", "PF-24"),
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}

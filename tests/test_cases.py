@@ -105,3 +105,37 @@ def test_case_01_real_consequence_is_stale_reuse():
     r = replay_actions(*systems(case.mutant), case.configs, case.policy, list(case.actions))
     assert [v.rule for v in r.soft] == ["CLI-001"]
     assert [v.rule for v in r.hard] == ["INV-001"]
+
+
+@pytest.mark.parametrize("allowance", [False, True], ids=["undeclared", "declared"])
+def test_case_24_pinned_session_is_stale_unless_the_policy_allows_it(allowance):
+    """PF-24 with the pin on the request (cache_salt = the session's first version): its
+    reuse of v0 KV under v1 is INV-001, unless the policy declares off-policy sessions, then
+    it passes (reported as a note); a new session salted with v1 never hits v0 KV."""
+    from attrs import evolve
+    from kvfence.conformance.lockstep import MACHINE_BOUNDS, Recorder
+    from kvfence.model.actions import ServeRequest, UpdateWeights
+    from kvfence.model.state import Config, Policy
+    from kvfence.model.vocabulary import Funnel, Lane
+
+    trace = [
+        ServeRequest(0, "P", namespace=0),  # g1, turn 1, salted with v0
+        UpdateWeights(0, 1, Funnel.TENSOR, False),
+        ServeRequest(0, "P", namespace=0),  # g1, turn 2, still salted with v0
+        ServeRequest(0, "P", namespace=1),  # g2, salted with v1
+    ]
+    policy = Policy(off_policy_sessions=allowance)
+    engine, client = registry.engine("version-keyed-cache"), registry.client("reference")
+    # Requests that name their namespace are within bounds only where namespaces are drawn.
+    bounds = evolve(MACHINE_BOUNDS, namespaces=True)
+    recorder = Recorder()
+    configs = (Config(lane=Lane.EXACT),)
+    r = replay_actions(engine, client, configs, policy, trace, bounds=bounds, recorder=recorder)
+    if allowance:
+        assert r.kind == "PASS", (r.message, [str(v) for v in r.violations])
+        assert len(r.run.actions) == len(trace)
+        assert [n for n in recorder.notes if n.startswith("off-policy reuse")], recorder.notes
+    else:
+        assert r.kind == "FAIL", (r.kind, r.message)
+        assert [v.rule for v in r.violations] == ["INV-001"]
+        assert r.run.lines[-1]["step"] == 2  # failed at g1's second turn, not before
