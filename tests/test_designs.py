@@ -156,8 +156,8 @@ WITNESSES = (
         (ServeRequest(0, "P"), EvictPrefix(0, "P", Tier.HOST), Sleep(0), WakeUp(0)),
     ),
     Witness(
-        "version-keyed-cache",
-        (Config(lane=Lane.EXACT, versioned_keys=True),),
+        "version-keyed-cache",  # its profile declares versioned_keys; the reference's does not
+        (EXACT,),
         OPT_OUT,
         (ServeRequest(0, "P"), UpdateWeights(0, 1, flush_cache=False), ServeRequest(0, "P")),
     ),
@@ -170,8 +170,8 @@ WITNESSES = (
         contrast_passes=False,
     ),
     Witness(
-        "omitted-flush-means-flush",
-        (Config(flush_default=True),),
+        "omitted-flush-means-flush",  # its profile declares flush_default
+        (STANDARD,),
         OPT_OUT,
         (ServeRequest(0, "P"), UpdateWeights(0, 1, flush_cache=None), ServeRequest(0, "P")),
     ),
