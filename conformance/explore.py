@@ -53,7 +53,15 @@ from kvfence.adapters.mutants import BY_NAME
 from kvfence.model.actions import Action
 from kvfence.model.checks import Violation
 from kvfence.model.explore import EXACT, STANDARD, default_configs, explore, initial_states
-from kvfence.model.state import Bounds, Config, Policy, State, initial_state, server_info
+from kvfence.model.state import (
+    Bounds,
+    Config,
+    Policy,
+    State,
+    initial_state,
+    server_info,
+    with_profile,
+)
 from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
 
 from .lockstep import (
@@ -293,6 +301,11 @@ def explore_adapter(
     client = registry.client(client_name)
     if not (hasattr(engine, "snapshot") and hasattr(engine, "restore")):
         raise ValueError(f"engine {engine_name!r} cannot be explored: not in-process")
+    # The engine's declared profile holds on every endpoint, as in ``Lockstep.start``.
+    profile = getattr(engine, "profile", None)
+    setups = tuple(
+        attrs.evolve(s, configs=tuple(with_profile(c, profile) for c in s.configs)) for s in setups
+    )
     recorder = Recorder()
     seen: set[tuple[Any, ...]] = set()
     queue: deque[_Node] = deque()
