@@ -2,7 +2,7 @@
 
 An *engine adapter* applies one model action to the SUT's endpoints and returns an
 ``Observation``; a *client adapter* resolves a sync plan from a policy and an endpoint's
-server info. Adapters translate and classify (OK / REJECTED / INDETERMINATE); they never
+server info. Adapters translate and classify (OK / REJECTED / STOPPED / INDETERMINATE); they never
 assert a spec property and never retry silently (ADP-001, ADP-002).
 
 Capabilities say what an adapter can observe. A rule whose evidence needs a capability the
@@ -12,6 +12,7 @@ adapter lacks is SKIP with that reason, never PASS:
 ``weights_probe``         ``View.weights/draft/scales/label`` after each action
 ``cache_probe``           ``View.cache``: every cache entry with its version and tier
 ``exact_cache``           the SUT never evicts on its own, so a miss is as telling as a hit
+                          (opt-in strictness: an entry dropped unasked is then ENG-011)
 ``provenance``            ``Response.uses``: the versions the reused KV was computed under
 ``attribution``           ``Response.sampled``: the versions the SUT attributes to a response
 ``byte_oracle``           ``Response.output`` and ``Response.cold`` (a cold prefill's bytes)
@@ -23,9 +24,14 @@ adapter lacks is SKIP with that reason, never PASS:
 ``exact_lane``            endpoints can run an exact lane (``rl_on_policy_target``)
 ``tiers``/``draft``/...   config features the SUT can be started with (``tiers``,
                           ``draft``, ``encoder``, ``fp8_kv``, ``lora``)
+``namespaces``            requests may carry a namespace (``cache_salt`` / ``extra_key``)
 ========================  ===============================================================
 
-Without ``pause``, a SyncWeights drives only UpdateWeights on each endpoint.
+Without ``pause``, a SyncWeights drives only UpdateWeights on each endpoint. An engine
+adapter may declare a ``profile``: ``Config`` fields applied to every endpoint
+(``flush_default``: what an omitted ``flush_cache`` means; ``versioned_keys``: every prefix
+keyed by the version in force; ``misreports``: its server info may lie about the radix
+cache). STOPPED means the adapter saw the engine process exit, not merely a lost reply.
 """
 
 from __future__ import annotations

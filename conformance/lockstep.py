@@ -24,6 +24,7 @@ from kvfence.adapters.protocol import (
     EngineAdapter,
     Unsupported,
 )
+from kvfence.model import candidates
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     ACTION_TYPES,
@@ -309,7 +310,7 @@ class Lockstep:
             first, rest = states[0], states[1:]
             self.pool = [
                 a
-                for a in spec.actions(first, bounds, faults="faults" in caps)
+                for a in candidates.actions(first, bounds, faults="faults" in caps)
                 if NEEDS.get(type(a), "") in caps and all(spec.enabled(s, a, bounds) for s in rest)
             ]
         return self.pool
@@ -478,7 +479,7 @@ class Lockstep:
             self.recorder.soft = self.snapshot(list(self.pending))
 
     def fail(self, violations: list[Violation], step: int) -> None:
-        violations = self.pending + violations
+        violations = self.pending + [self.blame_server_info(v) for v in violations]
         if self.focus is not None and self.focus not in {v.rule for v in violations}:
             self.recorder.other.update(v.rule for v in violations)
             raise Diverged(violations)
@@ -486,6 +487,18 @@ class Lockstep:
             self.recorder.failure = self.snapshot(violations)
         self.note("violated: " + "; ".join(str(v) for v in violations))
         raise ConformanceFailure(violations, step)
+
+    def blame_server_info(self, v: Violation) -> Violation:
+        """Stale reuse on an endpoint declared to misreport its radix cache names the server
+        info as the broken contract (issue 8 F-5): INV-001 was never waived for it."""
+        index = v.where.split()[1] if v.where.startswith("endpoint ") else ""
+        if v.rule != "INV-001" or not index.isdigit() or int(index) >= len(self.configs):
+            return v
+        config = self.configs[int(index)]
+        if not config.misreports:
+            return v
+        info = dict(config.info or ())
+        return evolve(v, where=f"{v.where} (its server info {info!r} misreports the radix cache)")
 
     def _note_reach(self, action: Action) -> None:
         state = next(iter(self.states))

@@ -38,7 +38,7 @@ from kvfence.model.state import Bounds
 from . import strategies
 from .lockstep import MACHINE_BOUNDS, Diverged, Lockstep, Recorder
 
-WEIGHTS: dict[type[Action], int] = {
+DRAW_FREQUENCY: dict[type[Action], int] = {
     ServeRequest: 4,
     StartRequest: 3,
     FinishRequest: 3,
@@ -87,11 +87,11 @@ class KvfenceMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.lockstep.enabled_actions()))
     @rule(data=st.data())
     def step(self, data: st.DataObject) -> None:
-        """Draw an action type by ``WEIGHTS`` among those enabled, then one of its
+        """Draw an action type by ``DRAW_FREQUENCY`` among those enabled, then one of its
         instances, and run it in lockstep."""
         pool = self.lockstep.enabled_actions()
         kinds = {type(a) for a in pool}
-        weighted = [k for k in WEIGHTS if k in kinds for _ in range(WEIGHTS[k])]
+        weighted = [k for k in DRAW_FREQUENCY if k in kinds for _ in range(DRAW_FREQUENCY[k])]
         kind = data.draw(st.sampled_from(weighted), label="action type")
         action = data.draw(st.sampled_from([a for a in pool if type(a) is kind]), label="action")
         event(kind.__name__)

@@ -19,7 +19,7 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import get_state_machine_test
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 from kvfence.model.capabilities import EVIDENCE
-from kvfence.model.checks import Violation
+from kvfence.model.checks import Violation, unknown_reason
 from kvfence.model.rules import RULES, Rule
 from kvfence.model.state import Bounds
 
@@ -151,7 +151,8 @@ def _rule_verdicts(
         elif error is not None or violations:
             out.append(RuleVerdict(r, "UNKNOWN", 0, "run stopped before it was exercised"))
         else:
-            out.append(RuleVerdict(r, "UNKNOWN", 0, "never exercised: raise the budget"))
+            reason = f"never exercised: {unknown_reason(r.id)}; raise the budget"
+            out.append(RuleVerdict(r, "UNKNOWN", 0, reason))
     return tuple(out)
 
 
@@ -260,6 +261,7 @@ def run_check(
             warnings.append(f"could not write the counterexample to {path}: {e}")
             path = None
         steps = len(run.actions)
+    warnings += sorted(recorder.notes)  # availability and off-policy notes: no violation
     other = sorted(recorder.other - {v.rule for v in violations})
     if other:
         warnings.append(f"examples set aside by the focus on {focus} also broke {other}")

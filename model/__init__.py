@@ -1,19 +1,22 @@
 """kvfence's executable specification: KV must never be reused across a weight update.
 
 Read in this order: ``vocabulary`` (the words), ``state`` (what is remembered),
-``actions`` (what can happen), ``client`` (what a sync asks), ``semantics`` (what each action
-may do), ``checks`` (invariants and comparisons), ``rules`` (the registry every check
-cites), ``lifecycle`` (the phase table), ``explore`` (exhaustive search within bounds).
+``actions`` (what can happen), ``client`` (what a sync asks), ``cache`` (what a prefix cache
+may hold after each event), ``semantics`` (what each action may do: the next-state
+relation), ``checks`` (invariants, comparisons, evidence), ``rules`` (the registry every
+check cites), ``lifecycle`` (the phase table), ``candidates`` (the actions drawn within
+bounds), ``explore`` (exhaustive search within bounds).
 
 Pure: standard library, attrs and transitions only. No I/O, clock, randomness or Hypothesis.
 """
 
 from .actions import ACTION_TYPES, Action, TraceError, action_from_json
-from .checks import Violation, check_served, check_state, compare
+from .candidates import actions
+from .checks import SpecError, Violation, check_served, check_state, compare
 from .client import Plan, parse_bool, parse_radix, resolve_plan
 from .observation import Observation, Outcome, Response, View
 from .rules import BY_ID, RULES, Rule, rule
-from .semantics import actions, enabled, plan_for, step, sync_actions, view
+from .semantics import enabled, plan_for, step, sync_actions, view
 from .state import Bounds, Config, Endpoint, Entry, Policy, State, Use, initial_state, server_info
 
 SPEC_VERSION = "0.2"
@@ -40,6 +43,7 @@ __all__ = [
     "Policy",
     "Response",
     "Rule",
+    "SpecError",
     "State",
     "TraceError",
     "Use",

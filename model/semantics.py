@@ -11,18 +11,20 @@ any moment (eviction, a clear on abort, a flush on sleep, an extra flush), and a
 always allowed. What the spec forbids is reuse of KV computed under other weights, keeping
 what a required invalidation must have removed, serving while closed, and dishonest reports.
 
-Read top to bottom: outcome helpers, the cache (keys, lookup, prefill), then each action in
-one place (its registration names its guard, its body is its effect), then the next-state
-relation (``step``, ``enabled``, ``candidates``, ``actions``). The phase table that also
-gates every action is ``lifecycle.py``; the invariants are ``checks.py``.
+Read top to bottom: outcome helpers (the only place a rule is attributed to a field), the
+guards, then each action in one place (its registration names its guard, its body is its
+effect), then ``enabled``, ``step`` and ``within`` (the one place search bounds apply). What
+a cache may hold after each event is ``cache.py``; the phase table that also gates every
+action is ``lifecycle.py``; the invariants are ``checks.py``; the enumeration the explorer
+and the stateful machine draw from is ``candidates.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from functools import cache, lru_cache
+from collections.abc import Callable
+from functools import cache
 
-from attrs import evolve, frozen
+from attrs import evolve
 
 from . import lifecycle
 from .actions import (
@@ -43,10 +45,20 @@ from .actions import (
     UpdateWeights,
     WakeUp,
 )
+from .cache import (
+    Prefill,
+    cache_rule,
+    derived_dropped,
+    emptied,
+    evictable,
+    invalidated,
+    load,
+    prefills,
+)
 from .client import Plan, resolve_plan
 from .observation import Blame, Observation, Outcome, Response, View
-from .state import Bounds, Endpoint, Entry, Policy, Request, Served, ServerInfo, State, Use
-from .vocabulary import Funnel, Kind, PauseMode, Phase, Status, Tier
+from .state import Bounds, Endpoint, Policy, Request, Served, ServerInfo, State
+from .vocabulary import PauseMode, Phase, Status, Tier
 
 Branch = tuple[State, Outcome]
 Branches = tuple[Branch, ...]
@@ -84,82 +96,19 @@ def seen(outcome: Outcome, **fields) -> Outcome:
     return evolve(outcome, observation=evolve(outcome.observation, **fields))
 
 
-# ----- the cache --------------------------------------------------------------------------
+def plan_for(s: State, index: int) -> Plan:
+    """The plan the spec's client resolves for endpoint ``index``."""
+    return _plan(s.policy, s.endpoint(index).config.info)
 
 
-def _namespace(ep: Endpoint, namespace: int | None) -> int | None:
-    """The namespace a request's key names: its own, else the version in force where the
-    engine keys every prefix by version (``Config.versioned_keys``), else none."""
-    if namespace is not None:
-        return namespace
-    return ep.weights if ep.config.versioned_keys else None
+@cache
+def _plan(p: Policy, info: ServerInfo) -> Plan:
+    return resolve_plan(p.mode, p.flush_cache, p.pause_mode, None if info is None else dict(info))
 
 
-def lookup(ep: Endpoint, prefix: str, lora: bool, namespace: int | None = None) -> frozenset[Entry]:
-    """Entries a prefill of ``prefix`` may reuse, on any tier: same prefix, same LoRA revision
-    (ENG-007), same namespace. Nothing with the radix cache off."""
-    if not ep.config.radix:
-        return frozenset()
-    rev, ns = (ep.lora if lora else None), _namespace(ep, namespace)
-    return frozenset(
-        e for e in ep.cache if e.prefix == prefix and e.lora == rev and e.namespace == ns
-    )
-
-
-def _computed(ep: Endpoint, prefix: str, lora: bool, namespace: int | None) -> frozenset[Entry]:
-    """The entries a cold prefill of ``prefix`` inserts, one per kind the endpoint has."""
-    rev, ns = (ep.lora if lora else None), _namespace(ep, namespace)
-    kinds = [(Kind.TARGET, ep.weights)]
-    kinds += [(Kind.DRAFT, ep.draft)] if ep.config.draft else []
-    kinds += [(Kind.ENCODER, ep.weights)] if ep.config.encoder else []
-    return frozenset(Entry(prefix, k, Tier.DEVICE, v, rev, ns) for k, v in kinds)
-
-
-def uses_of(entries: frozenset[Entry]) -> frozenset[Use]:
-    """What reusing ``entries`` makes a response depend on."""
-    uses = {Use(e.kind.value, e.version) for e in entries}
-    uses |= {Use("lora", e.lora) for e in entries if e.lora is not None}
-    return frozenset(uses)
-
-
-@frozen
-class Prefill:
-    """One way a prefill may go: the endpoint after it, what the response depends on, the
-    entries it reused (empty: a miss), and whether it supposes cached KV was dropped."""
-
-    ep: Endpoint
-    uses: frozenset[Use]
-    reused: frozenset[Entry]
-    dropped: bool
-
-
-def prefills(ep: Endpoint, prefix: str, lora: bool, namespace: int | None) -> list[Prefill]:
-    """A hit reuses what the key finds (lower tiers load back to device, draft KV with it:
-    ENG-008; kinds missing are computed). A miss computes everything and replaces the key's
-    entries; it is always allowed, since any entry may have been evicted."""
-    if not ep.config.radix:
-        return [Prefill(ep, ep.current(lora), frozenset(), False)]
-    found = lookup(ep, prefix, lora, namespace)
-    fresh = _computed(ep, prefix, lora, namespace)
-    miss = Prefill(
-        evolve(ep, cache=(ep.cache - found) | fresh), ep.current(lora), frozenset(), bool(found)
-    )
-    if not any(e.kind is Kind.TARGET for e in found):
-        return [miss]
-    kept = {e.kind for e in found}
-    back = {evolve(e, tier=Tier.DEVICE) for e in found} | {e for e in fresh if e.kind not in kept}
-    hit = Prefill(
-        evolve(ep, cache=(ep.cache - found) | back),
-        uses_of(found) | ep.current(lora),
-        found,
-        False,
-    )
-    return [hit, miss]
-
-
-def _cache_rule(reused: frozenset[Entry]) -> str:
-    """The rule a cache mismatch after a prefill breaks: a load-back is ENG-008's."""
-    return "ENG-008" if any(e.tier is not Tier.DEVICE for e in reused) else "INV-001"
+def asked_to_flush(ep: Endpoint, flush_cache: bool | None) -> bool:
+    """What the caller asked, with an omitted field read by the engine's profile."""
+    return ep.config.flush_default if flush_cache is None else flush_cache
 
 
 def _served(s: State, index: int, a, p: Prefill, sampled, rid=None) -> Served:
@@ -184,47 +133,6 @@ def _pinned(ep: Endpoint, namespace: int | None) -> bool:
     """A request pinned to the namespace of older weights than those in force (PF-24): no
     waiver covers its reuse, unless the policy declares off-policy sessions."""
     return namespace is not None and namespace < ep.weights
-
-
-def _load(ep: Endpoint, version: int) -> Endpoint:
-    """Install ``version`` completely: target, draft (ENG-004), scales (ENG-005), label."""
-    return evolve(ep, weights=version, torn=False, draft=version, scales=version, label=version)
-
-
-def _flushed(ep: Endpoint) -> Endpoint:
-    """A completed flush: every tier and kind emptied (ENG-003); a dirty tree is clean."""
-    return evolve(ep, cache=frozenset(), dirty=False, waived=False, refuse_flush=False)
-
-
-def _invalidated(ep: Endpoint, version: int) -> Endpoint:
-    """A required invalidation by ``version``: deleted, or moved out of reach by namespace
-    (an entry keyed by an older version is reachable only by a request pinned to it, and
-    that reuse is judged when it happens)."""
-    unreachable = frozenset(
-        e for e in ep.cache if e.namespace is not None and e.namespace != version
-    )
-    return evolve(_flushed(ep), cache=unreachable)
-
-
-def _derived_dropped(ep: Endpoint) -> Endpoint:
-    """ENG-012: encoder outputs keyed without a weight version follow every update."""
-    keep = frozenset(e for e in ep.cache if e.kind is not Kind.ENCODER or e.namespace is not None)
-    return evolve(ep, cache=keep)
-
-
-def plan_for(s: State, index: int) -> Plan:
-    """The plan the spec's client resolves for endpoint ``index``."""
-    return _plan(s.policy, s.endpoint(index).config.info)
-
-
-@cache
-def _plan(p: Policy, info: ServerInfo) -> Plan:
-    return resolve_plan(p.mode, p.flush_cache, p.pause_mode, None if info is None else dict(info))
-
-
-def asked_to_flush(ep: Endpoint, flush_cache: bool | None) -> bool:
-    """What the caller asked, with an omitted field read by the engine's profile."""
-    return ep.config.flush_default if flush_cache is None else flush_cache
 
 
 # ----- guards: the enabling conditions beyond the phase table ----------------------------
@@ -256,19 +164,10 @@ def _next_sync(s: State, a: SyncWeights) -> bool:
     return a.version == s.trainer + 1 and all(ep.phase is Phase.SERVING for ep in s.endpoints)
 
 
-def _evictable(ep: Endpoint, prefix: str) -> frozenset[Entry]:
-    """A prefix's device KV (target and draft) that can move to a lower tier."""
-    return frozenset(
-        e
-        for e in ep.cache
-        if e.prefix == prefix and e.tier is Tier.DEVICE and e.kind is not Kind.ENCODER
-    )
-
-
 def _lower_tier_holds(s: State, a: EvictPrefix) -> bool:
     ep = s.endpoint(a.endpoint)
     tier_ok = a.tier is not Tier.DEVICE and a.tier in ep.config.tiers
-    return tier_ok and bool(_evictable(ep, a.prefix))
+    return tier_ok and bool(evictable(ep, a.prefix))
 
 
 def _lora_idle(s: State, a: LoadLora) -> bool:
@@ -314,7 +213,7 @@ def serve_request(s: State, a: ServeRequest) -> Branches:
         served = _served(s, a.endpoint, a, p, {ep.weights})
         response = Response(hit=served.hit, uses=served.uses, sampled=served.sampled)
         s2 = evolve(s.with_endpoint(a.endpoint, p.ep), ledger=(*s.ledger, served))
-        outcome = ok(p.ep, cache=_cache_rule(p.reused), hit="INV-001")
+        outcome = ok(p.ep, cache=cache_rule(p.reused), hit="INV-001")
         outcome = evolve(seen(outcome, response=response), served=served, dropped=p.dropped)
         out.append((s2, outcome))
     return tuple(out)
@@ -330,7 +229,7 @@ def start_request(s: State, a: StartRequest) -> Branches:
     for p in prefills(ep, a.prefix, a.lora, a.namespace):
         req = Request(a.rid, a.prefix, a.lora, frozenset({ep.weights}), p.uses, a.namespace)
         ep2 = evolve(p.ep, requests=(*p.ep.requests, req))
-        outcome = evolve(ok(ep2, cache=_cache_rule(p.reused)), dropped=p.dropped)
+        outcome = evolve(ok(ep2, cache=cache_rule(p.reused)), dropped=p.dropped)
         out.append((s.with_endpoint(a.endpoint, ep2), outcome))
     return tuple(out)
 
@@ -391,8 +290,8 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
         "scales": "ENG-005",
         "label": "INV-003",
     }
-    loaded = _derived_dropped(_load(ep, a.version))
-    flushed = _invalidated(loaded, a.version)
+    loaded = derived_dropped(load(ep, a.version))
+    flushed = invalidated(loaded, a.version)
     if not ep.config.radix:
         # No prefix cache: only in-flight requests' own KV can cross the update, and no
         # flush protects it (a pause does, the client's CLI-007); INV-001 waives it.
@@ -471,8 +370,14 @@ def sync_weights(s: State, a: SyncWeights) -> Branches:
     """
     frontier: list[Branch] = [(s, ok(s.endpoint(0)))]
     for call in sync_actions(s, a):
-        frontier = [b for state, _ in frontier for b in step(state, call)]
+        frontier = [b for here in frontier for b in step(here[0], call) or _if_stopped(here, call)]
     return tuple(frontier)
+
+
+def _if_stopped(branch: Branch, call: Action) -> Branches:
+    """A sync drives nothing more on an endpoint whose engine stopped mid-sync (CD-07)."""
+    stopped = branch[0].endpoint(call.endpoint).phase is Phase.STOPPED  # type: ignore[attr-defined]
+    return (branch,) if stopped else ()
 
 
 @action(FlushCache, when=_always)
@@ -486,7 +391,7 @@ def flush_cache(s: State, a: FlushCache) -> Branches:
         ep2 = evolve(ep, refuse_flush=False)
         outcome = seen(rejected(ep2, "FC-003", flushed="FC-003"), flushed=False)
         return ((s.with_endpoint(a.endpoint, ep2), outcome),)
-    ep2 = _flushed(ep)
+    ep2 = emptied(ep)
     outcome = seen(ok(ep2, "LIV-001", flushed="LIV-001", cache="FC-003"), flushed=True)
     return ((s.with_endpoint(a.endpoint, ep2), evolve(outcome, flushed_from=ep.cache)),)
 
@@ -495,7 +400,7 @@ def flush_cache(s: State, a: FlushCache) -> Branches:
 def evict_prefix(s: State, a: EvictPrefix) -> Branches:
     """Hierarchical cache: a prefix's target and draft KV move down a tier together."""
     ep = s.endpoint(a.endpoint)
-    moving = _evictable(ep, a.prefix)
+    moving = evictable(ep, a.prefix)
     ep2 = evolve(ep, cache=(ep.cache - moving) | {evolve(e, tier=a.tier) for e in moving})
     return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-008")),)
 
@@ -576,7 +481,7 @@ def wake_up(s: State, a: WakeUp) -> Branches:
 def restart(s: State, a: Restart) -> Branches:
     """ENG-010: cold start from the last whole checkpoint (also after a stop)."""
     ep = s.endpoint(a.endpoint)
-    ep2 = _load(evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name), pause=None), ep.weights)
+    ep2 = load(evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name), pause=None), ep.weights)
     ep2 = evolve(ep2, cache=frozenset(), requests=(), dirty=False, waived=False, refuse_flush=False)
     return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-010", weights="ENG-010")),)
 
@@ -616,75 +521,3 @@ def within(state: State, action: Action, bounds: Bounds) -> bool:
     if isinstance(action, LoadLora):
         return state.endpoint(action.endpoint).lora < bounds.lora_revisions
     return bounds.namespaces or getattr(action, "namespace", None) is None
-
-
-def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> Iterator[Action]:
-    """Every action instance within ``bounds`` worth asking ``enabled`` about, in a fixed
-    order (versions only the trainer's current and next: no other can be enabled)."""
-    n = len(state.endpoints)
-    versions = [v for v in (state.trainer, state.trainer + 1) if 1 <= v <= bounds.versions]
-    for v in versions:
-        for funnel in Funnel:
-            yield SyncWeights(v, funnel)
-    for i in range(n):
-        namespaces: list[int | None] = [None]
-        if bounds.namespaces:
-            namespaces += range(state.endpoint(i).weights + 1)
-        for p in bounds.prefixes:
-            for lora in (False, True):
-                for ns in namespaces:
-                    yield ServeRequest(i, p, lora, ns)
-                    for rid in bounds.rids:
-                        yield StartRequest(i, rid, p, lora, ns)
-            for tier in (Tier.HOST, Tier.STORAGE):
-                yield EvictPrefix(i, p, tier)
-        for rid in bounds.rids:
-            yield FinishRequest(i, rid)
-        for v in versions:
-            for funnel in Funnel:
-                for flush in (None, False, True):
-                    yield UpdateWeights(i, v, funnel, flush)
-            if faults:
-                yield FaultUpdateFailsMidway(i, v)
-        yield FlushCache(i)
-        for mode in PauseMode:
-            yield PauseGeneration(i, mode)
-        yield ContinueGeneration(i)
-        yield Sleep(i)
-        yield WakeUp(i)
-        yield Restart(i)
-        if state.endpoint(i).lora < bounds.lora_revisions:
-            yield LoadLora(i)
-        if faults:
-            yield FaultRefuseFlush(i)
-
-
-def conforming(state: State, action: Action) -> bool:
-    """``action`` is a call a conforming client could make.
-
-    The engine API accepts any ``flush_cache``, and ``step`` judges any call. But a raw
-    UpdateWeights that skips the flush on an unguarded endpoint where the spec's client
-    would flush breaks the client contract (CLI-001/002/004): the explorer and the stateful
-    machine draw only conforming calls, and reach off-contract ones only through a client
-    under test that makes them.
-    """
-    if not isinstance(action, UpdateWeights):
-        return True
-    ep = state.endpoint(action.endpoint)
-    if ep.config.guarded or asked_to_flush(ep, action.flush_cache):
-        return True
-    return not plan_for(state, action.endpoint).flush
-
-
-def actions(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> list[Action]:
-    """Every conforming action enabled in ``state`` within ``bounds``."""
-    return list(_actions(state.without_ledger(), bounds, faults))
-
-
-@lru_cache(maxsize=1 << 16)
-def _actions(state: State, bounds: Bounds, faults: bool) -> tuple[Action, ...]:
-    """``actions`` memoized: enabledness never depends on the ledger, and the same states
-    recur across the examples of a stateful run and its shrinking."""
-    return tuple(
-        a for a in candidates(state, bounds, faults) if enabled(state, a) and conforming(state, a)
-    )

@@ -359,3 +359,12 @@ def test_reference_passes_with_exact_cache_too(out_dir):
     result = run_check(engine, ReferenceClient(), out_dir=out_dir)
     assert result.verdict == "PASS", [(r.rule.id, r.verdict) for r in result.rules]
     assert {r.rule.id: r.verdict for r in result.rules}["ENG-011"] == "PASS"
+
+
+def test_f5_declared_misreporting_names_the_server_info_in_the_report():
+    declared = Config(info=server_info(radix_cache_enabled=False), misreports=True)
+    actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, T, False), ServeRequest(0, "P")]
+    r = replay(ReferenceEndpoint, (declared,), actions, Policy())
+    assert r.kind == "FAIL"
+    (v,) = [v for v in r.violations if v.rule == "INV-001"]
+    assert "misreports the radix cache" in v.where and "radix_cache_enabled" in v.where

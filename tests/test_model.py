@@ -7,7 +7,7 @@ import re
 
 import pytest
 from attrs import evolve
-from kvfence.model import lifecycle
+from kvfence.model import candidates, lifecycle
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     ContinueGeneration,
@@ -184,11 +184,11 @@ def test_sync_composes_pause_update_continue_for_every_endpoint():
 
 def test_conforming_calls_only_skip_the_flush_where_the_spec_client_would():
     s = initial_state((Config(), Config(lane=Lane.EXACT)))
-    assert not spec.conforming(s, UpdateWeights(0, 1, T, False))  # auto, radix reported on
-    assert spec.conforming(s, UpdateWeights(1, 1, T, False))  # guarded: the engine flushes
+    assert not candidates.conforming(s, UpdateWeights(0, 1, T, False))  # auto, radix reported on
+    assert candidates.conforming(s, UpdateWeights(1, 1, T, False))  # guarded: the engine flushes
     opt_out = evolve(s, policy=Policy(mode=CacheMode.NONE))
-    assert spec.conforming(opt_out, UpdateWeights(0, 1, T, False))
-    assert all(spec.conforming(s, a) for a in spec.actions(s))
+    assert candidates.conforming(opt_out, UpdateWeights(0, 1, T, False))
+    assert all(candidates.conforming(s, a) for a in candidates.actions(s))
 
 
 def test_label_soundness_invariant():
@@ -202,3 +202,13 @@ def test_stale_entry_on_open_exact_endpoint_is_a_violation():
     s = go(initial_state((Config(lane=Lane.EXACT),)), ServeRequest(0, "P"))
     ep = evolve(s.endpoint(0), weights=1, label=1, draft=1, scales=1)
     assert [v.rule for v in check_state(s.with_endpoint(0, ep))] == ["INV-001"]
+
+
+def test_a_sync_keeps_the_branch_where_an_engine_stopped():
+    """CD-07 inside a sync: the stop branch survives the composition (nothing more is
+    driven on the stopped endpoint) instead of vanishing from the explorer's view."""
+    s = initial_state((Config(lane="exact"),))
+    s, _ = spec.step(s, StartRequest(0, "r1", "P"))[0]
+    s, _ = spec.step(s, FaultRefuseFlush(0))[0]
+    branches = spec.step(s, SyncWeights(1, T))
+    assert any(b[0].endpoint(0).phase is Phase.STOPPED for b in branches)

@@ -13,7 +13,7 @@ from kvfence.conformance.replay import replay_trace
 from kvfence.conformance.runner import run_check
 from kvfence.conformance.trace import read_trace
 from kvfence.model.actions import TraceError, action_from_json
-from kvfence.model.semantics import candidates
+from kvfence.model.candidates import candidates
 from kvfence.model.state import Bounds, Config, initial_state
 
 

@@ -1,0 +1,123 @@
+"""What a prefix cache does to its entries: keys, lookup, prefill, flush, invalidation.
+
+Pure functions of one ``Endpoint``, used by the actions of ``semantics.py``. The cache an
+endpoint holds in the model is an upper bound (``Endpoint.cache``): these functions say what
+it MAY hold after each event, and a prefill returns every way it may go.
+"""
+
+from __future__ import annotations
+
+from attrs import evolve, frozen
+
+from .state import Endpoint, Entry, Use
+from .vocabulary import Kind, Tier
+
+
+def key_namespace(ep: Endpoint, namespace: int | None) -> int | None:
+    """The namespace a request's key names: its own, else the version in force where the
+    engine keys every prefix by version (``Config.versioned_keys``), else none."""
+    if namespace is not None:
+        return namespace
+    return ep.weights if ep.config.versioned_keys else None
+
+
+def lookup(ep: Endpoint, prefix: str, lora: bool, namespace: int | None = None) -> frozenset[Entry]:
+    """Entries a prefill of ``prefix`` may reuse, on any tier: same prefix, same LoRA revision
+    (ENG-007), same namespace. Nothing with the radix cache off."""
+    if not ep.config.radix:
+        return frozenset()
+    rev, ns = (ep.lora if lora else None), key_namespace(ep, namespace)
+    return frozenset(
+        e for e in ep.cache if e.prefix == prefix and e.lora == rev and e.namespace == ns
+    )
+
+
+def computed(ep: Endpoint, prefix: str, lora: bool, namespace: int | None) -> frozenset[Entry]:
+    """The entries a cold prefill of ``prefix`` inserts, one per kind the endpoint has."""
+    rev, ns = (ep.lora if lora else None), key_namespace(ep, namespace)
+    kinds = [(Kind.TARGET, ep.weights)]
+    kinds += [(Kind.DRAFT, ep.draft)] if ep.config.draft else []
+    kinds += [(Kind.ENCODER, ep.weights)] if ep.config.encoder else []
+    return frozenset(Entry(prefix, k, Tier.DEVICE, v, rev, ns) for k, v in kinds)
+
+
+def uses_of(entries: frozenset[Entry]) -> frozenset[Use]:
+    """What reusing ``entries`` makes a response depend on."""
+    uses = {Use(e.kind.value, e.version) for e in entries}
+    uses |= {Use("lora", e.lora) for e in entries if e.lora is not None}
+    return frozenset(uses)
+
+
+@frozen
+class Prefill:
+    """One way a prefill may go: the endpoint after it, what the response depends on, the
+    entries it reused (empty: a miss), and whether it supposes cached KV was dropped."""
+
+    ep: Endpoint
+    uses: frozenset[Use]
+    reused: frozenset[Entry]
+    dropped: bool
+
+
+def prefills(ep: Endpoint, prefix: str, lora: bool, namespace: int | None) -> list[Prefill]:
+    """A hit reuses what the key finds (lower tiers load back to device, draft KV with it:
+    ENG-008; kinds missing are computed). A miss computes everything and replaces the key's
+    entries; it is always allowed, since any entry may have been evicted."""
+    if not ep.config.radix:
+        return [Prefill(ep, ep.current(lora), frozenset(), False)]
+    found = lookup(ep, prefix, lora, namespace)
+    fresh = computed(ep, prefix, lora, namespace)
+    miss = Prefill(
+        evolve(ep, cache=(ep.cache - found) | fresh), ep.current(lora), frozenset(), bool(found)
+    )
+    if not any(e.kind is Kind.TARGET for e in found):
+        return [miss]
+    kept = {e.kind for e in found}
+    back = {evolve(e, tier=Tier.DEVICE) for e in found} | {e for e in fresh if e.kind not in kept}
+    hit = Prefill(
+        evolve(ep, cache=(ep.cache - found) | back),
+        uses_of(found) | ep.current(lora),
+        found,
+        False,
+    )
+    return [hit, miss]
+
+
+def cache_rule(reused: frozenset[Entry]) -> str:
+    """The rule a cache mismatch after a prefill breaks: a load-back is ENG-008's."""
+    return "ENG-008" if any(e.tier is not Tier.DEVICE for e in reused) else "INV-001"
+
+
+def load(ep: Endpoint, version: int) -> Endpoint:
+    """Install ``version`` completely: target, draft (ENG-004), scales (ENG-005), label."""
+    return evolve(ep, weights=version, torn=False, draft=version, scales=version, label=version)
+
+
+def emptied(ep: Endpoint) -> Endpoint:
+    """A completed flush: every tier and kind emptied (ENG-003); a dirty tree is clean."""
+    return evolve(ep, cache=frozenset(), dirty=False, waived=False, refuse_flush=False)
+
+
+def invalidated(ep: Endpoint, version: int) -> Endpoint:
+    """A required invalidation by ``version``: deleted, or moved out of reach by namespace
+    (an entry keyed by an older version is reachable only by a request pinned to it, and
+    that reuse is judged when it happens)."""
+    unreachable = frozenset(
+        e for e in ep.cache if e.namespace is not None and e.namespace != version
+    )
+    return evolve(emptied(ep), cache=unreachable)
+
+
+def derived_dropped(ep: Endpoint) -> Endpoint:
+    """ENG-012: encoder outputs keyed without a weight version follow every update."""
+    keep = frozenset(e for e in ep.cache if e.kind is not Kind.ENCODER or e.namespace is not None)
+    return evolve(ep, cache=keep)
+
+
+def evictable(ep: Endpoint, prefix: str) -> frozenset[Entry]:
+    """A prefix's device KV (target and draft) that can move to a lower tier."""
+    return frozenset(
+        e
+        for e in ep.cache
+        if e.prefix == prefix and e.tier is Tier.DEVICE and e.kind is not Kind.ENCODER
+    )
