@@ -161,8 +161,7 @@ def _notes(result: Result) -> str:
     """What a passing run still reported: its SHOULD-level findings, and the notes the spec
     attached to the branches the system took (availability, off-policy reuse)."""
     found = [f"{r} ({level(r)})" for r in result.caught()]
-    found += sorted(getattr(result, "notes", ()))
-    return "; ".join(found)
+    return "; ".join([*found, *result.warnings])
 
 
 def pass_table(rows: Sequence[tuple[Design, Result]], profile: str) -> Table:
