@@ -1,9 +1,10 @@
 """Names for systems under test, as the CLI and the pytest plugin take them.
 
 Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``vllm``
-(offline in-process vLLM on CPU), ``vllm-http`` (vLLM's OpenAI server on loopback), and
-every engine mutant by its catalog name. Clients: ``reference``, ``never-flush``, every
-client mutant, or ``package.module:function`` for a user's own resolver.
+(offline in-process vLLM on CPU), ``vllm-http`` (vLLM's OpenAI server on loopback), every
+engine mutant and every correct design by its catalog name. Clients: ``reference``,
+``never-flush``, every client mutant, or ``package.module:function`` for a user's own
+resolver.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 from collections.abc import Callable
 
 from .clients import ReferenceClient, load_callable_client
+from .designs import DESIGNS
 from .mutants import MUTANTS
 from .protocol import ClientAdapter, EngineAdapter
 from .reference import ClosingEndpoint, InProcessAdapter, ReferenceEndpoint
@@ -33,6 +35,9 @@ ENGINES: dict[str, Callable[[], EngineAdapter]] = {
 for _m in MUTANTS:
     if _m.side == "engine":
         ENGINES[_m.name] = lambda m=_m: InProcessAdapter(m.build(), m.name)
+for _d in DESIGNS:  # the correct designs of the pass matrix (adapters/designs.py)
+    if _d.side == "engine" and _d.name not in ENGINES:
+        ENGINES[_d.name] = lambda d=_d: InProcessAdapter(d.build(), d.name)
 
 CLIENTS: dict[str, Callable[[], ClientAdapter]] = {"reference": ReferenceClient}
 for _m in MUTANTS:

@@ -11,17 +11,14 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import NoReturn
 
-from attrs import frozen
 from rich.console import Console
 from rich.table import Table
 
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import BY_NAME as MUTANTS_BY_NAME
-from kvfence.adapters.mutants import MUTANTS, Mutant
 from kvfence.model import lifecycle
 from kvfence.model.actions import Action, TraceError
 from kvfence.model.checks import Violation
@@ -102,8 +99,11 @@ def build_parser() -> Parser:
     )
     _common(p)
 
-    p = sub.add_parser("mutants", help="show the reference passing and every mutant killed")
-    p.add_argument("--only", nargs="*", metavar="NAME", help="only these mutants")
+    p = sub.add_parser(
+        "mutants",
+        help="pass matrix (every correct design passes) and kill matrix (every mutant killed)",
+    )
+    p.add_argument("--only", nargs="*", metavar="NAME", help="only these designs or mutants")
     p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, help="parallel runs")
     _common(p)
 
@@ -175,104 +175,22 @@ def _write_reports(results: list[Result], args: argparse.Namespace, console: Con
     return True
 
 
-# ----- mutants -------------------------------------------------------------------------
-
-
-@frozen
-class Job:
-    """One run of the kill matrix: an engine and client by name, and the rule to focus."""
-
-    engine: str
-    client: str
-    label: str
-    rule: str | None
-    profile: str
-    out: Path
-    timeout: float
-    max_examples: int | None
-
-
-def _run_job(job: Job) -> Result:
-    return run_check(
-        registry.engine(job.engine),
-        registry.client(job.client),
-        profile=job.profile,
-        out_dir=job.out,
-        strict=True,
-        timeout=job.timeout,
-        max_examples=job.max_examples,
-        focus=job.rule,
-    )
-
-
-FOCUSED_EXAMPLES = {"ci": 3000, "dev": 6000, "fuzz": 20000}
-"""A focused run stops at the first example that breaks its rule, so its cap costs nothing
-for a mutant that dies early and keeps a rare one (a guard missing on one funnel of seven)
-from surviving by chance."""
-
-
-def mutant_job(m: Mutant, profile: str, out: Path, timeout: float, n: int | None) -> Job:
-    engine = m.name if m.side == "engine" else "reference"
-    client = m.name if m.side == "client" else "reference"
-    n = n or FOCUSED_EXAMPLES[profile]
-    return Job(engine, client, m.name, m.rule, profile, out, timeout, n)
-
-
-def killed(m: Mutant, result: Result) -> bool:
-    """Shown killed: the run FAILed and its counterexample breaks the mutant's rule."""
-    return result.verdict is Verdict.FAIL and m.rule in result.caught()
+# ----- mutants: the pass matrix and the kill matrix (conformance/matrix.py) ------------
 
 
 def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
-    unknown = [n for n in args.only or () if n not in MUTANTS_BY_NAME]
+    from . import matrix
+
+    designs, mutants, unknown = matrix.select(args.only)
     if unknown:
-        console.print(f"[bold red]usage:[/] unknown mutant(s) {', '.join(unknown)}")
+        console.print(f"[bold red]usage:[/] unknown design(s) or mutant(s) {', '.join(unknown)}")
         return EXIT_USAGE
-    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
-    refs = [
-        Job(e, "reference", e, None, args.profile, args.out, args.timeout, args.max_examples)
-        for e in ("reference", "reference-closing")
-    ]
-    jobs = refs + [
-        mutant_job(m, args.profile, args.out, args.timeout, args.max_examples) for m in chosen
-    ]
-    started = time.monotonic()
-    if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(_run_job, jobs))
-    else:
-        results = [_run_job(j) for j in jobs]
-    table = Table(title=f"kvfence kill matrix (profile {args.profile})", title_justify="left")
-    for col in ("system", "side", "expected", "verdict", "caught", "steps", "seconds", "cases"):
-        table.add_column(col)
-    ok = True
-    for job, result in zip(jobs[: len(refs)], results[: len(refs)], strict=True):
-        passed = result.verdict is Verdict.PASS
-        ok &= passed
-        verdict = f"[{'green' if passed else 'bold red'}]{result.verdict}[/]"
-        table.add_row(
-            job.label, "reference", Verdict.PASS.value, verdict, "", "", f"{result.seconds:.1f}", ""
-        )
-    for m, result in zip(chosen, results[len(refs) :], strict=True):
-        good = killed(m, result)
-        ok &= good
-        status = "[green]killed[/]" if good else f"[bold red]{result.verdict} (survived)[/]"
-        table.add_row(
-            m.name,
-            m.side,
-            m.rule,
-            status,
-            ", ".join(result.caught()),
-            str(result.steps),
-            f"{result.seconds:.1f}",
-            ", ".join(m.cases),
-        )
-    console.print(table)
-    ok &= _write_reports(results, args, console)
-    total = time.monotonic() - started
-    word = "[green]all killed, reference passes[/]" if ok else "[bold red]NOT all killed[/]"
-    console.print(f"{word} ({len(chosen)} mutants, {total:.1f} s wall)")
-    return EXIT_PASS if ok else EXIT_FAIL
+    x = matrix.run_matrices(
+        designs, mutants, args.profile, args.out, args.timeout, args.max_examples, args.jobs
+    )
+    matrix.print_matrices(x, args.profile, console)
+    ok = _write_reports(x.results, args, console)
+    return EXIT_PASS if ok and x.ok else EXIT_FAIL
 
 
 # ----- replay --------------------------------------------------------------------------

@@ -51,7 +51,15 @@ from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 from kvfence.model.actions import Action
 from kvfence.model.checks import SpecError, Violation
 from kvfence.model.explore import EXACT, STANDARD, default_configs
-from kvfence.model.state import Bounds, Config, Policy, State, initial_state, server_info
+from kvfence.model.state import (
+    Bounds,
+    Config,
+    Policy,
+    State,
+    initial_state,
+    server_info,
+    with_profile,
+)
 from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
 
 from .lockstep import (
@@ -382,6 +390,11 @@ def explore_adapter(
     else:
         chosen = configs if configs is not None else default_configs(2)
         setups = (Setup("given", chosen, policy or Policy(), frozenset()),)
+    # The engine's declared profile holds on every endpoint, as in ``Lockstep.start``.
+    profile = getattr(engine, "profile", None)
+    setups = tuple(
+        attrs.evolve(s, configs=tuple(with_profile(c, profile) for c in s.configs)) for s in setups
+    )
     search = _Search(engine, client, setups, bounds, depth, faults, focus, timeout)
     search.max_states = max_states
     try:

@@ -53,7 +53,7 @@ from kvfence.model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON, Plan, judge_
 from kvfence.model.observation import malformed
 from kvfence.model.rules import BY_ID
 from kvfence.model.state import Bounds, Config, Policy, State, initial_state, with_profile
-from kvfence.model.vocabulary import CacheMode, PauseMode
+from kvfence.model.vocabulary import CacheMode, PauseMode, Phase
 
 from .trace import PlanRecord, Step, step_json
 
@@ -492,6 +492,8 @@ class Lockstep:
             update = UpdateWeights(i, action.version, action.funnel, plan.flush)
             calls = [PauseGeneration(i, plan.pause_mode), update, ContinueGeneration(i)]
             for call in calls if pauses else [update]:
+                if all(s.endpoint(i).phase is Phase.STOPPED for s in self.states):
+                    break  # the engine process exited mid-sync (CD-07): nothing more to drive
                 self.engine_step(call, within=step.step)
 
     def engine_step(self, action: Action, within: int | None) -> None:

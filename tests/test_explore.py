@@ -8,13 +8,14 @@ from attrs import evolve
 
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import MUTANTS
-from kvfence.conformance.cli import FOCUSED_EXAMPLES, cli_bounds, main_explore
+from kvfence.conformance.cli import cli_bounds, main_explore
 from kvfence.conformance.explore import (
     SETUPS,
     explore_adapter,
     fingerprint,
     setups_for,
 )
+from kvfence.conformance.matrix import FOCUSED_EXAMPLES
 from kvfence.conformance.replay import replay_trace, trace_actions
 from kvfence.conformance.runner import run_check
 from kvfence.conformance.trace import read_trace
