@@ -11,6 +11,7 @@ or answers garbage is an ERROR (ADP-001, ADP-002).
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import queue
 import threading
 from collections import Counter
@@ -183,6 +184,9 @@ class _Worker:
 
 
 _WORKER: list[_Worker] = []
+# A forked child (a process pool running matrix jobs) has none of its parent's threads:
+# it must start its own worker rather than queue calls for one that does not exist there.
+os.register_at_fork(after_in_child=_WORKER.clear)
 
 
 def call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:

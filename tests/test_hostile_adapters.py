@@ -198,3 +198,17 @@ def test_reports_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_forked_process_starts_its_own_adapter_worker(tmp_path):
+    """The matrix runs checks in forked processes; a child inheriting the parent's worker
+    (a thread that does not exist after fork) waited out every call: 'resolve did not
+    answer within 60 s' for the reference."""
+    import multiprocessing
+
+    from kvfence.conformance.lockstep import call_with_timeout
+
+    assert call_with_timeout(lambda: 1, 5, "warm-up") == 1  # the parent has a worker now
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.apply(call_with_timeout, (int, 5, "in the child")) == 0
