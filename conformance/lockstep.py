@@ -50,7 +50,14 @@ from kvfence.model.checks import (
     evidence,
     misreported,
 )
-from kvfence.model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON, Plan, judge_plan, resolve_plan
+from kvfence.model.client import (
+    REPORTS_WHEN_OFF,
+    REPORTS_WHEN_ON,
+    Plan,
+    judge_plan,
+    plain_form,
+    resolve_plan,
+)
 from kvfence.model.observation import malformed
 from kvfence.model.rules import BY_ID
 from kvfence.model.state import Bounds, Config, Policy, State, initial_state, with_profile
@@ -269,9 +276,18 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
             where = f"plan.flush for policy {policy_words(retract)}, server info {info!r}"
             out.append(refusal(asked, again, where))
             continue
+        plain, plain_flush = plain_form(info), None
+        if plain is not None:
+            on_plain = resolve(client, policy, plain, timeout)
+            if isinstance(on_plain, str):
+                where = f"plan.flush for policy {policy_words(policy)}, server info {plain!r}"
+                out.append(refusal(resolve_plan(mode, flush, pause, plain), on_plain, where))
+                continue
+            plain_flush = on_plain.flush
+            recorder.exercised["CLI-006"] += 1
         recorder.exercised[expected.rule_for("flush")] += 1
         recorder.exercised["CLI-007"] += pause is PauseMode.IN_PLACE
-        for f, rule, want, was in judge_plan(expected, got, pause, again.flush):
+        for f, rule, want, was in judge_plan(expected, got, pause, again.flush, plain_flush):
             where = f"plan.{f} for policy {policy_words(policy)}, server info {info!r}"
             out.append(Violation(rule, want, was, where))
     return out
