@@ -368,3 +368,21 @@ def test_f5_declared_misreporting_names_the_server_info_in_the_report():
     assert r.kind == "FAIL"
     (v,) = [v for v in r.violations if v.rule == "INV-001"]
     assert "misreports the radix cache" in v.where and "radix_cache_enabled" in v.where
+
+
+def test_older_spec_traces_load_and_unknown_ones_say_so(tmp_path):
+    """Spec 0.2 reads 0.1 traces (it only added fields with defaults); any other version is
+    refused with a message naming both versions."""
+    from pathlib import Path
+
+    from kvfence.conformance.trace import read_trace
+    from kvfence.model import READABLE_SPECS, SPEC_VERSION
+    from kvfence.model.actions import TraceError
+
+    old = Path(__file__).parent / "regressions" / "PF-01-never-flush.jsonl"
+    assert '"spec_version": "0.1"' in old.read_text() and "0.1" in READABLE_SPECS
+    assert read_trace(old).configs
+    alien = tmp_path / "alien.jsonl"
+    alien.write_text(old.read_text().replace('"spec_version": "0.1"', '"spec_version": "9.9"'))
+    with pytest.raises(TraceError, match=f"spec 9.9 .*this is spec {SPEC_VERSION}"):
+        read_trace(alien)
