@@ -403,7 +403,7 @@ class InProcessAdapter:
     endpoint propagate to the checker, which reports them as ERROR (ADP-001).
     """
 
-    capabilities_all = frozenset(
+    capabilities = frozenset(
         {
             "weights_probe",
             "cache_probe",
@@ -433,7 +433,8 @@ class InProcessAdapter:
         self.name = name
         self.endpoints: list[ReferenceEndpoint] = []
         exact = endpoint_cls.exact_cache if exact is None else exact
-        self.capabilities = self.capabilities_all | ({"exact_cache"} if exact else set())
+        if exact:
+            self.capabilities = type(self).capabilities | {"exact_cache"}
         self.profile = dict(endpoint_cls.profile)
 
     def start(self, configs: tuple[Config, ...]) -> None:

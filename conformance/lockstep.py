@@ -46,7 +46,14 @@ from kvfence.model.checks import (
     evidence,
     misreported,
 )
-from kvfence.model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON, Plan, judge_plan, resolve_plan
+from kvfence.model.client import (
+    REPORTS_WHEN_OFF,
+    REPORTS_WHEN_ON,
+    Plan,
+    judge_plan,
+    plain_form,
+    resolve_plan,
+)
 from kvfence.model.observation import malformed
 from kvfence.model.rules import BY_ID
 from kvfence.model.state import Bounds, Config, Policy, State, initial_state, with_profile
@@ -181,9 +188,19 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
             lambda retract=retract, info=info: client.resolve(retract, info), timeout, "resolve"
         )
         check_plan(again)
+        plain, plain_flush = plain_form(info), None
+        if plain is not None:
+            on_plain = call_with_timeout(
+                lambda plain=plain, policy=policy: client.resolve(policy, plain),
+                timeout,
+                "resolve",
+            )
+            check_plan(on_plain)
+            plain_flush = on_plain.flush
+            recorder.exercised["CLI-006"] += 1
         recorder.exercised[expected.rule_for("flush")] += 1
         recorder.exercised["CLI-007"] += pause is PauseMode.IN_PLACE
-        for f, rule, want, was in judge_plan(expected, got, pause, again.flush):
+        for f, rule, want, was in judge_plan(expected, got, pause, again.flush, plain_flush):
             where = f"plan.{f} for policy {policy_words(policy)}, server info {info!r}"
             out.append(Violation(rule, want, was, where))
     return out

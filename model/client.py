@@ -105,16 +105,19 @@ class Plan:
         return dict(self.because).get(field_name, "CLI-006")
 
 
-def canonical(info: Mapping[str, object] | None) -> bool:
-    """``info`` needs no parsing: unreachable, silent, or ``radix_cache_enabled`` as a real
-    boolean with no ``disable_radix_cache`` beside it. A plan that goes wrong on any other
-    shape is a parsing mistake (CLI-006); on these, the mistake is the resolver's rule."""
-    if not isinstance(info, Mapping):
-        return info is None
+def plain_form(info: Mapping[str, object] | None) -> dict[str, object] | None:
+    """The plainest report of what ``info`` says, when it needs parsing to say it: a real
+    boolean ``radix_cache_enabled`` alone, or ``None`` when ``info`` is already plain or
+    says nothing definite. A client right on the plain form but wrong on ``info`` made a
+    parsing mistake (CLI-006), not a resolver one."""
+    radix = parse_radix(info)
+    if radix is None or not isinstance(info, Mapping):
+        return None
     keys = {"radix_cache_enabled", "disable_radix_cache"} & set(info)
-    return not keys or (
-        keys == {"radix_cache_enabled"} and isinstance(info["radix_cache_enabled"], bool)
-    )
+    if keys == {"radix_cache_enabled"} and isinstance(info["radix_cache_enabled"], bool):
+        return None
+    rest = {k: v for k, v in info.items() if k not in keys}
+    return {**rest, "radix_cache_enabled": radix}
 
 
 def pause_for(pause_mode: PauseMode, flush: bool) -> PauseMode:
@@ -145,31 +148,37 @@ def resolve_plan(
             flush, why = True, "CLI-001"
         else:
             flush, why = False, "CLI-003"
-        if not canonical(info):
-            why = "CLI-006"
     return Plan(flush, pause_for(pause_mode, flush), (("flush", why), ("pause_mode", "CLI-007")))
 
 
 def judge_plan(
-    expected: Plan, got: Plan, pause_mode: PauseMode, flush_if_retract: bool | None = None
+    expected: Plan,
+    got: Plan,
+    pause_mode: PauseMode,
+    flush_if_retract: bool | None = None,
+    flush_if_plain: bool | None = None,
 ) -> list[tuple[str, str, object, object]]:
     """How the plan of a client under test differs from the spec's, as
     ``(field, rule, expected, got)``.
 
     The pause is judged against the flush the *client* chose (CLI-007: a client that never
-    flushes keeps its configured pause). A flush dropped only because the pause is
-    ``in_place`` (the client flushes the same endpoint when configured to retract:
-    ``flush_if_retract``) is CLI-007's fault, PF-06; any other wrong flush is the rule
-    that decided it (``expected.because``).
+    flushes keeps its configured pause; retracting without a flush is safe and not
+    charged). A flush dropped only because the pause is ``in_place`` (the client flushes
+    the same endpoint when configured to retract: ``flush_if_retract``) is CLI-007's fault,
+    PF-06; one the client gets right on the plain form of the same report
+    (``flush_if_plain``, see ``plain_form``) is a parsing mistake, CLI-006; any other wrong
+    flush is the rule that decided it (``expected.because``).
     """
     out: list[tuple[str, str, object, object]] = []
     if got.flush != expected.flush:
-        dropped_for_pause = (
-            expected.flush and pause_mode is PauseMode.IN_PLACE and flush_if_retract is True
-        )
-        rule = "CLI-007" if dropped_for_pause else expected.rule_for("flush")
+        rule = expected.rule_for("flush")
+        if flush_if_plain == expected.flush:
+            rule = "CLI-006"
+        if expected.flush and pause_mode is PauseMode.IN_PLACE and flush_if_retract is True:
+            rule = "CLI-007"
         out.append(("flush", rule, expected.flush, got.flush))
     want = pause_for(pause_mode, got.flush)
-    if got.pause_mode != want:
+    safe_upgrade = not got.flush and got.pause_mode is PauseMode.RETRACT
+    if got.pause_mode != want and not (safe_upgrade and pause_mode is PauseMode.IN_PLACE):
         out.append(("pause_mode", "CLI-007", want, got.pause_mode))
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kvfence.adapters.clients import CallableClient, ReferenceClient, load_callable_client
 from kvfence.adapters.protocol import AdapterFailure
-from kvfence.model.client import parse_bool, parse_radix, resolve_plan
+from kvfence.model.client import parse_bool, parse_radix, plain_form, resolve_plan
 from kvfence.model.state import Policy
 from kvfence.model.vocabulary import CacheMode, PauseMode
 
@@ -70,27 +70,34 @@ def test_sc4_auto_flushes_when_radix_reported_on():
     assert plan.rule_for("flush") == "CLI-001"
 
 
-@pytest.mark.parametrize("info", [{}, None])
+@pytest.mark.parametrize(
+    "info", [{}, None, {"radix_cache_enabled": "maybe"}, {"disable_radix_cache": []}]
+)
 def test_sc5_auto_flushes_when_radix_unknown(info):
     plan = both(Policy(AUTO), info)
     assert plan.flush is True
     assert plan.rule_for("flush") == "CLI-002"
 
 
-@pytest.mark.parametrize("info", [{"radix_cache_enabled": "maybe"}, {"disable_radix_cache": []}])
-def test_unparseable_radix_is_unknown_and_a_parsing_matter(info):
-    """A shape that needs parsing is CLI-006's: a plan wrong on it is a parsing mistake."""
-    plan = both(Policy(AUTO), info)
-    assert plan.flush is True
-    assert plan.rule_for("flush") == "CLI-006"
-
-
 def test_auto_skips_when_radix_reported_off():
-    plan = both(Policy(AUTO), {"radix_cache_enabled": False})
+    plan = both(Policy(AUTO), {"disable_radix_cache": "true"})
     assert plan.flush is False
     assert plan.rule_for("flush") == "CLI-003"
-    parsed = both(Policy(AUTO), {"disable_radix_cache": "true"})
-    assert (parsed.flush, parsed.rule_for("flush")) == (False, "CLI-006")
+
+
+@pytest.mark.parametrize(
+    ("info", "plain"),
+    [
+        ({"radix_cache_enabled": True}, None),
+        ({}, None),
+        ({"radix_cache_enabled": "maybe"}, None),
+        ({"disable_radix_cache": "0"}, {"radix_cache_enabled": True}),
+        ({"radix_cache_enabled": 1, "disable_radix_cache": True}, {"radix_cache_enabled": True}),
+        ({"disable_radix_cache": 1, "x": 2}, {"x": 2, "radix_cache_enabled": False}),
+    ],
+)
+def test_plain_form_of_a_report_that_needs_parsing(info, plain):
+    assert plain_form(info) == plain
 
 
 @pytest.mark.parametrize("info", [{"radix_cache_enabled": False}, {}, None])
