@@ -17,6 +17,7 @@ same JUnit XML and JSON as ``kvfence check``, one entry per run.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -162,7 +163,15 @@ def _notes(result: Result) -> str:
     """What a passing run still reported: its SHOULD-level findings, and the notes the spec
     attached to the branches the system took (availability, off-policy reuse)."""
     found = [f"{r} ({level(r)})" for r in result.caught()]
-    return "; ".join([*found, *result.warnings])
+    where: dict[str, list[str]] = {}
+    for w in result.warnings:  # one line per note, its endpoints gathered
+        m = re.fullmatch(r"(.*) \(endpoint (\d+)\)", w)
+        text, endpoint = (m.group(1), m.group(2)) if m else (w, "")
+        where.setdefault(text, []).append(endpoint)
+    for text, endpoints in where.items():
+        eps = ", ".join(e for e in endpoints if e)
+        found.append(f"{text} (endpoint{'s' if len(endpoints) > 1 else ''} {eps})" if eps else text)
+    return "; ".join(found)
 
 
 def pass_table(rows: Sequence[tuple[Design, Result]], profile: str) -> Table:

@@ -142,12 +142,19 @@ SHORTEST: dict[str, int] = {
     "label-not-recorded-on-ipc": 1,
     "labels-with-final-version": 3,
     "hit-path-numerics-differ": 2,
+    # appended with shared/cases/more-faults.md (PF-21, PF-22, PF-24)
+    "encoder-kept-on-opt-out": 2,  # serve, then an opt-out sync (the encoder setup)
+    "flush-is-a-stub": 2,
+    "flush-stub-claims-success": 2,
+    "session-pinned-namespace": 3,  # serve, sync, serve again: the session's second turn
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 
-SHOWS_ANOTHER_RULE_FIRST = {"flush-spares-queued-requests"}
+SHOWS_ANOTHER_RULE_FIRST = {"flush-spares-queued-requests", "flush-is-a-stub"}
 """On an exact lane, a flush that spares every entry (all held by queued requests) looks
-exactly like no flush at all, so a path no longer than the focused one shows ENG-001."""
+exactly like no flush at all, so a path no longer than the focused one shows ENG-001. A stub
+reset on an empty cache keeps nothing it should not, so its one-step path shows only its
+missing result (LIV-001) before a cached prefix shows FC-003."""
 
 STATEFUL: dict[str, int] = {
     **{name: 1 for name in ("never-flush", "unreported-means-disabled", "fp8-only")},
@@ -160,6 +167,7 @@ STATEFUL: dict[str, int] = {
     "load-back-loses-draft-kv": 3,
     "labels-with-final-version": 3,
     "flush-spares-queued-requests": 3,
+    "session-pinned-namespace": 3,
 }
 """``run_check(..., focus=mutant.rule).steps`` at the ci profile (derandomized); every
 mutant not listed took 2 steps. ``test_no_longer_than_the_stateful_run`` re-measures."""
