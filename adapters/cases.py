@@ -1,6 +1,7 @@
 """The track record: public fault reports as minimal traces in the model's vocabulary.
 
-Each ``Case`` is one report from ``shared/cases/public-faults.md`` (PF-01..PF-18): the
+Each ``Case`` is one report from ``shared/cases/public-faults.md`` (PF-01..PF-18) or
+``shared/cases/more-faults.md`` (PF-21, PF-22 in two variants, PF-24): the
 endpoint configs and client policy, the smallest action list that shows the fault, the
 mutant that makes the general mistake, and the rule a checker must name. The regression
 tests replay every case against the reference (it must pass) and against its mutant (it
@@ -10,6 +11,7 @@ must fail with that rule); ``tests/regressions/`` holds the recorded counterexam
 from __future__ import annotations
 
 from attrs import frozen
+
 from kvfence.model.actions import (
     Action,
     ContinueGeneration,
@@ -278,4 +280,73 @@ CASES: tuple[Case, ...] = (
     ),
 )
 
-BY_ID: dict[str, Case] = {c.id: c for c in CASES}
+CASES += (
+    Case(
+        "PF-21",
+        "Encoder outputs survive an update when the caller opted out of the prefix flush",
+        "vllm-project/vllm #44910",
+        "encoder-kept-on-opt-out",
+        "ENG-012",
+        (Config(encoder=True),),
+        OPT_OUT,
+        (ServeRequest(0, "P"), UpdateWeights(0, 1, T, False), ServeRequest(0, "P")),
+    ),
+    Case(
+        "PF-22",
+        "The cache reset is a stub that clears nothing (placeholder answer)",
+        "vllm-project/vllm-omni #6739",
+        "flush-is-a-stub",
+        "FC-003",
+        (STANDARD,),
+        OPT_OUT,
+        (
+            ServeRequest(0, "P"),
+            UpdateWeights(0, 1, T, False),
+            FlushCache(0),
+            ServeRequest(0, "P"),
+        ),
+    ),
+    Case(
+        "PF-22",
+        "The cache reset is a stub that clears nothing (answers True)",
+        "vllm-project/vllm-omni #6739",
+        "flush-stub-claims-success",
+        "FC-003",
+        (STANDARD,),
+        OPT_OUT,
+        (
+            ServeRequest(0, "P"),
+            UpdateWeights(0, 1, T, False),
+            FlushCache(0),
+            ServeRequest(0, "P"),
+        ),
+    ),
+)
+
+CASES += (
+    Case(
+        "PF-24",
+        "A session pinned to the namespace of older weights",
+        "PrimeIntellect-ai/prime-rl PR #2266, #2687",
+        "session-pinned-namespace",
+        "INV-001",
+        (EXACT,),
+        OPT_OUT,
+        # g1's first turn under v0; the update (no flush: the engine keys by version); g1's
+        # second turn, which the serving layer keys by g1's first salt, v0.
+        (ServeRequest(0, "P"), UpdateWeights(0, 1, T, False), ServeRequest(0, "P")),
+    ),
+)
+
+DEFERRED: dict[str, int] = {"PF-19": 10, "PF-20": 10, "PF-23": 11}
+"""Public cases of ``shared/cases/more-faults.md`` that another issue expresses, by issue
+number: PF-19 and PF-20 need the lifecycle flows of issue 10 (sleep with tags, derived
+weight state), PF-23 a client written as a program (issue 11)."""
+
+BY_ID: dict[str, Case] = {}
+"""The first case of each ID (PF-22 has two variants, one per mutant: see ``BY_MUTANT``)."""
+for _case in CASES:
+    BY_ID.setdefault(_case.id, _case)
+
+BY_MUTANT: dict[str, Case] = {c.mutant: c for c in CASES}
+"""Every case by the mutant that makes its mistake (one mutant per case)."""

@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from attrs import frozen
-from kvfence.model.state import Policy
+
+from kvfence.model.state import Config, Policy
 from kvfence.model.vocabulary import GARBAGE, Funnel, Kind, PauseMode, Tier
 
 from .clients import NeverFlushClient, ReferenceClient
+from .designs import VersionKeyedCache
 from .reference import Key, ReferenceEndpoint, Reply, Request
 
 # ----- clients ---------------------------------------------------------------------------
@@ -382,6 +384,73 @@ class HitPathNumericsDiffer(ReferenceEndpoint):
         return (*out, "hit-kernel") if hit else out
 
 
+# ----- appended: PF-21, PF-22 (shared/cases/more-faults.md) ------------------------------
+
+
+class EncoderKeptOnOptOut(ReferenceEndpoint):
+    """Violates: ENG-012.
+
+    Encoder outputs follow the prefix-cache decision: an update the caller asked to run
+    without a flush keeps them, though they are keyed by content only and so are stale the
+    moment the weights change (the opt-out covers the prefix cache alone).
+    vllm-project/vllm #44910 (PF-21).
+    """
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        encoder = {k: kv for k, kv in self.cache.items() if k[1] is Kind.ENCODER}
+        reply = super().update_weights(version, funnel, flush_cache)
+        if reply.ok and not self._must_flush(funnel, flush_cache):
+            self.cache.update(encoder)
+        return reply
+
+
+class FlushIsAStub(ReferenceEndpoint):
+    """Violates: FC-003.
+
+    The cache reset is a placeholder: it clears nothing and answers 200 with no result. A
+    no-op flush must report failure, and this one reports no error at all, so the caller
+    goes on as if the cache were clean. It also breaks LIV-001 (a flush nothing blocks must
+    complete), which only a live run can show: a trace does not record a missing result.
+    vllm-project/vllm-omni #6739 (PF-22; the same stubs in vllm-project/vllm-omni #5513).
+    """
+
+    def flush_cache(self) -> Reply:
+        return Reply(True, flushed=None, message="reset_prefix_cache: placeholder, no-op")
+
+
+class FlushStubClaimsSuccess(ReferenceEndpoint):
+    """Violates: FC-003.
+
+    The cache reset is a stub that clears nothing and reports success, so the caller
+    believes the cache clean and the next request reuses old KV. vllm-project/vllm-omni
+    #6739 (PF-22, the variant that answers True); vllm-project/vllm-omni #5513.
+    """
+
+    def flush_cache(self) -> Reply:
+        return Reply(True, flushed=True, message="reset_prefix_cache: True")
+
+
+class SessionPinnedNamespace(VersionKeyedCache):
+    """Violates: INV-001.
+
+    The serving layer salts each session with the weight version it started under and keeps
+    that salt for the session's later turns, across weight updates: a continuing session
+    reuses KV of the old weights under the new ones, silently. Some RL frameworks pin
+    sessions on purpose; then the policy must say so (``Policy.off_policy_sessions``, with
+    the pinned namespace on the request), and the reuse is reported instead of failed.
+    PrimeIntellect-ai/prime-rl PR #2266 and #2687 (PF-24).
+    """
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.sessions: dict[str, int] = {}
+
+    def _keys(self, prefix: str, lora: bool, namespace: int | None = None) -> list[Key]:
+        if namespace is None:
+            namespace = self.sessions.setdefault(prefix, self.weights)
+        return super()._keys(prefix, lora, namespace)
+
+
 # ----- the catalog -----------------------------------------------------------------------
 
 
@@ -445,6 +514,11 @@ MUTANTS: tuple[Mutant, ...] = (
     _engine("label-not-recorded-on-ipc", LabelNotRecordedOnIpc, "INV-003", "PF-15"),
     _engine("labels-with-final-version", LabelsWithFinalVersion, "INV-002", "PF-16"),
     _engine("hit-path-numerics-differ", HitPathNumericsDiffer, "INV-004", "PF-18"),
+    # appended with shared/cases/more-faults.md
+    _engine("encoder-kept-on-opt-out", EncoderKeptOnOptOut, "ENG-012", "PF-21"),
+    _engine("flush-is-a-stub", FlushIsAStub, "FC-003", "PF-22"),
+    _engine("flush-stub-claims-success", FlushStubClaimsSuccess, "FC-003", "PF-22"),
+    _engine("session-pinned-namespace", SessionPinnedNamespace, "INV-001", "PF-24"),
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}

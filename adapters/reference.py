@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from attrs import define, field
+
 from kvfence.model.actions import (
     Action,
     ContinueGeneration,

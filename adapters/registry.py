@@ -4,9 +4,9 @@ Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``
 (offline in-process vLLM on CPU), ``vllm-raw`` (the same engine without the adapter's
 fail-closed guard and label updates), ``vllm-http`` (vLLM's OpenAI server on loopback),
 ``sglang`` / ``sglang@VERSION`` (upstream SGLang's scheduler control plane on CPU, optionally
-with a fork's ``overlay``), and every engine mutant by its catalog name. Clients:
-``reference``, ``never-flush``, every client mutant, or ``package.module:function`` for a
-user's own resolver.
+with a fork's ``overlay``), every engine mutant and every correct design by its catalog
+name. Clients: ``reference``, ``never-flush``, every client mutant, or
+``package.module:function`` for a user's own resolver.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .clients import ReferenceClient, load_callable_client
+from .designs import DESIGNS
 from .mutants import MUTANTS
 from .protocol import ClientAdapter, EngineAdapter
 from .reference import ClosingEndpoint, InProcessAdapter, ReferenceEndpoint
@@ -48,6 +49,9 @@ ENGINES: dict[str, Callable[..., EngineAdapter]] = {
 for _m in MUTANTS:
     if _m.side == "engine":
         ENGINES[_m.name] = lambda m=_m: InProcessAdapter(m.build(), m.name)
+for _d in DESIGNS:  # the correct designs of the pass matrix (adapters/designs.py)
+    if _d.side == "engine" and _d.name not in ENGINES:
+        ENGINES[_d.name] = lambda d=_d: InProcessAdapter(d.build(), d.name)
 
 CLIENTS: dict[str, Callable[[], ClientAdapter]] = {"reference": ReferenceClient}
 for _m in MUTANTS:

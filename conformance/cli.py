@@ -10,22 +10,27 @@ import math
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from attrs import frozen
-from kvfence.adapters import registry
-from kvfence.adapters.mutants import BY_NAME as MUTANTS_BY_NAME
-from kvfence.adapters.mutants import MUTANTS, Mutant
-from kvfence.model import lifecycle
-from kvfence.model.actions import TraceError
-from kvfence.model.rules import RULES
 from rich.console import Console
 from rich.table import Table
 
-from .report import print_result, write_json, write_junit
+from kvfence.adapters import registry
+from kvfence.adapters.mutants import BY_NAME as MUTANTS_BY_NAME
+from kvfence.model import lifecycle
+from kvfence.model.actions import Action, TraceError
+from kvfence.model.checks import Violation
+from kvfence.model.explore import explore, initial_states
+from kvfence.model.rules import BY_ID, RULES
+from kvfence.model.state import Bounds, Config, Policy
+from kvfence.model.vocabulary import Tier
+
+from .explore import explore_adapter
+from .report import clean, print_result, write_json, write_junit
 from .runner import PROFILES, Result, run_check
+from .verdict import REPLAY_WORDS, ReplayKind, Verdict
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_USAGE = 0, 1, 2, 3
 
@@ -58,6 +63,13 @@ def seconds(text: str) -> float:
     return value
 
 
+def rule_id(text: str) -> str:
+    """A rule ID of the registry, exactly as ``kvfence rules`` lists it."""
+    if text not in BY_ID:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a rule ID (see `kvfence rules`)")
+    return text
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=sorted(PROFILES), default="ci", help="budget")
     p.add_argument("--seed", type=int, help="random seed (dev/fuzz; ci is derandomized)")
@@ -81,10 +93,18 @@ def build_parser() -> Parser:
         help=f"one of: {', '.join(registry.CLIENTS)}, or package.module:function",
     )
     registry.add_engine_options(p)
+    p.add_argument(
+        "--focus",
+        type=rule_id,
+        help="search until this rule is shown broken; rules broken on the way still FAIL",
+    )
     _common(p)
 
-    p = sub.add_parser("mutants", help="show the reference passing and every mutant killed")
-    p.add_argument("--only", nargs="*", metavar="NAME", help="only these mutants")
+    p = sub.add_parser(
+        "mutants",
+        help="pass matrix (every correct design passes) and kill matrix (every mutant killed)",
+    )
+    p.add_argument("--only", nargs="*", metavar="NAME", help="only these designs or mutants")
     p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, help="parallel runs")
     _common(p)
 
@@ -97,6 +117,7 @@ def build_parser() -> Parser:
     )
     p.add_argument("--client", help="client for SyncWeights steps (default: the header's)")
     p.add_argument("--allow-other-spec", action="store_true", help="read another spec's trace")
+    p.add_argument("--strict", action="store_true", help="SHOULD rules fail too (as check)")
     p.add_argument("--timeout", type=seconds, default=120.0)
 
     p = sub.add_parser("explore", help="exhaustive breadth-first search within bounds")
@@ -134,6 +155,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         strict=args.strict,
         timeout=args.timeout,
         max_examples=args.max_examples,
+        focus=args.focus,
     )
     print_result(result, console)
     if not _write_reports([result], args, console):
@@ -154,102 +176,22 @@ def _write_reports(results: list[Result], args: argparse.Namespace, console: Con
     return True
 
 
-# ----- mutants -------------------------------------------------------------------------
-
-
-@frozen
-class Job:
-    """One run of the kill matrix: an engine and client by name, and the rule to focus."""
-
-    engine: str
-    client: str
-    label: str
-    rule: str | None
-    profile: str
-    out: Path
-    timeout: float
-    max_examples: int | None
-
-
-def _run_job(job: Job) -> Result:
-    return run_check(
-        registry.engine(job.engine),
-        registry.client(job.client),
-        profile=job.profile,
-        out_dir=job.out,
-        strict=True,
-        timeout=job.timeout,
-        max_examples=job.max_examples,
-        focus=job.rule,
-    )
-
-
-FOCUSED_EXAMPLES = {"ci": 3000, "dev": 6000, "fuzz": 20000}
-"""A focused run stops at the first example that breaks its rule, so its cap costs nothing
-for a mutant that dies early and keeps a rare one (a guard missing on one funnel of seven)
-from surviving by chance."""
-
-
-def mutant_job(m: Mutant, profile: str, out: Path, timeout: float, n: int | None) -> Job:
-    engine = m.name if m.side == "engine" else "reference"
-    client = m.name if m.side == "client" else "reference"
-    n = n or FOCUSED_EXAMPLES[profile]
-    return Job(engine, client, m.name, m.rule, profile, out, timeout, n)
-
-
-def killed(m: Mutant, result: Result) -> bool:
-    """Shown killed: the run FAILed and its counterexample breaks the mutant's rule."""
-    return result.verdict == "FAIL" and m.rule in result.caught()
+# ----- mutants: the pass matrix and the kill matrix (conformance/matrix.py) ------------
 
 
 def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
-    unknown = [n for n in args.only or () if n not in MUTANTS_BY_NAME]
+    from . import matrix
+
+    designs, mutants, unknown = matrix.select(args.only)
     if unknown:
-        console.print(f"[bold red]usage:[/] unknown mutant(s) {', '.join(unknown)}")
+        console.print(f"[bold red]usage:[/] unknown design(s) or mutant(s) {', '.join(unknown)}")
         return EXIT_USAGE
-    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
-    refs = [
-        Job(e, "reference", e, None, args.profile, args.out, args.timeout, args.max_examples)
-        for e in ("reference", "reference-closing")
-    ]
-    jobs = refs + [
-        mutant_job(m, args.profile, args.out, args.timeout, args.max_examples) for m in chosen
-    ]
-    started = time.monotonic()
-    if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(_run_job, jobs))
-    else:
-        results = [_run_job(j) for j in jobs]
-    table = Table(title=f"kvfence kill matrix (profile {args.profile})", title_justify="left")
-    for col in ("system", "side", "expected", "verdict", "caught", "steps", "seconds", "cases"):
-        table.add_column(col)
-    ok = True
-    for job, result in zip(jobs[: len(refs)], results[: len(refs)], strict=True):
-        passed = result.verdict == "PASS"
-        ok &= passed
-        verdict = f"[{'green' if passed else 'bold red'}]{result.verdict}[/]"
-        table.add_row(job.label, "reference", "PASS", verdict, "", "", f"{result.seconds:.1f}", "")
-    for m, result in zip(chosen, results[len(refs) :], strict=True):
-        good = killed(m, result)
-        ok &= good
-        status = "[green]killed[/]" if good else f"[bold red]{result.verdict} (survived)[/]"
-        table.add_row(
-            m.name,
-            m.side,
-            m.rule,
-            status,
-            ", ".join(result.caught()),
-            str(result.steps),
-            f"{result.seconds:.1f}",
-            ", ".join(m.cases),
-        )
-    console.print(table)
-    ok &= _write_reports(results, args, console)
-    total = time.monotonic() - started
-    word = "[green]all killed, reference passes[/]" if ok else "[bold red]NOT all killed[/]"
-    console.print(f"{word} ({len(chosen)} mutants, {total:.1f} s wall)")
-    return EXIT_PASS if ok else EXIT_FAIL
+    x = matrix.run_matrices(
+        designs, mutants, args.profile, args.out, args.timeout, args.max_examples, args.jobs
+    )
+    matrix.print_matrices(x, args.profile, console)
+    ok = _write_reports(x.results, args, console)
+    return EXIT_PASS if ok and x.ok else EXIT_FAIL
 
 
 # ----- replay --------------------------------------------------------------------------
@@ -293,30 +235,210 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     finally:
         if engine is not None:
             engine.close()
-    word = {"FAIL": "FAILED", "PASS": "FIXED"}.get(replayed.kind, "ERROR")
-    console.print(f"{word} {args.trace} against {against}")
+    word, code = REPLAY_WORDS[replayed.kind], EXIT_ERROR
+    if replayed.kind is ReplayKind.FAIL:
+        # As `check` judges: a SHOULD rule broken is WARN (exit 0) unless --strict.
+        musts = [v for v in replayed.violations if BY_ID[v.rule].level == "MUST"]
+        warn_only = not musts and not args.strict
+        word = Verdict.WARN.value if warn_only else word
+        code = EXIT_PASS if warn_only else EXIT_FAIL
+    elif replayed.kind is ReplayKind.PASS:
+        code = EXIT_PASS
+    console.print(f"{word} {clean(args.trace)} against {clean(against)}", markup=False)
     for v in replayed.violations:
-        console.print(f"  violated {v}")
+        console.print(f"  violated {clean(v)}", markup=False)
     if replayed.message:
-        console.print(f"  {replayed.message}")
-    return {"FAILED": EXIT_FAIL, "FIXED": EXIT_PASS}.get(word, EXIT_ERROR)
+        console.print(f"  {clean(replayed.message)}", markup=False)
+    return code
 
 
 # ----- explore, rules, diagram ---------------------------------------------------------
 
 
-def cmd_explore(args: argparse.Namespace, console: Console) -> int:
-    from .explore import main_explore
+def default_focus(engine_name: str, client_name: str) -> str | None:
+    """The declared rule of the catalogued mutant among the two names, if any."""
+    for name in (engine_name, client_name):
+        if name in MUTANTS_BY_NAME and name != "reference":
+            return MUTANTS_BY_NAME[name].rule
+    return None
 
-    code, text = main_explore(
-        args.endpoints,
-        args.prefixes,
-        args.versions,
-        args.inflight,
-        args.depth,
-        args.engine,
-        args.client,
+
+# ----- explore: its text --------------------------------------------------------------
+
+
+def cli_bounds(prefixes: int, versions: int, inflight: int) -> Bounds:
+    """``--prefixes K`` names K prefixes P, Q, R, ...; ``--inflight R`` names R request IDs
+    r1..rR; ``--versions V`` is the newest weight version. LoRA revisions stay at 2."""
+    names = tuple(chr(ord("P") + i) if i < 11 else f"P{i}" for i in range(prefixes))
+    rids = tuple(f"r{i + 1}" for i in range(inflight))
+    return Bounds(prefixes=names, rids=rids, versions=versions)
+
+
+def _action_text(action: Action) -> str:
+    fields = action.to_json()
+    name = fields.pop("action")
+    return f"{name}(" + ", ".join(f"{k}={v}" for k, v in fields.items()) + ")"
+
+
+def _trace_text(trace: Sequence[Action], violations: Sequence[Violation]) -> list[str]:
+    out = [f"  {i}. {_action_text(a)}" for i, a in enumerate(trace, start=1)]
+    out += [f"  violated: {v}" for v in violations]
+    return out
+
+
+def _config_text(c: Config) -> str:
+    words = [c.lane.value, "radix on" if c.radix else "radix off"]
+    words += [f for f in ("draft", "encoder", "fp8_kv", "lora") if getattr(c, f)]
+    if c.tiers != frozenset({Tier.DEVICE}):
+        words.append("tiers " + "+".join(sorted(t.value for t in c.tiers)))
+    return "(" + ", ".join(words) + ")"
+
+
+def _policy_text(p: Policy) -> str:
+    flush = "" if p.flush_cache is None else f", flush_cache={p.flush_cache}"
+    return f"mode {p.mode.value}{flush}, pause {p.pause_mode.value}"
+
+
+def _rate(count: int, seconds: float) -> str:
+    return f"{count / seconds:,.0f}" if seconds > 0 else "-"
+
+
+def main_explore(
+    endpoints: int = 2,
+    prefixes: int = 1,
+    versions: int = 2,
+    inflight: int = 1,
+    depth: int = 6,
+    engine: str | None = None,
+    client: str | None = None,
+) -> tuple[int, str]:
+    """``kvfence explore``: the model alone, or model x an in-process SUT when ``engine``
+    or ``client`` is named (the other side is the reference). Returns the exit code (0 no
+    violation, 1 a violation, 2 incomplete or error) and the text to print; ``ValueError``
+    for a usage error (bounds out of range, an engine that cannot be explored).
+
+    The model alone starts from ``model.explore.initial_states(endpoints)``. Model x SUT
+    starts from the ``SETUPS`` that reach a catalogued mutant's rule (``--endpoints`` does
+    not apply to them), else from the same endpoints as the model alone.
+    """
+    if endpoints < 1 or prefixes < 1 or versions < 0 or inflight < 0 or depth < 0:
+        raise ValueError(
+            "need --endpoints >= 1, --prefixes >= 1, --versions >= 0, --inflight >= 0, --depth >= 0"
+        )
+    bounds = cli_bounds(prefixes, versions, inflight)
+    limits = (
+        f"bounds: prefixes {' '.join(bounds.prefixes)}; versions <= {bounds.versions}; "
+        f"request IDs {' '.join(bounds.rids) or '(none)'}; LoRA revisions <= "
+        f"{bounds.lora_revisions}; faults on; depth {depth}"
     )
+    if engine is None and client is None:
+        return _main_model(endpoints, bounds, depth, limits)
+    return _main_product(endpoints, bounds, depth, limits, engine, client)
+
+
+def _main_model(endpoints: int, bounds: Bounds, depth: int, limits: str) -> tuple[int, str]:
+    (initial,) = initial_states(endpoints)
+    started = time.perf_counter()
+    x = explore(initial, bounds, depth)
+    seconds = time.perf_counter() - started
+    configs = ", ".join(_config_text(ep.config) for ep in initial.endpoints)
+    lines = [
+        f"kvfence explore: the model, {endpoints} endpoint(s) {configs}; "
+        f"client {_policy_text(initial.policy)}",
+        limits,
+        f"distinct states: {x.states:,}   transitions: {x.transitions:,}   "
+        f"depth reached: {x.depth_reached}   complete: {'yes' if x.complete else 'no'}",
+        f"time: {seconds:.1f} s ({_rate(x.states, seconds)} states/s)",
+    ]
+    if x.violation:
+        lines.append(f"FAIL: the spec breaks its own invariants in {len(x.trace)} step(s):")
+        lines += _trace_text(x.trace, x.violation)
+        return 1, "\n".join(lines)
+    if not x.complete:
+        lines.append("INCOMPLETE: the search was cut short")
+        return 2, "\n".join(lines)
+    lines.append("PASS: no violation within bounds")
+    return 0, "\n".join(lines)
+
+
+def _main_product(
+    endpoints: int,
+    bounds: Bounds,
+    depth: int,
+    limits: str,
+    engine: str | None,
+    client: str | None,
+) -> tuple[int, str]:
+    e, c = engine or "reference", client or "reference"
+    focus = default_focus(e, c)
+    # Every setup (tiers, draft, encoder, FP8, LoRA, exact lane, opt-out, unreported) for a
+    # system we know nothing about; a catalogued mutant gets the setups its rule needs.
+    started = time.perf_counter()
+    adapter = registry.engine(e)
+    if not (hasattr(adapter, "snapshot") and hasattr(adapter, "restore")):
+        adapter.close()
+        raise ValueError(f"engine {e!r} cannot be explored: not in-process")
+    x = explore_adapter(adapter, registry.client(c), None, None, bounds, depth, focus=focus)
+    seconds = time.perf_counter() - started
+    chosen = f"chosen for {focus}" if focus else "all setups: an unknown system"
+    where = f"setups {', '.join(x.setups)} ({chosen})"
+    lines = [
+        f"kvfence explore: the model x engine {e} x client {c}; {where}",
+        limits,
+        f"distinct states: {x.states:,}   transitions: {x.transitions:,}   "
+        f"depth reached: {x.depth_reached}   complete: {'yes' if x.complete else 'no'}",
+        f"time: {seconds:.1f} s ({_rate(x.states, seconds)} states/s, "
+        f"{_rate(x.transitions, seconds)} transitions/s)",
+    ]
+    if x.other:
+        lines.append(f"first broke other rules in {len(x.other_trace)} step(s):")
+        lines += _trace_text(x.other_trace, x.other)
+    if x.error:
+        lines.append(f"ERROR after {len(x.trace)} step(s): {x.error}")
+        lines += _trace_text(x.trace, ())
+        return 2, "\n".join(lines)
+    if x.violation:
+        setup = f"setup {x.setup}: " + ", ".join(_config_text(k) for k in x.configs)
+        assert x.policy is not None
+        lines.append(
+            f"FAIL: shortest counterexample, {x.steps} step(s), from {setup}; "
+            f"client {_policy_text(x.policy)}"
+        )
+        lines += _trace_text(x.trace, x.violation)
+        if x.counterexample is not None:
+            lines.append(f"trace: {x.counterexample}")
+        return 1, "\n".join(lines)
+    if x.other:
+        lines.append(f"FAIL: {focus} was not shown broken within depth {depth}")
+        return 1, "\n".join(lines)
+    if not x.complete:
+        lines.append("INCOMPLETE: the search was cut short")
+        return 2, "\n".join(lines)
+    lines.append("PASS: no violation within bounds")
+    return 0, "\n".join(lines)
+
+
+def cmd_explore(args: argparse.Namespace, console: Console) -> int:
+    for what, name, known in (
+        ("engine", args.engine, registry.ENGINES),
+        ("client", args.client, registry.CLIENTS),
+    ):
+        if name is not None and ":" not in name and name not in known:
+            console.print(f"[bold red]usage:[/] unknown {what} {name!r}; known: {', '.join(known)}")
+            return EXIT_USAGE
+    try:
+        code, text = main_explore(
+            args.endpoints,
+            args.prefixes,
+            args.versions,
+            args.inflight,
+            args.depth,
+            args.engine,
+            args.client,
+        )
+    except ValueError as e:
+        console.print(f"usage: kvfence explore: {clean(e)}", highlight=False, markup=False)
+        return EXIT_USAGE
     console.print(text, highlight=False, markup=False)
     return code
 
@@ -351,10 +473,18 @@ COMMANDS = {
 }
 
 
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: the shell's code for SIGINT, after a one-line message (no traceback)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    return COMMANDS[args.command](args, console)
+    try:
+        return COMMANDS[args.command](args, console)
+    except KeyboardInterrupt:
+        console.print("[bold magenta]interrupted[/]: no verdict (reports already written stay)")
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ no-flush   exact + standard; mode none, pause in_place     ENG-001/002, CLI-005,
 in-place   exact + standard; auto, pause in_place          CLI-007
 unreported exact (info unreachable) + standard (silent)    CLI-002, CLI-006
 tiers      one endpoint, draft + host + storage tiers      ENG-003/004/008
-encoder    one endpoint with a multimodal encoder cache    ENG-003
+encoder    one endpoint, encoder cache; mode none           ENG-003, ENG-012
 fp8        one endpoint with FP8 KV (reported)             ENG-005
 lora       one endpoint serving a LoRA adapter             ENG-007
 ========== ============================================== ==================================
@@ -32,14 +32,12 @@ Every endpoint runs with the radix cache on and honestly reported (except where 
 table says otherwise). Features are split over one-endpoint setups because each multiplies
 the state space; the costs of separate setups only add up. A catalogued mutant's declared
 rule (``Mutant.rule``) is the focus by default: a path that breaks only other rules is
-recorded (``other``) and not extended, as in a focused stateful run.
-
-``main_explore`` is what ``kvfence explore`` prints.
+recorded (``other``) and not extended, as in a focused stateful run. The caller (the
+CLI, a test) passes the adapter objects and the focus; this module names no catalogue.
 """
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Hashable, Sequence
 from enum import Enum
@@ -48,24 +46,34 @@ from typing import Any
 
 import attrs
 from attrs import frozen
-from kvfence.adapters import registry
-from kvfence.adapters.mutants import BY_NAME
+
+from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 from kvfence.model.actions import Action
-from kvfence.model.checks import Violation
-from kvfence.model.explore import EXACT, STANDARD, default_configs, explore, initial_states
-from kvfence.model.state import Bounds, Config, Policy, State, initial_state, server_info
+from kvfence.model.checks import SpecError, Violation
+from kvfence.model.explore import EXACT, STANDARD, default_configs
+from kvfence.model.state import (
+    Bounds,
+    Config,
+    Policy,
+    State,
+    initial_state,
+    server_info,
+    with_profile,
+)
 from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
 
 from .lockstep import (
     AdapterError,
     ConformanceFailure,
+    Cursor,
     Diverged,
     Lockstep,
     NotEnabled,
     Recorder,
 )
 from .replay import replay_actions
-from .trace import header, violation_json, write_trace
+from .trace import header, safe_name, verdict_line, write_trace
+from .verdict import ReplayKind
 
 EXPLORE_BOUNDS = Bounds(prefixes=("P",), rids=("r1",), versions=2, lora_revisions=2)
 """One prefix and one request ID: every catalogued mutant is reachable within them."""
@@ -136,7 +144,14 @@ SETUPS: tuple[Setup, ...] = (
         Policy(),
         _rules("ENG-003", "ENG-004", "ENG-008"),
     ),
-    Setup("encoder", (Config(encoder=True),), Policy(), _rules("ENG-003")),
+    # The client opts out of the prefix flush, so that an update keeps the prefix cache and
+    # encoder outputs must still follow the weights (ENG-012, PF-21).
+    Setup(
+        "encoder",
+        (Config(encoder=True),),
+        Policy(mode=CacheMode.NONE),
+        _rules("ENG-003", "ENG-012"),
+    ),
     Setup(
         "fp8",
         (
@@ -156,14 +171,6 @@ def setups_for(focus: str | None) -> tuple[Setup, ...]:
     """The setups that make ``focus`` reachable; all of them if none does (or no focus)."""
     chosen = tuple(s for s in SETUPS if focus in s.rules)
     return chosen or SETUPS
-
-
-def default_focus(engine_name: str, client_name: str) -> str | None:
-    """The declared rule of the catalogued mutant among the two names, if any."""
-    for name in (engine_name, client_name):
-        if name in BY_NAME and name != "reference":
-            return BY_NAME[name].rule
-    return None
 
 
 # ----- the SUT's fingerprint -------------------------------------------------------------
@@ -251,9 +258,7 @@ class AdapterExploration:
 class _Node:
     setup: int
     path: tuple[Action, ...]
-    states: frozenset[State]
-    pending: tuple[Violation, ...]
-    off_contract: bool
+    cursor: Cursor
     snap: Any
 
 
@@ -261,159 +266,167 @@ def _bare(state: State) -> State:
     return state.without_ledger() if state.ledger else state
 
 
+class _Search:
+    """The breadth-first search's bookkeeping: seen nodes, the queue, counts, and the first
+    path that broke only other rules. ``run`` returns how it ended: ``None`` (searched
+    out), or ``(node, path, error)`` for the first failing path (``error`` empty) or the
+    first adapter error."""
+
+    def __init__(self, engine, client, setups, bounds, depth, faults, focus, timeout) -> None:
+        self.engine, self.client, self.setups = engine, client, setups
+        self.bounds, self.depth, self.faults = bounds, depth, faults
+        self.focus, self.timeout = focus, timeout
+        self.recorder = Recorder()
+        self.seen: set[tuple[Any, ...]] = set()
+        self.queue: deque[_Node] = deque()
+        self.transitions = self.depth_reached = 0
+        self.max_states: int | None = None
+        self.truncated = False
+        self.other: tuple[tuple[Violation, ...], tuple[Action, ...]] | None = None
+
+    def lockstep(self, node: _Node) -> Lockstep:
+        s = self.setups[node.setup]
+        lock = Lockstep(
+            self.engine, self.client, self.recorder, self.bounds, self.timeout, focus=self.focus
+        )
+        lock.resume(s.configs, s.policy, node.cursor)
+        return lock
+
+    def key(self, node: _Node) -> tuple[Any, ...]:
+        c = node.cursor
+        rules = frozenset(v.rule for v in c.pending)
+        return (node.setup, c.states, fingerprint(self.engine.endpoints), rules, c.off_contract)
+
+    def run(self) -> tuple[_Node, tuple[Action, ...], str] | None:
+        for i, s in enumerate(self.setups):
+            self.engine.start(s.configs)
+            root = _Node(i, (), Cursor(frozenset({initial_state(s.configs, s.policy)})), None)
+            self.seen.add(self.key(root))
+            self.queue.append(attrs.evolve(root, snap=self.engine.snapshot()))
+        while self.queue:
+            node = self.queue.popleft()
+            if len(node.path) < self.depth:
+                for action in self.lockstep(node).enabled_actions():
+                    if not (action.fault and not self.faults):
+                        end = self.step(node, action)
+                        if end is not None:
+                            return end
+        return None
+
+    def step(self, node: _Node, action: Action) -> tuple[_Node, tuple[Action, ...], str] | None:
+        """Run one edge; the search's end if it found one."""
+        self.engine.restore(node.snap)
+        lock, path, level = self.lockstep(node), (*node.path, action), len(node.path) + 1
+        self.transitions += 1
+        try:
+            lock.run(action)
+            lock.check_model()
+        except ConformanceFailure:
+            self.depth_reached = max(self.depth_reached, level)
+            return node, path, ""
+        except Diverged as e:
+            self.other = self.other or (tuple(e.args[0]), path)
+            return None
+        except NotEnabled:
+            return None
+        except (AdapterError, SpecError) as e:
+            return node, path, str(e)
+        rules = {v.rule for v in lock.pending}
+        if rules and (self.focus is None or self.focus in rules):
+            self.depth_reached = max(self.depth_reached, level)
+            return node, path, ""
+        if rules and self.other is None:
+            self.other = (tuple(lock.pending), path)
+        c = lock.cursor()
+        child = _Node(
+            node.setup, path, attrs.evolve(c, states=frozenset(map(_bare, c.states))), None
+        )
+        k = self.key(child)
+        if k in self.seen:
+            return None
+        if self.max_states is not None and len(self.seen) >= self.max_states:
+            self.truncated = True
+            return None
+        self.seen.add(k)
+        self.depth_reached = max(self.depth_reached, level)
+        if level < self.depth:
+            self.queue.append(attrs.evolve(child, snap=self.engine.snapshot()))
+        return None
+
+    def result(self, **fields: Any) -> AdapterExploration:
+        return AdapterExploration(
+            engine=self.engine.name,
+            client=self.client.name,
+            focus=self.focus,
+            setups=tuple(s.name for s in self.setups),
+            states=len(self.seen),
+            transitions=self.transitions,
+            depth_reached=self.depth_reached,
+            complete=fields.pop("complete", False),
+            other=self.other[0] if self.other else (),
+            other_trace=self.other[1] if self.other else (),
+            **fields,
+        )
+
+
 def explore_adapter(
-    engine_name: str,
-    client_name: str = "reference",
+    engine: EngineAdapter,
+    client: ClientAdapter,
     configs: tuple[Config, ...] | None = None,
     policy: Policy | None = None,
     bounds: Bounds = EXPLORE_BOUNDS,
     depth: int = 4,
     faults: bool = True,
-    focus: str | None = "auto",
+    focus: str | None = None,
     max_states: int | None = None,
     out_dir: Path | None = Path("kvfence-results"),
     timeout: float = 60.0,
 ) -> AdapterExploration:
-    """Breadth-first search of model x SUT (``engine_name`` x ``client_name`` from the
-    registry; the engine must be in-process, with ``snapshot``/``restore``).
+    """Breadth-first search of model x SUT: ``engine`` must be in-process, with
+    ``snapshot``/``restore`` (``ValueError`` otherwise); it is closed at the end.
 
     ``configs``/``policy``: one setup; when both are None, ``setups_for(focus)``.
-    ``focus``: ``"auto"`` is the declared rule of a catalogued mutant named by either
-    side (else None); None stops at any violation. ``faults``: draw injected faults.
-    ``out_dir``: where the counterexample trace goes (None: not written).
+    ``focus``: a rule ID the search is after (a path that breaks only other rules is
+    recorded and not extended); None stops at any violation. ``faults``: draw injected
+    faults. ``out_dir``: where the counterexample trace goes (None: not written).
     """
-    if focus == "auto":
-        focus = default_focus(engine_name, client_name)
+    if not (hasattr(engine, "snapshot") and hasattr(engine, "restore")):
+        raise ValueError(f"engine {engine.name!r} cannot be explored: not in-process")
     if configs is None and policy is None:
         setups = setups_for(focus)
     else:
         chosen = configs if configs is not None else default_configs(2)
         setups = (Setup("given", chosen, policy or Policy(), frozenset()),)
-    engine = registry.engine(engine_name)
-    client = registry.client(client_name)
-    if not (hasattr(engine, "snapshot") and hasattr(engine, "restore")):
-        raise ValueError(f"engine {engine_name!r} cannot be explored: not in-process")
-    recorder = Recorder()
-    seen: set[tuple[Any, ...]] = set()
-    queue: deque[_Node] = deque()
-    transitions = 0
-    depth_reached = 0
-    truncated = False
-    other: tuple[tuple[Violation, ...], tuple[Action, ...]] | None = None
-
-    def lockstep(node: _Node) -> Lockstep:
-        s = setups[node.setup]
-        lock = Lockstep(engine, client, recorder, bounds, timeout, focus=focus)
-        lock.configs, lock.policy = s.configs, s.policy
-        lock.states = node.states
-        lock.pending = list(node.pending)
-        lock.off_contract = node.off_contract
-        return lock
-
-    def result(**fields: Any) -> AdapterExploration:
-        return AdapterExploration(
-            engine=engine_name,
-            client=client_name,
-            focus=focus,
-            setups=tuple(s.name for s in setups),
-            states=len(seen),
-            transitions=transitions,
-            depth_reached=depth_reached,
-            complete=fields.pop("complete", False),
-            other=other[0] if other else (),
-            other_trace=other[1] if other else (),
-            **fields,
-        )
-
-    def failed(node: _Node, path: tuple[Action, ...]) -> AdapterExploration:
-        s = setups[node.setup]
-        return _counterexample(
-            result(setup=s.name, configs=s.configs, policy=s.policy, trace=path),
-            focus,
-            bounds,
-            timeout,
-            out_dir,
-        )
-
-    def errored(node: _Node, path: tuple[Action, ...], message: str) -> AdapterExploration:
-        s = setups[node.setup]
-        return result(setup=s.name, configs=s.configs, policy=s.policy, trace=path, error=message)
-
-    def key(node: _Node, fp: Hashable) -> tuple[Any, ...]:
-        rules = frozenset(v.rule for v in node.pending)
-        return (node.setup, node.states, fp, rules, node.off_contract)
-
+    # The engine's declared profile holds on every endpoint, as in ``Lockstep.start``.
+    profile = getattr(engine, "profile", None)
+    setups = tuple(
+        attrs.evolve(s, configs=tuple(with_profile(c, profile) for c in s.configs)) for s in setups
+    )
+    search = _Search(engine, client, setups, bounds, depth, faults, focus, timeout)
+    search.max_states = max_states
     try:
-        for i, s in enumerate(setups):
-            engine.start(s.configs)
-            root = _Node(i, (), frozenset({initial_state(s.configs, s.policy)}), (), False, None)
-            seen.add(key(root, fingerprint(engine.endpoints)))
-            queue.append(attrs.evolve(root, snap=engine.snapshot()))
-        while queue:
-            node = queue.popleft()
-            level = len(node.path)
-            if level >= depth:
-                continue
-            for action in lockstep(node).enabled_actions():
-                if action.fault and not faults:
-                    continue
-                engine.restore(node.snap)
-                lock = lockstep(node)
-                path = (*node.path, action)
-                transitions += 1
-                try:
-                    lock.run(action)
-                    lock.check_model()
-                except ConformanceFailure:
-                    depth_reached = max(depth_reached, level + 1)
-                    return failed(node, path)
-                except Diverged as e:
-                    if other is None:
-                        other = (tuple(e.args[0]), path)
-                    continue
-                except NotEnabled:
-                    continue
-                except AdapterError as e:
-                    return errored(node, path, str(e))
-                rules = {v.rule for v in lock.pending}
-                if rules and (focus is None or focus in rules):
-                    depth_reached = max(depth_reached, level + 1)
-                    return failed(node, path)
-                if rules and other is None:
-                    other = (tuple(lock.pending), path)
-                child = _Node(
-                    node.setup,
-                    path,
-                    frozenset(_bare(s) for s in lock.states),
-                    tuple(lock.pending),
-                    lock.off_contract,
-                    None,
-                )
-                k = key(child, fingerprint(engine.endpoints))
-                if k in seen:
-                    continue
-                if max_states is not None and len(seen) >= max_states:
-                    truncated = True
-                    continue
-                seen.add(k)
-                depth_reached = max(depth_reached, level + 1)
-                if level + 1 < depth:
-                    queue.append(attrs.evolve(child, snap=engine.snapshot()))
+        end = search.run()
     finally:
         engine.close()
-    return result(complete=not truncated)
+    if end is None:
+        return search.result(complete=not search.truncated)
+    node, path, error = end
+    s = setups[node.setup]
+    found = search.result(setup=s.name, configs=s.configs, policy=s.policy, trace=path)
+    if error:
+        return attrs.evolve(found, error=error)
+    return _counterexample(engine, client, found, bounds, timeout, out_dir)
 
 
 def _counterexample(
+    engine: EngineAdapter,
+    client: ClientAdapter,
     found: AdapterExploration,
-    focus: str | None,
     bounds: Bounds,
     timeout: float,
     out_dir: Path | None,
 ) -> AdapterExploration:
     """Replay the failing path from a fresh start for its trace lines, and write them."""
-    engine = registry.engine(found.engine)
-    client = registry.client(found.client)
     assert found.policy is not None
     try:
         replayed = replay_actions(
@@ -421,7 +434,7 @@ def _counterexample(
         )
     finally:
         engine.close()
-    if replayed.kind != "FAIL":
+    if replayed.kind is not ReplayKind.FAIL:
         message = f"the counterexample did not reproduce on replay: {replayed.kind}"
         return attrs.evolve(found, error=f"{message} {replayed.message}".strip())
     violations = replayed.violations
@@ -437,163 +450,6 @@ def _counterexample(
             run.policy,
             comment=f"shortest counterexample by breadth-first search (setup {found.setup})",
         )
-        last: dict[str, Any] = {"verdict": "FAIL", "step": run.lines[-1]["step"]}
-        last["violations"] = [violation_json(v) for v in violations]
-        name = f"explore-counterexample-{found.engine}-{found.client}.jsonl".replace(":", "_")
-        path = write_trace(out_dir / name, head, run.lines, last)
+        name = f"explore-counterexample-{safe_name(found.engine)}-{safe_name(found.client)}.jsonl"
+        path = write_trace(out_dir / name, head, run.steps, verdict_line(run.steps, violations))
     return attrs.evolve(found, violation=violations, counterexample=path)
-
-
-# ----- the CLI -------------------------------------------------------------------------
-
-
-def cli_bounds(prefixes: int, versions: int, inflight: int) -> Bounds:
-    """``--prefixes K`` names K prefixes P, Q, R, ...; ``--inflight R`` names R request IDs
-    r1..rR; ``--versions V`` is the newest weight version. LoRA revisions stay at 2."""
-    names = tuple(chr(ord("P") + i) if i < 11 else f"P{i}" for i in range(prefixes))
-    rids = tuple(f"r{i + 1}" for i in range(inflight))
-    return Bounds(prefixes=names, rids=rids, versions=versions)
-
-
-def _action_text(action: Action) -> str:
-    fields = action.to_json()
-    name = fields.pop("action")
-    return f"{name}(" + ", ".join(f"{k}={v}" for k, v in fields.items()) + ")"
-
-
-def _trace_text(trace: Sequence[Action], violations: Sequence[Violation]) -> list[str]:
-    out = [f"  {i}. {_action_text(a)}" for i, a in enumerate(trace, start=1)]
-    out += [f"  violated: {v}" for v in violations]
-    return out
-
-
-def _config_text(c: Config) -> str:
-    words = [c.lane.value, "radix on" if c.radix else "radix off"]
-    words += [f for f in ("draft", "encoder", "fp8_kv", "lora") if getattr(c, f)]
-    if c.tiers != frozenset({Tier.DEVICE}):
-        words.append("tiers " + "+".join(sorted(t.value for t in c.tiers)))
-    return "(" + ", ".join(words) + ")"
-
-
-def _policy_text(p: Policy) -> str:
-    flush = "" if p.flush_cache is None else f", flush_cache={p.flush_cache}"
-    return f"mode {p.mode.value}{flush}, pause {p.pause_mode.value}"
-
-
-def _rate(count: int, seconds: float) -> str:
-    return f"{count / seconds:,.0f}" if seconds > 0 else "-"
-
-
-def main_explore(
-    endpoints: int = 2,
-    prefixes: int = 1,
-    versions: int = 2,
-    inflight: int = 1,
-    depth: int = 6,
-    engine: str | None = None,
-    client: str | None = None,
-) -> tuple[int, str]:
-    """``kvfence explore``: the model alone, or model x an in-process SUT when ``engine``
-    or ``client`` is named (the other side is the reference). Returns the exit code (0 no
-    violation, 1 a violation, 2 incomplete or error) and the text to print.
-
-    The model alone starts from ``model.explore.initial_states(endpoints)``. Model x SUT
-    starts from the ``SETUPS`` that reach a catalogued mutant's rule (``--endpoints`` does
-    not apply to them), else from the same endpoints as the model alone.
-    """
-    if endpoints < 1 or prefixes < 1 or versions < 0 or inflight < 0 or depth < 0:
-        return 2, (
-            "kvfence explore: need --endpoints >= 1, --prefixes >= 1, --versions >= 0, "
-            "--inflight >= 0, --depth >= 0"
-        )
-    bounds = cli_bounds(prefixes, versions, inflight)
-    limits = (
-        f"bounds: prefixes {' '.join(bounds.prefixes)}; versions <= {bounds.versions}; "
-        f"request IDs {' '.join(bounds.rids) or '(none)'}; LoRA revisions <= "
-        f"{bounds.lora_revisions}; faults on; depth {depth}"
-    )
-    if engine is None and client is None:
-        return _main_model(endpoints, bounds, depth, limits)
-    return _main_product(endpoints, bounds, depth, limits, engine, client)
-
-
-def _main_model(endpoints: int, bounds: Bounds, depth: int, limits: str) -> tuple[int, str]:
-    (initial,) = initial_states(endpoints)
-    started = time.perf_counter()
-    x = explore(initial, bounds, depth)
-    seconds = time.perf_counter() - started
-    configs = ", ".join(_config_text(ep.config) for ep in initial.endpoints)
-    lines = [
-        f"kvfence explore: the model, {endpoints} endpoint(s) {configs}; "
-        f"client {_policy_text(initial.policy)}",
-        limits,
-        f"distinct states: {x.states:,}   transitions: {x.transitions:,}   "
-        f"depth reached: {x.depth_reached}   complete: {'yes' if x.complete else 'no'}",
-        f"time: {seconds:.1f} s ({_rate(x.states, seconds)} states/s)",
-    ]
-    if x.violation:
-        lines.append(f"FAIL: the spec breaks its own invariants in {len(x.trace)} step(s):")
-        lines += _trace_text(x.trace, x.violation)
-        return 1, "\n".join(lines)
-    if not x.complete:
-        lines.append("INCOMPLETE: the search was cut short")
-        return 2, "\n".join(lines)
-    lines.append("PASS: no violation within bounds")
-    return 0, "\n".join(lines)
-
-
-def _main_product(
-    endpoints: int,
-    bounds: Bounds,
-    depth: int,
-    limits: str,
-    engine: str | None,
-    client: str | None,
-) -> tuple[int, str]:
-    e, c = engine or "reference", client or "reference"
-    focus = default_focus(e, c)
-    # Every setup (tiers, draft, encoder, FP8, LoRA, exact lane, opt-out, unreported) for a
-    # system we know nothing about; a catalogued mutant gets the setups its rule needs.
-    configs, policy = None, None
-    started = time.perf_counter()
-    try:
-        x = explore_adapter(e, c, configs, policy, bounds, depth)
-    except ValueError as err:
-        return 2, f"kvfence explore: {err}"
-    seconds = time.perf_counter() - started
-    chosen = f"chosen for {focus}" if focus else "all setups: an unknown system"
-    where = f"setups {', '.join(x.setups)} ({chosen})"
-    lines = [
-        f"kvfence explore: the model x engine {e} x client {c}; {where}",
-        limits,
-        f"distinct states: {x.states:,}   transitions: {x.transitions:,}   "
-        f"depth reached: {x.depth_reached}   complete: {'yes' if x.complete else 'no'}",
-        f"time: {seconds:.1f} s ({_rate(x.states, seconds)} states/s, "
-        f"{_rate(x.transitions, seconds)} transitions/s)",
-    ]
-    if x.other:
-        lines.append(f"first broke other rules in {len(x.other_trace)} step(s):")
-        lines += _trace_text(x.other_trace, x.other)
-    if x.error:
-        lines.append(f"ERROR after {len(x.trace)} step(s): {x.error}")
-        lines += _trace_text(x.trace, ())
-        return 2, "\n".join(lines)
-    if x.violation:
-        setup = f"setup {x.setup}: " + ", ".join(_config_text(k) for k in x.configs)
-        assert x.policy is not None
-        lines.append(
-            f"FAIL: shortest counterexample, {x.steps} step(s), from {setup}; "
-            f"client {_policy_text(x.policy)}"
-        )
-        lines += _trace_text(x.trace, x.violation)
-        if x.counterexample is not None:
-            lines.append(f"trace: {x.counterexample}")
-        return 1, "\n".join(lines)
-    if x.other:
-        lines.append(f"FAIL: {focus} was not shown broken within depth {depth}")
-        return 1, "\n".join(lines)
-    if not x.complete:
-        lines.append("INCOMPLETE: the search was cut short")
-        return 2, "\n".join(lines)
-    lines.append("PASS: no violation within bounds")
-    return 0, "\n".join(lines)

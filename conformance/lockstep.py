@@ -11,14 +11,17 @@ or answers garbage is an ERROR (ADP-001, ADP-002).
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import queue
+import threading
 from collections import Counter
 from collections.abc import Callable
 from itertools import product
 from typing import Any
 
-from attrs import evolve
+from attrs import evolve, frozen
+
 from kvfence.adapters.protocol import (
-    CAPABILITIES,
     AdapterFailure,
     ClientAdapter,
     EngineAdapter,
@@ -34,9 +37,10 @@ from kvfence.model.actions import (
     ServeRequest,
     StartRequest,
     SyncWeights,
+    TraceError,
     UpdateWeights,
 )
-from kvfence.model.capabilities import NEEDED_BY_ACTION
+from kvfence.model.capabilities import NEEDED_BY_ACTION, Capability, parse
 from kvfence.model.checks import (
     ColdBytes,
     SpecError,
@@ -57,15 +61,15 @@ from kvfence.model.client import (
 from kvfence.model.observation import malformed
 from kvfence.model.rules import BY_ID
 from kvfence.model.state import Bounds, Config, Policy, State, initial_state, with_profile
-from kvfence.model.vocabulary import CacheMode, PauseMode
+from kvfence.model.vocabulary import CacheMode, PauseMode, Phase
 
-from .trace import observation_json, outcome_json, plan_json
+from .trace import PlanRecord, Step, step_json
 
 MACHINE_BOUNDS = Bounds(versions=64, lora_revisions=16)
 """Wider than the explorer's: a stateful run must never run out of versions to push."""
 
-NEEDS: dict[type[Action], str] = {
-    t: NEEDED_BY_ACTION[t.__name__].value for t in ACTION_TYPES if t.__name__ in NEEDED_BY_ACTION
+NEEDS: dict[type[Action], Capability] = {
+    t: NEEDED_BY_ACTION[t.__name__] for t in ACTION_TYPES if t.__name__ in NEEDED_BY_ACTION
 }
 """The capability an adapter must declare before an action type is drawn for it."""
 
@@ -80,11 +84,25 @@ class ConformanceFailure(AssertionError):
 
 
 class AdapterError(Exception):
-    """The SUT or its adapter could not answer (crash, hang, malformed observation)."""
+    """The SUT or its adapter could not answer (crash, hang, malformed observation).
+    ``raised``: the adapter call raised an ``Exception`` of its own (not a hang, not an
+    ``AdapterFailure`` or malformed answer): for a client resolver that is a refusal the
+    checker can judge."""
 
-    def __init__(self, rule: str, message: str) -> None:
+    def __init__(self, rule: str, message: str, raised: bool = False) -> None:
         self.rule = rule
+        self.raised = raised
         super().__init__(f"{rule}: {message}")
+
+
+class Refused(Exception):
+    """The client under test raised instead of answering for one configuration: the
+    refusal is recorded (``Recorder.refused``) and the example set aside, so the run goes on
+    to judge the client on the others."""
+
+    def __init__(self, violation: Violation) -> None:
+        self.violation = violation
+        super().__init__(str(violation))
 
 
 class Diverged(Exception):
@@ -103,7 +121,10 @@ class Recorder:
     seen. ``failure``: ``(configs, policy, actions, lines, violations)`` of the first
     failing run; ``soft``: the same for the shortest run whose client broke a rule without
     (yet) a visible consequence. ``error``: ``(Run, AdapterError)`` of the first run an
-    adapter error ended, kept so that nothing recorded before the error is lost.
+    adapter error ended, kept so that nothing recorded before the error is lost (and so
+    that no later example calls a hung adapter again). ``other``: rule ID -> the first
+    violation of it in an example a focused run set aside. ``refused``: rule ID -> the
+    violation of a configuration the client raised on.
     """
 
     def __init__(self) -> None:
@@ -116,19 +137,26 @@ class Recorder:
         self.notes: set[str] = set()
         self.soft: Run | None = None
         self.error: tuple[Run, AdapterError] | None = None
-        self.other: set[str] = set()
+        self.other: dict[str, Violation] = {}
+        self.refused: dict[str, Violation] = {}
 
 
 class Run:
-    """One lockstep run as data: setup, the top-level actions, trace lines, violations."""
+    """One lockstep run as data: setup, the top-level actions, the recorded ``Step``
+    values, violations (``pending``: the client's, recorded on the way)."""
 
-    def __init__(self, configs, policy, actions, lines, violations, pending=()) -> None:
+    def __init__(self, configs, policy, actions, steps, violations, pending=()) -> None:
         self.configs: tuple[Config, ...] = configs
         self.policy: Policy = policy
         self.actions: list[Action] = actions
-        self.lines: list[dict[str, Any]] = lines
+        self.steps: list[Step] = steps
         self.violations: list[Violation] = violations
         self.pending: list[Violation] = list(pending)
+
+    @property
+    def lines(self) -> list[dict[str, Any]]:
+        """The steps as trace lines (JSON data), serialised on demand."""
+        return [step_json(s) for s in self.steps]
 
     @property
     def hard(self) -> list[Violation]:
@@ -136,25 +164,58 @@ class Run:
         return [v for v in self.violations if v not in self.pending]
 
 
-_WORKER: list[concurrent.futures.ThreadPoolExecutor] = []
+class _Worker:
+    """One daemon thread that runs adapter calls in turn. A daemon, unlike a thread pool's
+    workers, is not joined at interpreter exit: a call that hangs for ever cannot keep
+    kvfence (or pytest) from exiting with its verdict."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="kvfence-adapter", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, future = self.jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as e:  # handed to the caller, which classifies it
+                future.set_exception(e)
+            del fn, future
+
+    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self.jobs.put((fn, future))
+        return future
+
+
+_WORKER: list[_Worker] = []
+# A forked child (a process pool running matrix jobs) has none of its parent's threads:
+# it must start its own worker rather than queue calls for one that does not exist there.
+os.register_at_fork(after_in_child=_WORKER.clear)
 
 
 def call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:
     """Run an adapter call; its exceptions and hangs become ``AdapterError`` (ADP-001).
 
-    Calls run on one worker thread, reused while calls return. A hung call's thread cannot
-    be killed: it is abandoned (the next call gets a new worker) and the run stops with
-    ERROR. ``Unsupported`` is an error too: the checker only sends what the adapter's
-    capabilities allow, so refusing it breaks the adapter contract.
+    Calls run on one daemon worker thread, reused while calls return. A hung call's thread
+    cannot be killed: it is abandoned (the next call gets a new worker; the process can
+    still exit) and the run stops with ERROR naming the timeout. ``Unsupported`` is an
+    error too: the checker only sends what the adapter's capabilities allow, so refusing it
+    breaks the adapter contract. A ``TraceError`` (a recorded trace the spec cannot follow)
+    passes through: it is the trace's fault, not an adapter's.
     """
     if not _WORKER:
-        _WORKER.append(concurrent.futures.ThreadPoolExecutor(1, "kvfence-adapter"))
+        _WORKER.append(_Worker())
     future = _WORKER[0].submit(fn)
     try:
         return future.result(timeout=timeout)
     except concurrent.futures.TimeoutError:
-        _WORKER.pop().shutdown(wait=False)
+        _WORKER.pop()  # abandoned with its hung call; a daemon, so never joined
         raise AdapterError("ADP-001", f"{what} did not answer within {timeout:g} s") from None
+    except TraceError:
+        raise
     except Unsupported as e:
         raise AdapterError(
             "ADP-001", f"{what}: unsupported ({e}), though the adapter's capabilities allow it"
@@ -163,8 +224,30 @@ def call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:
         raise AdapterError("ADP-001", f"{what} failed: {e}") from e
     except KeyboardInterrupt:
         raise
+    except Exception as e:
+        raise AdapterError("ADP-001", f"{what} raised {type(e).__name__}: {e}", raised=True) from e
     except BaseException as e:  # SystemExit from an adapter must not end the run as 'exit 0'
         raise AdapterError("ADP-001", f"{what} raised {type(e).__name__}: {e}") from e
+
+
+def resolve(client: ClientAdapter, policy: Policy, info: Any, timeout: float) -> Plan | str:
+    """The client's plan for one configuration, or the message of the ``Exception`` it
+    raised instead (a refusal, which the caller records against that configuration's
+    rule). Hangs, ``SystemExit`` and ill-typed plans stay adapter errors."""
+    try:
+        got = call_with_timeout(lambda: client.resolve(policy, info), timeout, "resolve")
+    except AdapterError as e:
+        if e.raised:
+            return str(e).removeprefix("ADP-001: ")
+        raise
+    check_plan(got)
+    return got
+
+
+def refusal(expected: Plan, error: str, where: str) -> Violation:
+    """The violation of a configuration the client raised on: the rule that decides its
+    flush, expected that plan's flush, got the exception."""
+    return Violation(expected.rule_for("flush"), expected.flush, error, where)
 
 
 def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> list[Violation]:
@@ -179,23 +262,27 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
     for mode, flush, pause, info in grid + grid[::-1]:
         policy = Policy(mode, flush, pause)
         expected = resolve_plan(mode, flush, pause, info)
-        got = call_with_timeout(
-            lambda policy=policy, info=info: client.resolve(policy, info), timeout, "resolve"
-        )
-        check_plan(got)
+        got = resolve(client, policy, info, timeout)
+        where = f"plan.flush for policy {policy_words(policy)}, server info {info!r}"
+        if isinstance(got, str):
+            v = refusal(expected, got, where)
+            recorder.exercised[v.rule] += 1
+            out.append(v)
+            continue
         retract = evolve(policy, pause_mode=PauseMode.RETRACT)
-        again = call_with_timeout(
-            lambda retract=retract, info=info: client.resolve(retract, info), timeout, "resolve"
-        )
-        check_plan(again)
+        again = resolve(client, retract, info, timeout)
+        if isinstance(again, str):
+            asked = resolve_plan(mode, flush, PauseMode.RETRACT, info)
+            where = f"plan.flush for policy {policy_words(retract)}, server info {info!r}"
+            out.append(refusal(asked, again, where))
+            continue
         plain, plain_flush = plain_form(info), None
         if plain is not None:
-            on_plain = call_with_timeout(
-                lambda plain=plain, policy=policy: client.resolve(policy, plain),
-                timeout,
-                "resolve",
-            )
-            check_plan(on_plain)
+            on_plain = resolve(client, policy, plain, timeout)
+            if isinstance(on_plain, str):
+                where = f"plan.flush for policy {policy_words(policy)}, server info {plain!r}"
+                out.append(refusal(resolve_plan(mode, flush, pause, plain), on_plain, where))
+                continue
             plain_flush = on_plain.flush
             recorder.exercised["CLI-006"] += 1
         recorder.exercised[expected.rule_for("flush")] += 1
@@ -218,20 +305,30 @@ def check_plan(plan: object) -> None:
         )
 
 
-def check_capabilities(engine: EngineAdapter) -> None:
-    """ADP-002 for capabilities that are not a set of known names (a typo would silently
-    turn rules into SKIP)."""
-    caps = getattr(engine, "capabilities", None)
-    if not isinstance(caps, (set, frozenset)) or not all(isinstance(c, str) for c in caps):
-        raise AdapterError("ADP-002", f"capabilities {caps!r:.80} is not a set of names")
-    unknown = sorted(caps - CAPABILITIES)
-    if unknown:
-        known = ", ".join(sorted(CAPABILITIES))
-        raise AdapterError("ADP-002", f"unknown capabilities {unknown}; known: {known}")
+def check_capabilities(engine: EngineAdapter) -> frozenset[Capability]:
+    """The engine's capabilities, parsed (``capabilities.parse``); ADP-002 for what is not
+    a set of known names (a typo would silently turn rules into SKIP)."""
+    try:
+        return parse(getattr(engine, "capabilities", None))
+    except ValueError as e:
+        raise AdapterError("ADP-002", str(e)) from None
 
 
 def policy_words(p: Policy) -> str:
     return f"mode={p.mode.value} flush_cache={p.flush_cache} pause_mode={p.pause_mode.value}"
+
+
+@frozen
+class Cursor:
+    """Where a lockstep run stands, enough to resume it (the explorer's nodes): the
+    model's candidate ``states``, the client violations ``pending`` so far, whether the run
+    is ``off_contract`` (the client broke a rule, so the ledger no longer holds), and
+    whether a refused flush is still ``unsettled`` (several fail-closed branches open)."""
+
+    states: frozenset[State]
+    pending: tuple[Violation, ...] = ()
+    off_contract: bool = False
+    unsettled: bool = False
 
 
 def explanation(candidates: list[list[Violation]]) -> list[Violation]:
@@ -249,7 +346,7 @@ def narrowed(state: State, action: Action, obs, capabilities) -> State:
     entry the system no longer lists is gone (dropped entries never come back)."""
     index = getattr(action, "endpoint", None)
     listing = obs.view.cache if obs.view is not None else None
-    if index is None or listing is None or "cache_probe" not in capabilities:
+    if index is None or listing is None or Capability.CACHE_PROBE not in capabilities:
         return state
     ep = state.endpoint(index)
     return state.with_endpoint(index, evolve(ep, cache=ep.cache & listing))
@@ -286,7 +383,7 @@ class Lockstep:
         self.policy = Policy()
         self.configs: tuple[Config, ...] = ()
         self.actions: list[Action] = []
-        self.lines: list[dict[str, Any]] = []
+        self.steps: list[Step] = []
         self.pool: list[Action] | None = None
         self.served_at: dict[tuple[int, str], int] = {}
         self.pending: list[Violation] = []
@@ -296,6 +393,10 @@ class Lockstep:
     # ----- setup and drawing ----------------------------------------------------------
 
     def start(self, configs: tuple[Config, ...], policy: Policy) -> None:
+        if self.recorder.error is not None:
+            # An adapter already failed (perhaps hung): do not call it again; Hypothesis's
+            # replay of the failing example then ends on the same error, not on 'Flaky'.
+            raise self.recorder.error[1]
         try:  # the engine's declared profile (what an omitted flush_cache means ...)
             profile = getattr(self.engine, "profile", None)
             configs = tuple(with_profile(c, profile) for c in configs)
@@ -315,20 +416,35 @@ class Lockstep:
         self.states = frozenset({initial_state(configs, policy)})
         self.unsettled = False
 
+    def resume(self, configs: tuple[Config, ...], policy: Policy, cursor: Cursor) -> None:
+        """Continue a run from ``cursor`` without starting the SUT (the caller has put the
+        SUT back where the cursor was taken, e.g. ``InProcessAdapter.restore``)."""
+        self.configs, self.policy = configs, policy
+        self.states = cursor.states
+        self.pending = list(cursor.pending)
+        self.off_contract = cursor.off_contract
+        self.unsettled = cursor.unsettled
+        self.pool = None
+
+    def cursor(self) -> Cursor:
+        """Where this run stands now (see ``resume``)."""
+        return Cursor(self.states, tuple(self.pending), self.off_contract, self.unsettled)
+
     def enabled_actions(self) -> list[Action]:
         """Conforming actions the model enables in every candidate state, within the
         adapter's capabilities."""
         if self.pool is None:
-            caps = self.engine.capabilities | {""}
-            bounds = evolve(self.bounds, namespaces="namespaces" in caps)
+            caps = self.engine.capabilities
+            bounds = evolve(self.bounds, namespaces=Capability.NAMESPACES in caps)
             states = list(self.states)
             if not states:
                 return []
             first, rest = states[0], states[1:]
             self.pool = [
                 a
-                for a in candidates.actions(first, bounds, faults="faults" in caps)
-                if NEEDS.get(type(a), "") in caps and all(spec.enabled(s, a, bounds) for s in rest)
+                for a in candidates.actions(first, bounds, faults=Capability.FAULTS in caps)
+                if (type(a) not in NEEDS or NEEDS[type(a)] in caps)
+                and all(spec.enabled(s, a, bounds) for s in rest)
             ]
         return self.pool
 
@@ -355,8 +471,8 @@ class Lockstep:
         """Resolve each endpoint's plan with the client under test, check it against the
         spec's plan for the server info the endpoint showed, then drive the client's plan."""
         n = len(self.configs)
-        line: dict[str, Any] = {"step": len(self.lines), "action": action.to_json()}
-        self.lines.append(line)
+        step = Step(len(self.steps), action, plans=[])
+        self.steps.append(step)
         self.note(f"{action!r}")
         plans: list[Plan] = []
         p = self.policy
@@ -365,34 +481,21 @@ class Lockstep:
                 lambda i=i: self.engine.server_info(i), self.timeout, f"server_info({i})"
             )
             expected = resolve_plan(p.mode, p.flush_cache, p.pause_mode, info)
-            got = call_with_timeout(
-                lambda info=info: self.client.resolve(self.policy, info), self.timeout, "resolve"
-            )
-            check_plan(got)
-            entry = {"endpoint": i, "server_info": info}
-            line.setdefault("plans", []).append(
-                {**entry, "expected": plan_json(expected), "observed": plan_json(got)}
-            )
+            got = resolve(self.client, self.policy, info, self.timeout)
+            if isinstance(got, str):
+                self.refused(refusal(expected, got, f"endpoint {i} plan.flush, {info!r}"))
+            step.plans.append(PlanRecord(i, info, expected, got))
             again = None
             if expected.flush and not got.flush and p.pause_mode is PauseMode.IN_PLACE:
                 # Was the flush dropped because of the in_place pause (CLI-007, PF-06)? Ask
                 # the same question with a retract pause, and record the answer for replay.
                 retract = evolve(p, pause_mode=PauseMode.RETRACT)
-                again = call_with_timeout(
-                    lambda info=info, retract=retract: self.client.resolve(retract, info),
-                    self.timeout,
-                    "resolve",
-                )
-                check_plan(again)
                 spec_retract = resolve_plan(p.mode, p.flush_cache, PauseMode.RETRACT, info)
-                line["plans"].append(
-                    {
-                        **entry,
-                        "asked": "retract",
-                        "expected": plan_json(spec_retract),
-                        "observed": plan_json(again),
-                    }
-                )
+                again = resolve(self.client, retract, info, self.timeout)
+                if isinstance(again, str):
+                    where = f"endpoint {i} plan.flush (asked with a retract pause), {info!r}"
+                    self.refused(refusal(spec_retract, again, where))
+                step.plans.append(PlanRecord(i, info, spec_retract, again, asked="retract"))
             bad = [
                 Violation(rule, want, was, f"endpoint {i} plan.{f}, server info {info!r}")
                 for f, rule, want, was in judge_plan(
@@ -404,12 +507,14 @@ class Lockstep:
             if bad:
                 self.client_violation(bad)
             plans.append(got)
-        pauses = "pause" in self.engine.capabilities
+        pauses = Capability.PAUSE in self.engine.capabilities
         for i, plan in enumerate(plans):
             update = UpdateWeights(i, action.version, action.funnel, plan.flush)
             calls = [PauseGeneration(i, plan.pause_mode), update, ContinueGeneration(i)]
             for call in calls if pauses else [update]:
-                self.engine_step(call, within=line["step"])
+                if all(s.endpoint(i).phase is Phase.STOPPED for s in self.states):
+                    break  # the engine process exited mid-sync (CD-07): nothing more to drive
+                self.engine_step(call, within=step.step)
 
     def engine_step(self, action: Action, within: int | None) -> None:
         self.note(f"  {action!r}" if within is not None else f"{action!r}")
@@ -424,18 +529,11 @@ class Lockstep:
         if not branches:
             raise NotEnabled(f"{action!r} is not enabled in the model")
         judged = [(s2, o, compare(o, obs, caps, where)) for s2, o in branches]
-        line: dict[str, Any] = {
-            "step": len(self.lines),
-            "action": action.to_json(),
-            "observed": observation_json(obs),
-            "expected": [outcome_json(o) for _, o, _ in judged],
-        }
-        if within is not None:
-            line["within"] = within
-        self.lines.append(line)
+        step = Step(len(self.steps), action, obs, tuple(o for _, o, _ in judged), within=within)
+        self.steps.append(step)
         agreeing = [(s2, o) for s2, o, v in judged if not v]
         if not agreeing:
-            self.fail(explanation([v for _, _, v in judged]), line["step"])
+            self.fail(explanation([v for _, _, v in judged]), step.step)
         self.judge_evidence(action, obs, agreeing)
         if isinstance(action, UpdateWeights) and len(branches) > len(self.states):
             # A refused flush: the spec allows several fail-closed branches.
@@ -474,12 +572,23 @@ class Lockstep:
             bad = check_state(s, ledger=not self.off_contract)
             if bad:
                 raise SpecError(f"the model broke its own invariants: {bad}")
+        # Checked entries leave the ledger (as in ``model.explore``: no guard reads it), so
+        # a step costs the same at step 50,000 as at step 1: replay is linear in length.
+        self.states = frozenset(s.without_ledger() if s.ledger else s for s in self.states)
 
     # ----- verdicts -------------------------------------------------------------------
 
     def snapshot(self, violations: list[Violation]) -> Run:
-        lines, actions = list(self.lines), list(self.actions)
-        return Run(self.configs, self.policy, actions, lines, violations, self.pending)
+        steps, actions = list(self.steps), list(self.actions)
+        return Run(self.configs, self.policy, actions, steps, violations, self.pending)
+
+    def refused(self, violation: Violation) -> None:
+        """The client raised for this configuration: record it, and set the example aside
+        (``Refused``) so that the search judges the client on the others."""
+        self.note(f"client refused: {violation}")
+        self.recorder.refused.setdefault(violation.rule, violation)
+        self.recorder.exercised[violation.rule] += 1
+        raise Refused(violation)
 
     def client_violation(self, violations: list[Violation]) -> None:
         """A plan that breaks a client rule is recorded at once but does not stop the run:
@@ -496,7 +605,8 @@ class Lockstep:
     def fail(self, violations: list[Violation], step: int) -> None:
         violations = self.pending + [self.blame_server_info(v) for v in violations]
         if self.focus is not None and self.focus not in {v.rule for v in violations}:
-            self.recorder.other.update(v.rule for v in violations)
+            for v in violations:
+                self.recorder.other.setdefault(v.rule, v)
             raise Diverged(violations)
         if self.recorder.failure is None:
             self.recorder.failure = self.snapshot(violations)

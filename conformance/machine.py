@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import event, note, reject
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 from kvfence.model.actions import (
     Action,
@@ -36,7 +37,7 @@ from kvfence.model.actions import (
 from kvfence.model.state import Bounds
 
 from . import strategies
-from .lockstep import MACHINE_BOUNDS, Diverged, Lockstep, Recorder
+from .lockstep import MACHINE_BOUNDS, Diverged, Lockstep, Recorder, Refused
 
 DRAW_FREQUENCY: dict[type[Action], int] = {
     ServeRequest: 4,
@@ -99,6 +100,8 @@ class KvfenceMachine(RuleBasedStateMachine):
             self.lockstep.run(action)
         except Diverged:
             reject()  # broke only other rules: this example says nothing about the focus
+        except Refused:
+            reject()  # the client raised here: recorded; judge it on other configurations
 
     @invariant()
     def spec_invariants_hold(self) -> None:

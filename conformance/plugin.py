@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 
 from .runner import Result, run_check
+from .verdict import Verdict
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,7 +65,7 @@ class KvfenceItem(pytest.Item):
             profile=self.profile,
             out_dir=out,
         )
-        if result.verdict not in ("PASS", "WARN"):
+        if result.verdict not in (Verdict.PASS, Verdict.WARN):
             lines = [f"verdict {result.verdict}"]
             lines += [str(v) for v in result.violations]
             if result.error:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import combinations
-from typing import Any
 
 from attrs import evolve, frozen
+
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 from kvfence.model.actions import (
     Action,
@@ -23,11 +23,12 @@ from kvfence.model.actions import (
     TraceError,
     UpdateWeights,
 )
+from kvfence.model.capabilities import NEEDED_BY_ACTION, Capability
 from kvfence.model.checks import Violation
 from kvfence.model.client import Plan
 from kvfence.model.observation import Observation
 from kvfence.model.state import Bounds, Config, Policy
-from kvfence.model.vocabulary import Lane, Tier
+from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
 
 from . import strategies
 from .lockstep import (
@@ -37,19 +38,21 @@ from .lockstep import (
     Lockstep,
     NotEnabled,
     Recorder,
+    Refused,
     Run,
 )
-from .trace import Trace
+from .trace import Step, Trace
+from .verdict import ReplayKind
 
 VERSIONED = (SyncWeights, UpdateWeights, FaultUpdateFailsMidway)
 
 
 @frozen
 class Replayed:
-    """How one replay ended. ``kind``: FAIL, PASS, ERROR or INVALID (a step the model does
+    """How one replay ended. ``kind``: a ``ReplayKind`` (INVALID: a step the model does
     not enable). ``hard``: violations that stopped it; ``soft``: client violations seen."""
 
-    kind: str
+    kind: ReplayKind
     hard: tuple[Violation, ...]
     soft: tuple[Violation, ...]
     run: Run
@@ -96,23 +99,34 @@ def replay_actions(
             lock.check_model()
     except ConformanceFailure as e:
         hard = tuple(v for v in e.violations if v not in lock.pending)
-        return Replayed("FAIL", hard, tuple(lock.pending), lock.snapshot(e.violations))
+        return Replayed(ReplayKind.FAIL, hard, tuple(lock.pending), lock.snapshot(e.violations))
+    except Refused as e:
+        run = lock.snapshot([*lock.pending, e.violation])
+        return Replayed(ReplayKind.FAIL, (e.violation,), tuple(lock.pending), run)
     except NotEnabled as e:
-        return Replayed("INVALID", (), tuple(lock.pending), lock.snapshot([]), str(e))
+        return Replayed(ReplayKind.INVALID, (), tuple(lock.pending), lock.snapshot([]), str(e))
     except AdapterError as e:
-        return Replayed("ERROR", (), tuple(lock.pending), lock.snapshot([]), str(e))
-    kind = "FAIL" if lock.pending else "PASS"
+        return Replayed(ReplayKind.ERROR, (), tuple(lock.pending), lock.snapshot([]), str(e))
+    kind = ReplayKind.FAIL if lock.pending else ReplayKind.PASS
     return Replayed(kind, (), tuple(lock.pending), lock.snapshot(list(lock.pending)))
 
 
+def _without_fp8_dtype(info):
+    return None if info is None else tuple(kv for kv in info if kv[0] != "kv_cache_dtype")
+
+
 def _simpler_setups(configs: tuple[Config, ...], policy: Policy):
-    """Plainer variants of a setup, one change at a time."""
+    """Plainer variants of a setup, one change at a time, each one the generator could
+    have drawn (``strategies.configs``): FP8 off takes the FP8 ``kv_cache_dtype`` out of
+    the server info, and a plainer server info keeps it while FP8 is on."""
     for i, c in enumerate(configs):
         plain_info = (strategies.REPORTS_WHEN_ON if c.radix else strategies.REPORTS_WHEN_OFF)[0]
+        if c.fp8_kv and plain_info is not None:
+            plain_info = tuple(sorted((*plain_info, ("kv_cache_dtype", "fp8_e4m3"))))
         for change in (
             {"draft": False},
             {"encoder": False},
-            {"fp8_kv": False},
+            {"fp8_kv": False, "info": _without_fp8_dtype(c.info)},
             {"lora": False},
             {"tiers": frozenset({Tier.DEVICE})},
             {"lane": Lane.STANDARD},
@@ -121,7 +135,11 @@ def _simpler_setups(configs: tuple[Config, ...], policy: Policy):
             simpler = evolve(c, **change)
             if simpler != c:
                 yield (*configs[:i], simpler, *configs[i + 1 :]), policy
-    for change in ({"mode": "auto"}, {"flush_cache": None}, {"pause_mode": "retract"}):
+    for change in (
+        {"mode": CacheMode.AUTO},
+        {"flush_cache": None},
+        {"pause_mode": PauseMode.RETRACT},
+    ):
         simpler_policy = evolve(policy, **change)
         if simpler_policy != policy:
             yield configs, simpler_policy
@@ -143,7 +161,7 @@ def shrink(
 
     def breaks(r: Replayed) -> bool:
         rules = {v.rule for v in (r.hard if hard else r.soft)}
-        return r.kind == "FAIL" and bool(rules & targets)
+        return r.kind is ReplayKind.FAIL and bool(rules & targets)
 
     configs, policy, actions = run.configs, run.policy, list(run.actions)
     deltas = _deltas(actions)
@@ -209,10 +227,14 @@ class RecordedEngine:
     def __init__(self, trace: Trace) -> None:
         self.fixed_configs = trace.configs
         self.steps = [s for s in trace.steps if s.observed is not None]
-        self.capabilities = recorded_capabilities(self.steps)
-        self.infos = [info for s in trace.steps if s.plans for info, _ in s.plans]
+        self.capabilities = recorded_capabilities(trace.steps)
+        self.infos = [p.server_info for s in trace.steps for p in s.shown]
         self.cursor = 0
         self.info_cursor = 0
+
+    def unconsumed(self) -> Step | None:
+        """The first recorded engine step the replay never reached, if any."""
+        return self.steps[self.cursor] if self.cursor < len(self.steps) else None
 
     def start(self, configs: tuple[Config, ...]) -> None:
         self.cursor = self.info_cursor = 0
@@ -238,24 +260,28 @@ class RecordedEngine:
         """Nothing to release."""
 
 
-def recorded_capabilities(steps: list[Any]) -> frozenset[str]:
+def recorded_capabilities(steps: list[Step]) -> frozenset[Capability]:
     """Claim only what the trace recorded: a field no step carries is not evidence, so its
-    rules judge nothing rather than pass on silence."""
-    obs = [s.observed for s in steps]
-    caps = {"faults", "inflight", "restart", "pause", "sleep", "tiers", "lora"}
+    rules judge nothing rather than pass on silence; an action capability only where an
+    action it unlocks was recorded (a trace from an adapter without ``pause`` has syncs that
+    drive UpdateWeights alone, and is replayed that way)."""
+    C = Capability
+    names = {type(s.action).__name__ for s in steps}
+    caps = {NEEDED_BY_ACTION[n] for n in names if n in NEEDED_BY_ACTION}
+    obs = [s.observed for s in steps if s.observed is not None]
     if any(o.view is not None and o.view.weights is not None for o in obs):
-        caps.add("weights_probe")
+        caps.add(C.WEIGHTS_PROBE)
     if any(o.view is not None and o.view.cache is not None for o in obs):
-        caps.add("cache_probe")  # never exact_cache: a recorded listing may hold less
+        caps.add(C.CACHE_PROBE)  # never exact_cache: a recorded listing may hold less
     responses = [o.response for o in obs if o.response is not None]
     if any(r.uses is not None for r in responses):
-        caps.add("provenance")
+        caps.add(C.PROVENANCE)
     if any(r.sampled is not None for r in responses):
-        caps.add("attribution")
+        caps.add(C.ATTRIBUTION)
     if any(r.output is not None and r.cold is not None for r in responses):
-        caps.add("byte_oracle")
+        caps.add(C.BYTE_ORACLE)
     if any(o.flushed is not None for o in obs):
-        caps.add("flush_result")
+        caps.add(C.FLUSH_RESULT)
     return frozenset(caps)
 
 
@@ -288,16 +314,25 @@ def replay_trace(
     timeout: float = 60.0,
 ) -> Replayed:
     """Replay ``trace`` against ``engine`` (and ``client``), or with both ``None`` judge
-    its recorded observations against the spec alone."""
-    if not trace.steps:
-        run = Run(trace.configs, trace.policy, [], [], [])
-        return Replayed("ERROR", (), (), run, "the trace has no steps: nothing to judge")
+    its recorded observations against the spec alone. ERROR, never PASS, when the trace
+    has no top-level action, or when model-only validation passes without consuming every
+    recorded step and plan (the spec never judged them)."""
+    empty = Run(trace.configs, trace.policy, [], [], [])
+    actions = trace_actions(trace)
+    if not actions:
+        return Replayed(ReplayKind.ERROR, (), (), empty, "the trace has no top-level action")
+    recorded = None
     if engine is None:
-        engine, client = RecordedEngine(trace), RecordedClient(trace)
+        engine, client = recorded = RecordedEngine(trace), RecordedClient(trace)
     assert client is not None
     try:
-        return replay_actions(
-            engine, client, trace.configs, trace.policy, trace_actions(trace), timeout=timeout
-        )
+        out = replay_actions(engine, client, trace.configs, trace.policy, actions, timeout=timeout)
     except TraceError as e:
-        return Replayed("ERROR", (), (), Run(trace.configs, trace.policy, [], [], []), str(e))
+        return Replayed(ReplayKind.ERROR, (), (), empty, str(e))
+    if recorded is not None and out.kind is ReplayKind.PASS:
+        left = recorded[0].unconsumed()
+        if left is not None or recorded[1].cursor < len(recorded[1].plans):
+            where = f"line {left.line} ({left.action!r})" if left else "a recorded plan"
+            message = f"the spec never drove {where}: the trace does not follow the spec's sync"
+            return evolve(out, kind=ReplayKind.ERROR, message=message)
+    return out

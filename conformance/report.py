@@ -3,61 +3,96 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .runner import Result
-from .trace import violation_json
+from .trace import violation_json, write_atomic
+from .verdict import Verdict
 
 STYLE = {
-    "PASS": "green",
-    "FAIL": "bold red",
-    "ERROR": "bold magenta",
-    "UNKNOWN": "yellow",
-    "WARN": "yellow",
-    "SKIP": "dim",
+    Verdict.PASS: "green",
+    Verdict.FAIL: "bold red",
+    Verdict.ERROR: "bold magenta",
+    Verdict.UNKNOWN: "yellow",
+    Verdict.WARN: "yellow",
+    Verdict.SKIP: "dim",
 }
+
+_NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def clean(text: object) -> str:
+    """``text`` printable and encodable anywhere: lone surrogates and other code points
+    UTF-8 cannot carry become ``\\udcxx`` escapes (an adapter's message may hold them)."""
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def xml_text(text: object) -> str:
+    """``clean(text)`` without the characters XML 1.0 forbids (control characters), each
+    shown as ``\\xNN``: JUnit stays parseable whatever an adapter said."""
+    return _NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", clean(text))
+
+
+def _text(text: object) -> str:
+    """Adapter text for the console: clean, and never read as rich markup."""
+    return escape(clean(text))
 
 
 def verdict_table(result: Result) -> Table:
-    """One row per rule: ID, name, level, verdict, evidence count, reason."""
+    """One row per rule: ID, verdict, level, evidence count, name, reason. The verdict
+    sits beside the ID and never wraps, so a narrow terminal still shows it."""
     table = Table(
-        title=f"kvfence check: engine={result.engine} client={result.client} "
+        title=f"kvfence check: engine={_text(result.engine)} client={_text(result.client)} "
         f"profile={result.profile}",
         title_justify="left",
     )
-    for col in ("rule", "name", "level", "verdict", "evidence", "note"):
-        table.add_column(col, no_wrap=col != "note")
+    for col in ("rule", "verdict", "level", "evidence", "name", "note"):
+        wide = col in ("rule", "verdict")
+        table.add_column(col, no_wrap=wide, min_width=7 if wide else None)
     for rv in result.rules:
         style = STYLE.get(rv.verdict, "")
         table.add_row(
             rv.rule.id,
-            rv.rule.name,
-            rv.rule.level,
             f"[{style}]{rv.verdict}[/]",
+            rv.rule.level,
             str(rv.evidence),
-            rv.reason,
+            rv.rule.name,
+            _text(rv.reason),
         )
     return table
+
+
+def replay_hint(result: Result) -> str:
+    """The command that replays the counterexample. A trace never makes ``replay`` import
+    code, so a ``module:function`` engine or client is passed explicitly."""
+    words = ["kvfence", "replay", str(result.counterexample)]
+    for flag, name in (("--engine", result.engine), ("--client", result.client)):
+        if ":" in name:
+            words += [flag, name]
+    return " ".join(words)
 
 
 def print_result(result: Result, console: Console | None = None) -> None:
     console = console or Console()
     console.print(verdict_table(result))
     for v in result.violations:
-        console.print(f"[bold red]violated[/] {v}")
+        console.print(f"[bold red]violated[/] {_text(v)}")
     if result.error:
-        console.print(f"[bold magenta]error[/] {result.error}")
+        console.print(f"[bold magenta]error[/] {_text(result.error)}")
     for w in result.warnings:
-        console.print(f"[yellow]warning[/] {w}")
+        console.print(f"[yellow]warning[/] {_text(w)}")
     if result.counterexample:
         console.print(
-            f"counterexample ({result.steps} steps): {result.counterexample}\n"
-            f"replay it: kvfence replay {result.counterexample}"
+            f"counterexample ({result.steps} steps): {_text(result.counterexample)}\n"
+            f"replay it: {_text(replay_hint(result))}",
+            soft_wrap=True,  # a command to copy: never broken over lines
         )
     style = STYLE.get(result.verdict, "")
     console.print(
@@ -72,7 +107,7 @@ def result_json(result: Result) -> dict[str, Any]:
         "client": result.client,
         "profile": result.profile,
         "seed": result.seed,
-        "verdict": result.verdict,
+        "verdict": result.verdict.value,
         "seconds": round(result.seconds, 3),
         "examples": result.examples,
         "counterexample": None if result.counterexample is None else str(result.counterexample),
@@ -84,7 +119,7 @@ def result_json(result: Result) -> dict[str, Any]:
                 "id": rv.rule.id,
                 "name": rv.rule.name,
                 "level": rv.rule.level,
-                "verdict": rv.verdict,
+                "verdict": rv.verdict.value,
                 "evidence": rv.evidence,
                 "note": rv.reason,
             }
@@ -94,23 +129,27 @@ def result_json(result: Result) -> dict[str, Any]:
 
 
 def write_json(results: list[Result], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([result_json(r) for r in results], indent=2) + "\n")
+    """The results as JSON, written atomically; any text an adapter returned survives
+    (``ensure_ascii`` escapes lone surrogates)."""
+    data = [result_json(r) for r in results]
+    write_atomic(path, json.dumps(data, indent=2, default=repr) + "\n")
 
 
 def write_junit(results: list[Result], path: Path) -> None:
     """One testsuite per check, one testcase per rule. FAIL is a failure; ERROR and UNKNOWN
-    are errors (a checker that could not see is never a pass); SKIP is skipped."""
+    are errors (a checker that could not see is never a pass); SKIP is skipped. Written
+    atomically; every text is XML-safe (``xml_text``)."""
+    bad, unseen = (Verdict.FAIL, Verdict.WARN), (Verdict.ERROR, Verdict.UNKNOWN)
     root = ET.Element("testsuites", name="kvfence")
     for result in results:
         suite = ET.SubElement(
             root,
             "testsuite",
-            name=f"kvfence.{result.engine}.{result.client}",
+            name=xml_text(f"kvfence.{result.engine}.{result.client}"),
             tests=str(len(result.rules)),
-            failures=str(sum(rv.verdict in ("FAIL", "WARN") for rv in result.rules)),
-            errors=str(sum(rv.verdict in ("ERROR", "UNKNOWN") for rv in result.rules)),
-            skipped=str(sum(rv.verdict == "SKIP" for rv in result.rules)),
+            failures=str(sum(rv.verdict in bad for rv in result.rules)),
+            errors=str(sum(rv.verdict in unseen for rv in result.rules)),
+            skipped=str(sum(rv.verdict is Verdict.SKIP for rv in result.rules)),
             time=f"{result.seconds:.3f}",
         )
         for rv in result.rules:
@@ -118,14 +157,16 @@ def write_junit(results: list[Result], path: Path) -> None:
                 suite, "testcase", classname=f"kvfence.{rv.rule.kind}", name=rv.rule.id
             )
             text = f"{rv.rule.name}: {rv.rule.text}"
-            if rv.verdict in ("FAIL", "WARN"):
+            if rv.verdict in bad:
                 details = "\n".join(str(v) for v in result.violations if v.rule == rv.rule.id)
+                details = details or rv.reason
                 el = ET.SubElement(case, "failure", message=f"{rv.rule.id} violated")
-                el.text = f"{text}\n{details}\ncounterexample: {result.counterexample}"
-            elif rv.verdict in ("ERROR", "UNKNOWN"):
-                el = ET.SubElement(case, "error", message=f"{rv.verdict}: {rv.reason}")
+                el.text = xml_text(f"{text}\n{details}\ncounterexample: {result.counterexample}")
+            elif rv.verdict in unseen:
+                el = ET.SubElement(case, "error", message=xml_text(f"{rv.verdict}: {rv.reason}"))
                 el.text = text
-            elif rv.verdict == "SKIP":
-                ET.SubElement(case, "skipped", message=rv.reason)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ET.ElementTree(root).write(path, encoding="utf-8", xml_declaration=True)
+            elif rv.verdict is Verdict.SKIP:
+                ET.SubElement(case, "skipped", message=xml_text(rv.reason))
+    ET.indent(root)
+    body = ET.tostring(root, encoding="unicode")
+    write_atomic(path, '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n")

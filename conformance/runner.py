@@ -1,5 +1,8 @@
 """Run the conformance machine against one SUT and turn what it saw into verdicts.
 
+``run_check`` is four phases: ``generate`` (the client table and Hypothesis's search),
+``minimise`` (shrink the failing run), ``write_counterexample`` and ``judge``.
+
 Verdicts, worst first: FAIL (a rule broken), ERROR (the SUT or adapter could not answer),
 UNKNOWN (a rule or scenario never exercised), PASS, SKIP (the adapter cannot observe the
 rule's evidence, with the reason). The run's verdict is the worst over its rules; SKIP never
@@ -8,19 +11,23 @@ decides it. A SHOULD rule's FAIL counts only with ``strict``; otherwise it shows
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from attrs import frozen
-from hypothesis import HealthCheck, Phase, Verbosity, settings
+from attrs import define, frozen
+from hypothesis import HealthCheck, Phase, Verbosity, configuration, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky
 from hypothesis.stateful import get_state_machine_test
+
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
-from kvfence.model.capabilities import EVIDENCE
+from kvfence.model.capabilities import EVIDENCE, Capability
 from kvfence.model.checks import Violation, unknown_reason
-from kvfence.model.rules import RULES, Rule
+from kvfence.model.rules import BY_ID, RULES, Rule
 from kvfence.model.state import Bounds
 
 from .lockstep import (
@@ -28,63 +35,44 @@ from .lockstep import (
     AdapterError,
     ConformanceFailure,
     Recorder,
+    Run,
     call_with_timeout,
     check_capabilities,
     client_table,
 )
 from .machine import build_machine
-from .replay import shrink
-from .trace import header, violation_json, write_trace
+from .replay import Replayed, shrink
+from .trace import header, safe_name, unique_path, verdict_line, write_trace
+from .verdict import ORDER, Verdict, worst
 
-ORDER = ("FAIL", "ERROR", "UNKNOWN", "WARN", "PASS", "SKIP")
+_QUIET: dict[str, Any] = {
+    "deadline": None,
+    "suppress_health_check": list(HealthCheck),
+    "report_multiple_bugs": False,
+    "print_blob": False,
+    "verbosity": Verbosity.quiet,
+}
 
 PROFILES: dict[str, settings] = {
-    "ci": settings(
-        max_examples=600,
-        stateful_step_count=15,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False,
-        print_blob=False,
-        verbosity=Verbosity.quiet,
-    ),
-    "dev": settings(
-        max_examples=400,
-        stateful_step_count=40,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False,
-        print_blob=False,
-        verbosity=Verbosity.quiet,
-    ),
-    "fuzz": settings(
-        max_examples=5000,
-        stateful_step_count=80,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False,
-        print_blob=False,
-        verbosity=Verbosity.quiet,
-    ),
+    "ci": settings(max_examples=600, stateful_step_count=15, derandomize=True, **_QUIET),
+    "dev": settings(max_examples=400, stateful_step_count=40, derandomize=False, **_QUIET),
+    "fuzz": settings(max_examples=5000, stateful_step_count=80, derandomize=False, **_QUIET),
 }
-"""Named budgets. ``ci`` is derandomized (the same examples every run); ``dev`` and
-``fuzz`` are random unless ``seed`` is given. These are kvfence's own profiles and do not
-depend on Hypothesis's profile registry (which loads its own ``ci`` when ``CI`` is set)."""
+"""Named budgets. ``ci`` is derandomized (the same examples every run, with or without the
+``CI`` environment variable); ``dev`` and ``fuzz`` draw new examples every run unless
+``seed`` is given, also under ``CI`` (``derandomize`` is set here, never inherited from
+Hypothesis's own ``ci`` profile, which ``CI`` would load). ``dev`` and ``fuzz`` keep
+Hypothesis's example database under the run's output folder (``<out>/.hypothesis``), never
+in the working directory; ``ci`` keeps none."""
 
-REQUIRES: dict[str, tuple[str, ...]] = {
-    rule: tuple(c.value for c in caps) for rule, caps in EVIDENCE.items()
-}
+REQUIRES: dict[str, tuple[Capability, ...]] = dict(EVIDENCE)
 """Capabilities (and config features) a rule's evidence needs; without them it is SKIP."""
 
 
 @frozen
 class RuleVerdict:
     rule: Rule
-    verdict: str
+    verdict: Verdict
     evidence: int
     reason: str = ""
 
@@ -99,7 +87,7 @@ class Result:
     client: str
     profile: str
     seed: int | None
-    verdict: str
+    verdict: Verdict
     rules: tuple[RuleVerdict, ...]
     violations: tuple[Violation, ...]
     error: str
@@ -111,49 +99,256 @@ class Result:
 
     @property
     def exit_code(self) -> int:
-        return {"PASS": 0, "WARN": 0, "FAIL": 1}.get(self.verdict, 2)
+        return Verdict(self.verdict).exit_code
 
     def caught(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(v.rule for v in self.violations))
 
 
-def _worst(verdicts: list[str]) -> str:
-    present = [v for v in verdicts if v != "SKIP"] or ["UNKNOWN"]
-    return min(present, key=ORDER.index)
+@frozen
+class Options:
+    """How a check runs (``run_check``'s keyword arguments, validated)."""
+
+    profile: str = "ci"
+    seed: int | None = None
+    out_dir: Path = Path("kvfence-results")
+    strict: bool = False
+    timeout: float = 60.0
+    bounds: Bounds = MACHINE_BOUNDS
+    max_examples: int | None = None
+    focus: str | None = None
+
+
+@define
+class Search:
+    """What the generate phase leaves for the others: the ``recorder``, the client
+    ``table``'s violations, the ``error`` that ended it, and the parsed capabilities."""
+
+    recorder: Recorder
+    table: list[Violation]
+    error: AdapterError | None = None
+    capabilities: frozenset[Capability] = frozenset()
+
+
+def check_focus(focus: str | None) -> None:
+    """``ValueError`` unless ``focus`` is None or a rule ID of the registry (exactly:
+    ``"inv-001"`` and ``""`` are not rules, and would otherwise set every example aside)."""
+    if focus is not None and focus not in BY_ID:
+        raise ValueError(f"unknown rule {focus!r} to focus on; known: {', '.join(BY_ID)}")
 
 
 def _rule_verdicts(
     recorder: Recorder,
     violations: list[Violation],
     error: AdapterError | None,
-    capabilities: frozenset[str],
+    capabilities: frozenset[Capability],
     strict: bool,
+    focus: str | None = None,
 ) -> tuple[RuleVerdict, ...]:
     broken = {v.rule for v in violations}
-    have = capabilities if isinstance(capabilities, (set, frozenset)) else frozenset()
     out = []
     for r in RULES:
         n = recorder.exercised[r.id] + (1 if r.id in recorder.reached else 0)
-        missing = [c for c in REQUIRES.get(r.id, ()) if c not in have]
+        missing = [c.value for c in REQUIRES.get(r.id, ()) if c not in capabilities]
         if r.id in broken:
-            verdict = "FAIL" if r.level == "MUST" or strict else "WARN"
+            verdict = Verdict.FAIL if r.level == "MUST" or strict else Verdict.WARN
             out.append(RuleVerdict(r, verdict, n, "violated"))
+        elif r.id in recorder.other:
+            # Broken where the focused search looked away: still broken (never PASS/WARN).
+            why = f"broken in an example set aside by the focus on {focus}: {recorder.other[r.id]}"
+            out.append(RuleVerdict(r, Verdict.FAIL, n, why))
         elif error is not None and r.id == error.rule:
-            out.append(RuleVerdict(r, "ERROR", n, str(error)))
-        elif missing and n == 0:
-            out.append(RuleVerdict(r, "SKIP", 0, f"needs {', '.join(missing)}"))
+            out.append(RuleVerdict(r, Verdict.ERROR, n, str(error)))
+        elif missing:
+            # Evidence counted without a capability it needs could not have shown a
+            # violation: never a PASS.
+            out.append(RuleVerdict(r, Verdict.SKIP, n, f"needs {', '.join(missing)}"))
         elif n > 0:
-            out.append(RuleVerdict(r, "PASS", n))
+            out.append(RuleVerdict(r, Verdict.PASS, n))
         elif r.kind == "ADP" and error is None:
-            out.append(RuleVerdict(r, "PASS", recorder.steps, "every call answered"))
+            out.append(RuleVerdict(r, Verdict.PASS, recorder.steps, "every call answered"))
         elif r.kind == "ADP":
-            out.append(RuleVerdict(r, "UNKNOWN", 0, "the run ended on an adapter error"))
+            out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, "the run ended on an adapter error"))
         elif error is not None or violations:
-            out.append(RuleVerdict(r, "UNKNOWN", 0, "run stopped before it was exercised"))
+            out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, "run stopped before it was exercised"))
         else:
             reason = f"never exercised: {unknown_reason(r.id)}; raise the budget"
-            out.append(RuleVerdict(r, "UNKNOWN", 0, reason))
+            out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, reason))
     return tuple(out)
+
+
+def _settings(engine: EngineAdapter, opts: Options) -> settings:
+    overrides: dict[str, Any] = {"phases": (Phase.explicit, Phase.reuse, Phase.generate)}
+    overrides.update(getattr(engine, "budget", {}) if opts.profile == "ci" else {})
+    if opts.seed is not None:
+        overrides["derandomize"] = False
+    if opts.max_examples is not None:
+        overrides["max_examples"] = opts.max_examples
+    derandomized = overrides.get("derandomize", PROFILES[opts.profile].derandomize)
+    if opts.profile != "ci" and not derandomized:
+        examples = opts.out_dir / ".hypothesis" / "examples"
+        overrides["database"] = DirectoryBasedExampleDatabase(examples)
+    else:
+        overrides["database"] = None
+    return settings(PROFILES[opts.profile], **overrides)
+
+
+@contextlib.contextmanager
+def _hypothesis_home(folder: Path) -> Iterator[None]:
+    """Hypothesis's storage (``.hypothesis/``) under ``folder`` while a check runs, then
+    back to where it was: a check leaves nothing in the working directory."""
+    key = "__hypothesis_home_directory"
+    before = vars(configuration).get(key)
+    configuration.set_hypothesis_home_dir(folder / ".hypothesis")
+    try:
+        yield
+    finally:
+        configuration.set_hypothesis_home_dir(before)
+
+
+def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Search:
+    """Phase 1: the client table, then Hypothesis's stateful search. Never raises for what
+    the SUT does; the first adapter error (``Recorder.error``) is the one reported, so a
+    hung call is named as a timeout, not as the non-determinism of Hypothesis's replay."""
+    search = Search(Recorder(), [])
+    try:
+        search.capabilities = check_capabilities(engine)
+        search.table = client_table(client, search.recorder, opts.timeout)
+    except AdapterError as e:
+        search.error = e
+        return search
+    machine = build_machine(engine, client, search.recorder, opts.bounds, opts.timeout, opts.focus)
+    for config, seed in _chunks(_settings(engine, opts), opts.seed):
+        test = get_state_machine_test(machine, settings=config)
+        if seed is not None:
+            test = hypothesis_seed(seed)(test)
+        try:
+            with _hypothesis_home(opts.out_dir):
+                test()
+        except ConformanceFailure:
+            pass
+        except AdapterError as e:
+            search.error = e
+        except Flaky as e:
+            search.error = AdapterError("ADP-001", f"the SUT is not deterministic: {e}")
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # a SystemExit from the SUT is an error, not 'exit 0'
+            search.error = AdapterError("ADP-001", f"{type(e).__name__}: {e}")
+        if search.recorder.error is not None:
+            search.error = search.recorder.error[1]
+        if search.error is not None or search.recorder.failure is not None:
+            break
+    return search
+
+
+CHUNK = 500
+"""Examples per Hypothesis run in a random profile. Hypothesis keeps a tree of every choice
+a run drew until the run ends; a fuzz budget split into runs of this size (each with its
+own seed) keeps memory bounded by one chunk instead of growing with the budget (it grew
+to about 1 GB over a 5,000-example fuzz run)."""
+
+
+def _chunks(config: settings, seed: int | None) -> list[tuple[settings, int | None]]:
+    """``config`` as runs of at most ``CHUNK`` examples; a derandomized run stays whole
+    (its chunks would repeat the same examples)."""
+    total = config.max_examples
+    if config.derandomize or total <= CHUNK:
+        return [(config, seed)]
+    sizes = [min(CHUNK, total - start) for start in range(0, total, CHUNK)]
+    return [
+        (settings(config, max_examples=n), None if seed is None else seed + i)
+        for i, n in enumerate(sizes)
+    ]
+
+
+def minimise(
+    engine: EngineAdapter, client: ClientAdapter, search: Search, opts: Options
+) -> tuple[Run | None, Replayed | None]:
+    """Phase 2: the run that failed (or only broke a client rule), and its shrunk replay.
+    Shrinks towards what stopped the run; towards the client's violation only when nothing
+    else did, or when that is the rule a focused run is after."""
+    rec = search.recorder
+    found = rec.failure or (rec.soft if search.error is None else None)
+    if found is None:
+        return (rec.error[0] if rec.error else None), None
+    hard = bool(found.hard)
+    targets = {v.rule for v in (found.hard or found.pending)}
+    if opts.focus is not None:
+        hard = opts.focus not in {v.rule for v in found.pending}
+        targets = {opts.focus}
+    try:
+        best = shrink(engine, client, found, targets or {"?"}, hard, opts.bounds, opts.timeout)
+    except AdapterError as e:
+        search.error = search.error or e
+        best = None
+    return found, best
+
+
+def write_counterexample(
+    engine: EngineAdapter, client: ClientAdapter, run: Run, violations, search, opts: Options
+) -> tuple[Path | None, str]:
+    """Phase 3: the counterexample trace, under a name no other run can take (in
+    ``out_dir``, whatever the adapters are called); the path, or a warning."""
+    error = "" if search.error is None else str(search.error)
+    head = header(
+        engine.name,
+        client.name,
+        opts.seed,
+        opts.profile,
+        run.configs,
+        run.policy,
+        capabilities=search.capabilities,
+    )
+    stem = f"counterexample-{safe_name(engine.name)}-{safe_name(client.name)}"
+    try:
+        path = unique_path(opts.out_dir, stem)
+        return write_trace(path, head, run.steps, verdict_line(run.steps, violations, error)), ""
+    except OSError as e:
+        return None, f"could not write the counterexample to {opts.out_dir}: {e}"
+
+
+def judge(search: Search, violations: list[Violation], opts: Options):
+    """Phase 4: one verdict per rule, and the run's (worst first; an adapter error makes
+    anything short of FAIL an ERROR)."""
+    rules = _rule_verdicts(
+        search.recorder,
+        violations,
+        search.error,
+        search.capabilities,
+        opts.strict,
+        opts.focus,
+    )
+    verdict = worst([r.verdict for r in rules])
+    if search.error is not None and verdict is not Verdict.FAIL:
+        verdict = Verdict.ERROR
+    return rules, verdict
+
+
+def _collect(
+    search: Search, shown: list[Violation], problem: str, focus: str | None
+) -> tuple[list[Violation], list[str]]:
+    """The result's violations: the counterexample's, then what only the client table or
+    a refusal showed (a pure function's counterexample is its input); and the warnings."""
+    table = [v for v in search.table if focus is None or v.rule == focus]
+    violations = shown + _extra(shown, table + list(search.recorder.refused.values()))
+    warnings = [problem] if problem else []
+    warnings += sorted(search.recorder.notes)  # availability and off-policy notes
+    other = sorted(set(search.recorder.other) - {v.rule for v in violations})
+    if other:
+        warnings.append(f"examples set aside by the focus on {focus} also broke {other}")
+    return violations, warnings
+
+
+def _extra(violations: list[Violation], more: list[Violation]) -> list[Violation]:
+    """``more``'s first violation of each rule ``violations`` does not already break."""
+    seen = {v.rule for v in violations}
+    out = []
+    for v in more:
+        if v.rule not in seen:
+            seen.add(v.rule)
+            out.append(v)
+    return out
 
 
 def run_check(
@@ -168,107 +363,35 @@ def run_check(
     max_examples: int | None = None,
     focus: str | None = None,
 ) -> Result:
-    """Run the stateful machine against ``engine`` + ``client``, shrink what fails, and
-    judge. ``focus``: search until that rule is shown broken (see ``Lockstep``). Never
-    raises for what the SUT does (that is the verdict); ``KeyError`` for an unknown
-    profile.
+    """Run the stateful machine against ``engine`` + ``client``, shrink what fails, write
+    the counterexample, and judge. ``focus``: a rule ID; search until that rule is shown
+    broken (see ``Lockstep``); rules broken in the examples it sets aside are FAIL too.
+    Never raises for what the SUT does (that is the verdict); ``KeyError`` for an unknown
+    profile, ``ValueError`` for a ``focus`` that is not a rule ID.
 
     Hypothesis generates (derandomized under ``ci``); the first failing example is shrunk
     by ``replay.shrink`` on its action list, which is faster here than shrinking the choice
     sequence and yields the same JSONL record that ``kvfence replay`` reads.
     """
-    overrides: dict[str, Any] = {"phases": (Phase.explicit, Phase.reuse, Phase.generate)}
-    budget = getattr(engine, "budget", {}) if profile == "ci" else {}
-    overrides.update(budget)
-    if seed is not None:
-        overrides["derandomize"] = False
-    if max_examples is not None:
-        overrides["max_examples"] = max_examples
-    config = settings(PROFILES[profile], **overrides)
-    recorder = Recorder()
-    machine = build_machine(engine, client, recorder, bounds, timeout, focus)
-    test = get_state_machine_test(machine, settings=config)
-    if seed is not None:
-        test = hypothesis_seed(seed)(test)
+    check_focus(focus)
+    opts = Options(profile, seed, out_dir, strict, timeout, bounds, max_examples, focus)
+    PROFILES[profile]  # KeyError before anything runs
     started = time.monotonic()
-    error: AdapterError | None = None
-    table: list[Violation] = []
-    try:
-        check_capabilities(engine)
-        table = client_table(client, recorder, timeout)
-    except AdapterError as e:
-        error = e
-    try:
-        if error is None:
-            test()
-    except ConformanceFailure:
-        pass
-    except AdapterError as e:
-        error = e
-    except Flaky as e:
-        error = AdapterError("ADP-001", f"the SUT is not deterministic: {e}")
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # a SystemExit from the SUT is an error, not 'exit 0'
-        error = AdapterError("ADP-001", f"{type(e).__name__}: {e}")
-    found = recorder.failure or (recorder.soft if error is None else None)
-    best = None
-    if found is not None:
-        # Shrink towards what stopped the run; towards the client's violation only when
-        # nothing else did, or when that is the rule a focused run is after.
-        hard = bool(found.hard)
-        targets = {v.rule for v in (found.hard or found.pending)}
-        if focus is not None:
-            hard = focus not in {v.rule for v in found.pending}
-            targets = {focus}
-        try:
-            best = shrink(engine, client, found, targets or {"?"}, hard, bounds, timeout)
-        except AdapterError as e:
-            error = error or e
+    search = generate(engine, client, opts)
+    run, best = minimise(engine, client, search, opts)
     try:
         call_with_timeout(engine.close, timeout, "close")
     except AdapterError as e:
-        error = error or e
+        search.error = search.error or e
     seconds = time.monotonic() - started
-    violations: list[Violation] = []
-    warnings: list[str] = []
-    path = None
-    steps = 0
-    if focus is not None:
-        table = [v for v in table if v.rule == focus]
-    run = None
-    if best is not None:
-        violations, run = list(best.violations), best.run
-    elif found is not None:
-        violations, run = list(found.violations), found
-    elif recorder.error is not None:
-        run = recorder.error[0]
-    # What only the client table saw: a pure function's counterexample is its input.
-    seen_rules = {v.rule for v in violations}
-    extra = [v for v in table if v.rule not in seen_rules]
-    violations += [v for i, v in enumerate(extra) if v.rule not in {x.rule for x in extra[:i]}]
-    if run is not None and (violations or error):
-        head = header(engine.name, client.name, seed, profile, run.configs, run.policy)
-        if violations:
-            last = {"verdict": "FAIL", "step": run.lines[-1]["step"] if run.lines else 0}
-            last["violations"] = [violation_json(v) for v in violations]
-        else:
-            last = {"verdict": "ERROR", "error": str(error)}
-        path = out_dir / f"counterexample-{engine.name}-{client.name}.jsonl"
-        try:
-            write_trace(path, head, run.lines, last)
-        except OSError as e:
-            warnings.append(f"could not write the counterexample to {path}: {e}")
-            path = None
-        steps = len(run.actions)
-    warnings += sorted(recorder.notes)  # availability and off-policy notes: no violation
-    other = sorted(recorder.other - {v.rule for v in violations})
-    if other:
-        warnings.append(f"examples set aside by the focus on {focus} also broke {other}")
-    rules = _rule_verdicts(recorder, violations, error, engine.capabilities, strict)
-    verdict = _worst([r.verdict for r in rules])
-    if error is not None and verdict != "FAIL":
-        verdict = "ERROR"
+    run = best.run if best is not None else run
+    # The trace lists only violations of the steps it holds (issue 14).
+    shown = list(best.violations if best else run.violations if run else [])
+    path, problem = None, ""
+    if run is not None and (shown or search.error):
+        path, problem = write_counterexample(engine, client, run, shown, search, opts)
+    violations, warnings = _collect(search, shown, problem, focus)
+    rules, verdict = judge(search, violations, opts)
     return Result(
         engine=engine.name,
         client=client.name,
@@ -277,10 +400,13 @@ def run_check(
         verdict=verdict,
         rules=rules,
         violations=tuple(violations),
-        error="" if error is None else str(error),
+        error="" if search.error is None else str(search.error),
         counterexample=path,
-        steps=steps,
-        examples=recorder.examples,
+        steps=len(run.actions) if path is not None and run is not None else 0,
+        examples=search.recorder.examples,
         seconds=seconds,
         warnings=tuple(warnings),
     )
+
+
+__all__ = ["ORDER", "PROFILES", "REQUIRES", "Result", "RuleVerdict", "Verdict", "run_check"]

@@ -7,9 +7,13 @@ tiers, mode ``auto``), so a counterexample carries only the features it needs.
 from __future__ import annotations
 
 from hypothesis import strategies as st
+
+from kvfence.model.capabilities import CONFIG_FEATURES, Capability
 from kvfence.model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON
 from kvfence.model.state import Config, Policy
 from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
+
+C = Capability
 
 TIERS = (
     frozenset({Tier.DEVICE}),
@@ -22,28 +26,29 @@ TIERS = (
 def configs(draw, capabilities: frozenset[str] = frozenset(), endpoints: int = 2):
     """``endpoints`` endpoint configs; features the adapter lacks are never drawn."""
 
-    def feature(name: str) -> bool:
+    def feature(name: Capability) -> bool:
+        assert name in CONFIG_FEATURES
         return name in capabilities and draw(st.booleans())
 
     out = []
     for _ in range(endpoints):
         radix = not draw(st.booleans())
-        lane = Lane.EXACT if feature("exact_lane") else Lane.STANDARD
+        lane = Lane.EXACT if feature(C.EXACT_LANE) else Lane.STANDARD
         info = draw(st.sampled_from(REPORTS_WHEN_ON if radix else REPORTS_WHEN_OFF))
-        fp8 = feature("fp8_kv")
+        fp8 = feature(C.FP8_KV)
         if fp8 and info is not None:
             info = tuple(sorted((*info, ("kv_cache_dtype", "fp8_e4m3"))))
-        tiers = draw(st.sampled_from(TIERS)) if "tiers" in capabilities else TIERS[0]
+        tiers = draw(st.sampled_from(TIERS)) if C.TIERS in capabilities else TIERS[0]
         out.append(
             Config(
                 radix=radix,
                 lane=lane,
                 info=info,
                 tiers=tiers,
-                draft=feature("draft"),
-                encoder=feature("encoder"),
+                draft=feature(C.DRAFT),
+                encoder=feature(C.ENCODER),
                 fp8_kv=fp8,
-                lora=feature("lora"),
+                lora=feature(C.LORA),
             )
         )
     return tuple(out)

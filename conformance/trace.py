@@ -9,16 +9,25 @@ action; ``within`` names the SyncWeights step it belongs to). The last line is t
 verdict: ``{"verdict": "FAIL", "step": N, "violations": [{rule, expected, actual,
 where}]}``.
 
-Every reader error is a ``TraceError`` naming the line number and the field.
+Every reader error is a ``TraceError`` naming the line number and the field. This module
+is the only one that turns a run into JSON or JSON into a run: the lockstep records typed
+``Step`` values, and they are serialised only when written.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import stat
+import time
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from attrs import define, field
 
 from kvfence.model import READABLE_SPECS, SPEC_VERSION
 from kvfence.model.actions import Action, TraceError, action_from_json
@@ -34,7 +43,13 @@ from kvfence.model.observation import (
 from kvfence.model.state import Config, Policy, Use
 from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Status, Tier
 
+from .verdict import Verdict
+
 TRACE_FORMAT = 1
+
+MAX_TRACE_BYTES = 256 * 1024 * 1024
+"""A trace larger than this is refused before it is read (a 50,000-step trace is about
+40 MB); ``read_trace`` never reads more."""
 
 
 def model_digest() -> str:
@@ -53,13 +68,31 @@ def model_digest() -> str:
 
 
 def _jsonable(value: Any) -> Any:
+    """``value`` as JSON data, whatever an adapter put in it: enums as their words, sets
+    sorted, bytes as a list of byte values, and anything JSON cannot hold as its repr. Text
+    stays text (``json.dumps`` escapes lone surrogates and control characters)."""
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return list(bytes(value))
     if hasattr(value, "value") and not isinstance(value, (int, str)):
-        return value.value
+        return _jsonable(value.value)
     if isinstance(value, (frozenset, set)):
-        return sorted(_jsonable(v) for v in value)
-    if isinstance(value, tuple):
+        items = [_jsonable(v) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:
+            return sorted(items, key=repr)
+    if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
-    return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return repr(value)
+
+
+def dumps(obj: Any) -> str:
+    """One JSON line for ``obj``; never raises for what an adapter returned."""
+    return json.dumps(_jsonable(obj), sort_keys=False, allow_nan=False, ensure_ascii=True)
 
 
 def config_json(c: Config) -> dict[str, Any]:
@@ -116,7 +149,7 @@ def observation_json(o: Observation) -> dict[str, Any]:
             "cache": None if v.cache is None else [entry_json(e) for e in sorted(v.cache, key=str)],
         }
     if o.detail:
-        out["detail"] = o.detail
+        out["detail"] = str(o.detail)
     return out
 
 
@@ -141,8 +174,9 @@ def header(
     configs: tuple[Config, ...],
     policy: Policy,
     comment: str = "",
+    capabilities: Iterable[str] | None = None,
 ) -> dict[str, Any]:
-    out = {
+    out: dict[str, Any] = {
         "kvfence_trace": TRACE_FORMAT,
         "spec_version": SPEC_VERSION,
         "model_digest": model_digest(),
@@ -153,18 +187,91 @@ def header(
         "configs": [config_json(c) for c in configs],
         "policy": policy_json(policy),
     }
+    if capabilities is not None:
+        out["capabilities"] = sorted(str(getattr(c, "value", c)) for c in capabilities)
     if comment:
         out["comment"] = comment
     return out
 
 
-def write_trace(path: Path, head: dict[str, Any], lines: list[dict[str, Any]], verdict) -> Path:
-    """Write header, step lines and verdict line; returns ``path``."""
+def step_json(s: Step) -> dict[str, Any]:
+    """A step as its trace line (the format table in ``docs/traces.md``)."""
+    out: dict[str, Any] = {"step": s.step, "action": s.action.to_json()}
+    if s.plans is not None:
+        out["plans"] = [
+            {
+                "endpoint": p.endpoint,
+                "server_info": _jsonable(p.server_info),
+                "expected": None if p.expected is None else plan_json(p.expected),
+                "observed": plan_json(p.observed),
+                **({} if p.asked is None else {"asked": p.asked}),
+            }
+            for p in s.plans
+        ]
+    if s.observed is not None:
+        out["observed"] = observation_json(s.observed)
+        out["expected"] = [outcome_json(o) for o in s.expected]
+    if s.within is not None:
+        out["within"] = s.within
+    return out
+
+
+def verdict_line(steps: Sequence[Step], violations: Sequence[Any], error: str = "") -> dict:
+    """The last line: FAIL with the violations, or ERROR with the adapter error."""
+    if violations:
+        last = steps[-1].step if steps else 0
+        return {
+            "verdict": Verdict.FAIL.value,
+            "step": last,
+            "violations": [violation_json(v) for v in violations],
+        }
+    return {"verdict": Verdict.ERROR.value, "error": error}
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(text: str) -> str:
+    """``text`` as one file-name component: anything but letters, digits, ``.``, ``_`` and
+    ``-`` becomes ``_`` (no ``/``, ``..`` or ``:``), so the file stays in its folder and
+    survives artifact uploads and Windows."""
+    return _UNSAFE.sub("_", text).lstrip(".") or "_"
+
+
+def unique_path(folder: Path, stem: str, suffix: str = ".jsonl") -> Path:
+    """A new file ``folder/<stem>-<UTC time>-<pid>[-n]<suffix>``, created empty (``O_EXCL``)
+    so that no two runs sharing ``folder`` can pick the same name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    base = f"{safe_name(stem)}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+    for n in range(10_000):
+        path = folder / (base + (f"-{n}" if n else "") + suffix)
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return path
+        except FileExistsError:
+            continue
+    raise OSError(f"no free file name for {base} in {folder}")
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename:
+    a reader sees the old file or the whole new one, never a half-written one."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for obj in (head, *lines, verdict):
-            f.write(json.dumps(obj, sort_keys=False, default=_jsonable) + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
+
+
+def write_trace(path: Path, head: dict[str, Any], steps: Sequence[Any], verdict) -> Path:
+    """Write header, step lines (``Step`` values or their JSON) and the verdict line,
+    atomically; returns ``path``. Never fails on what an adapter returned."""
+    lines = [step_json(s) if isinstance(s, Step) else s for s in steps]
+    text = "".join(dumps(obj) + "\n" for obj in (head, *lines, verdict))
+    return write_atomic(path, text)
 
 
 # ----- from JSON ---------------------------------------------------------------------------
@@ -262,7 +369,7 @@ def observation_from_json(obj: Any, where: str) -> Observation:
         if sampled is not None and not all(isinstance(x, int) for x in sampled):
             raise TraceError(f"{w}.sampled: expected a list of versions")
         for name in ("output", "cold"):
-            if r.get(name) is not None and not isinstance(r[name], list):
+            if r.get(name) is not None and not isinstance(r[name], (list, str)):
                 raise TraceError(f"{w}.{name}: expected a list or null, got {r[name]!r:.40}")
         response = Response(
             hit=_need(r, "hit", bool, w),
@@ -302,9 +409,52 @@ def observation_from_json(obj: Any, where: str) -> Observation:
     )
 
 
+@define
+class PlanRecord:
+    """One endpoint's plan at a sync: the ``server_info`` it showed, the plan ``expected``
+    by the spec (``None`` when read from a trace that lacks it) and the client's
+    ``observed`` plan. ``asked``: set on a second question for the same endpoint (``"retract"``:
+    the same policy with a retract pause, CLI-007), recorded so that replay asks it too."""
+
+    endpoint: int
+    server_info: dict[str, Any] | None
+    expected: Plan | None
+    observed: Plan
+    asked: str | None = None
+
+
+@define
+class Step:
+    """One step of a run, as the lockstep records it and as a trace line reads back.
+
+    ``step``: its number in the run. ``action``: the action. ``observed``/``expected``: an
+    engine step's observation and every outcome the spec allowed. ``plans``: a sync's
+    ``PlanRecord`` per endpoint. ``within``: the sync step an engine call belongs to.
+    ``line``: the file line it was read from (0 when recorded live).
+    """
+
+    step: int
+    action: Action
+    observed: Observation | None = None
+    expected: tuple[Outcome, ...] = ()
+    plans: list[PlanRecord] | None = None
+    within: int | None = None
+    line: int = field(default=0, eq=False)
+
+    @property
+    def answers(self) -> list[Plan]:
+        """Every plan the client gave at this sync, in the order asked (re-asks included)."""
+        return [p.observed for p in self.plans or ()]
+
+    @property
+    def shown(self) -> list[PlanRecord]:
+        """The first question per endpoint (its server info as the endpoint showed it)."""
+        return [p for p in self.plans or () if p.asked is None]
+
+
 class Trace:
-    """A parsed trace: ``header`` (dict), ``configs``, ``policy``, ``steps`` (parsed step
-    records) and ``verdict`` (the last line, or ``None`` if the trace has none)."""
+    """A parsed trace: ``header`` (dict), ``configs``, ``policy``, ``steps`` (``Step``
+    values) and ``verdict`` (the last line, or ``None`` if the trace has none)."""
 
     def __init__(self, head, configs, policy, steps, verdict) -> None:
         self.header = head
@@ -314,27 +464,12 @@ class Trace:
         self.verdict: dict[str, Any] | None = verdict
 
 
-class Step:
-    """One step line: ``action``, ``observed`` (engine step), ``plans`` (sync step:
-    ``[(server_info, observed Plan)]``, one per endpoint), ``answers`` (every plan the
-    client gave, in the order asked: ``plans`` plus a re-asked one marked ``"asked"``),
-    ``within`` and its ``line`` number."""
-
-    def __init__(self, line: int, action: Action, observed, plans, within, answers=None) -> None:
-        self.line = line
-        self.action = action
-        self.observed: Observation | None = observed
-        self.plans: list[tuple[dict[str, Any] | None, Plan]] | None = plans
-        self.within: int | None = within
-        self.answers: list[Plan] = (
-            answers if answers is not None else [plan for _, plan in plans or ()]
-        )
-
-
 def read_trace(path: Path, allow_other_spec: bool = False) -> Trace:
     """Parse and validate a JSONL trace. ``TraceError`` names the line and field of the
-    first problem: not JSON, no header, another spec version, unknown action, wrong types.
-    Whatever the bytes, it raises nothing else."""
+    first problem: not a regular file or larger than ``MAX_TRACE_BYTES``, not UTF-8, not
+    JSON, no header, another spec version, unknown action, wrong types, a ``within`` that
+    does not name the sync step just before it. Whatever the bytes, it raises nothing
+    else, and its time is linear in the file's size."""
     try:
         return _read_trace(path, allow_other_spec)
     except TraceError:
@@ -343,15 +478,66 @@ def read_trace(path: Path, allow_other_spec: bool = False) -> Trace:
         raise TraceError(f"{path}: malformed trace ({type(e).__name__}: {e})") from None
 
 
-def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, refusing what is not a regular file (a FIFO would hang, a device
+    never ends) and what is larger than ``MAX_TRACE_BYTES``."""
     try:
-        text = path.read_text()
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise TraceError(f"{path}: not a regular file")
+        if info.st_size > MAX_TRACE_BYTES:
+            raise TraceError(
+                f"{path}: {info.st_size} bytes; traces are limited to {MAX_TRACE_BYTES}"
+            )
+        with path.open("rb") as f:
+            data = f.read(MAX_TRACE_BYTES + 1)
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise TraceError(f"{path}: not a text file") from None
+    if len(data) > MAX_TRACE_BYTES:
+        raise TraceError(f"{path}: larger than {MAX_TRACE_BYTES} bytes")
+    return data
+
+
+def _decode(path: Path, n: int, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceError(
+            f"{path}:{n}: not a text file (byte 0x{raw[e.start]:02x} at column {e.start + 1} "
+            "is not UTF-8)"
+        ) from None
+
+
+def _server_info(value: Any, where: str) -> dict[str, Any] | None:
+    if value is not None and not isinstance(value, dict):
+        raise TraceError(f"{where}: field 'server_info' must be an object or null")
+    return value
+
+
+def _sync_step(obj: dict[str, Any], n: int, number: int, action: Action, where: str) -> Step:
+    plans_raw = _need(obj, "plans", list, where)
+    plans = []
+    for i, p in enumerate(plans_raw):
+        w = f"{where}.plans[{i}]"
+        if not isinstance(p, dict):
+            raise TraceError(f"{where}: field 'plans' must hold objects")
+        expected = p.get("expected")
+        plans.append(
+            PlanRecord(
+                endpoint=p.get("endpoint", i) if isinstance(p.get("endpoint"), int) else i,
+                server_info=_server_info(p.get("server_info"), w),
+                expected=None if not isinstance(expected, dict) else plan_from_json(expected, w),
+                observed=plan_from_json(p.get("observed"), w),
+                asked=None if p.get("asked") is None else str(p["asked"]),
+            )
+        )
+    return Step(number, action, plans=plans, line=n)
+
+
+def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
     raw: list[tuple[int, Any]] = []
-    for n, line in enumerate(text.splitlines(), start=1):
+    for n, line_bytes in enumerate(_read_bytes(path).split(b"\n"), start=1):
+        line = _decode(path, n, line_bytes)
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
@@ -380,6 +566,7 @@ def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
     policy = policy_from_json(head.get("policy", {}), f"{where}.policy")
     steps: list[Step] = []
     verdict = None
+    sync: int | None = None  # the number of the sync step engine calls may belong to
     for n, obj in raw[1:]:
         where = f"{path}:{n}"
         if verdict is not None:
@@ -396,25 +583,26 @@ def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
         endpoint = getattr(action, "endpoint", 0)
         if not 0 <= endpoint < len(configs):
             raise TraceError(f"{where}: {action.name}.endpoint {endpoint} out of range")
+        number = obj.get("step", len(steps))
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise TraceError(f"{where}: field 'step' must be a step number")
         within = obj.get("within")
-        if within is not None and (not isinstance(within, int) or isinstance(within, bool)):
-            raise TraceError(f"{where}: field 'within' must be a step number")
+        if within is not None and (
+            not isinstance(within, int) or isinstance(within, bool) or within != sync
+        ):
+            raise TraceError(
+                f"{where}: field 'within' is {within!r}, but an engine call can only belong to "
+                "the SyncWeights step just before it" + ("" if sync is None else f" (step {sync})")
+            )
         if action.name == "SyncWeights":
-            plans_raw = _need(obj, "plans", list, where)
-            if not all(isinstance(p, dict) for p in plans_raw):
-                raise TraceError(f"{where}: field 'plans' must hold objects")
-            answers = [
-                plan_from_json(p.get("observed"), f"{where}.plans[{i}]")
-                for i, p in enumerate(plans_raw)
-            ]
-            plans = [
-                (p.get("server_info"), plan)
-                for p, plan in zip(plans_raw, answers, strict=True)
-                if "asked" not in p
-            ]
-            steps.append(Step(n, action, None, plans, within, answers))
-        else:
-            observed = obj.get("observed")
-            parsed = None if observed is None else observation_from_json(observed, where)
-            steps.append(Step(n, action, parsed, None, within))
+            if within is not None:
+                raise TraceError(f"{where}: a SyncWeights step cannot be within another")
+            steps.append(_sync_step(obj, n, number, action, where))
+            sync = number
+            continue
+        if within is None:
+            sync = None
+        observed = obj.get("observed")
+        parsed = None if observed is None else observation_from_json(observed, where)
+        steps.append(Step(number, action, parsed, within=within, line=n))
     return Trace(head, configs, policy, steps, verdict)

@@ -5,9 +5,10 @@
 #
 # 1. .venv with kvfence (editable) and its dev tools;
 # 2. vLLM on CPU (scripts/install-vllm.sh; skip with KVFENCE_SKIP_VLLM=1);
-# 3. the main job: the kill matrix (reference systems pass, every mutant killed by its
-#    rule), then a live check of vLLM: the reference client PASSES, a client that never
-#    flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh);
+# 3. the main job: the pass matrix (both reference systems and every correct design of
+#    adapters/designs.py PASS) and the kill matrix (every mutant killed by its rule), both
+#    from `kvfence mutants`; then a live check of vLLM: the reference client PASSES, a
+#    client that never flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh);
 # 4. SGLang 0.5.23's scheduler on CPU (scripts/install-sglang.sh into .sglang/0.5.23,
 #    ~2 min, after vLLM's torch), then its live check: it FAILS ExactLaneGuardFlushes
 #    (scripts/check-sglang.sh). Skip with KVFENCE_SKIP_SGLANG=1.
@@ -23,7 +24,7 @@ echo "setup: kvfence installed in .venv"
 
 mkdir -p kvfence-results
 .venv/bin/kvfence mutants --out kvfence-results \
-    --junit kvfence-results/mutants.xml --json kvfence-results/mutants.json
+    --junit kvfence-results/matrices.xml --json kvfence-results/matrices.json
 
 if [ "${KVFENCE_SKIP_VLLM:-0}" = 1 ]; then
     echo "setup: KVFENCE_SKIP_VLLM=1: not installing or checking vLLM"

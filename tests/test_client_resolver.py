@@ -4,6 +4,7 @@ client (written independently), and for every client mutant's rule."""
 from __future__ import annotations
 
 import pytest
+
 from kvfence.adapters.clients import CallableClient, ReferenceClient, load_callable_client
 from kvfence.adapters.protocol import AdapterFailure
 from kvfence.model.client import parse_bool, parse_radix, plain_form, resolve_plan

@@ -4,6 +4,7 @@ and the byte-level SC-9 shape on the in-process byte oracle."""
 from __future__ import annotations
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.conformance.replay import replay_actions
 from kvfence.model import semantics as spec

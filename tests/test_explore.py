@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import pytest
 from attrs import evolve
+
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import MUTANTS
-from kvfence.conformance.cli import FOCUSED_EXAMPLES
+from kvfence.conformance.cli import cli_bounds, main_explore
 from kvfence.conformance.explore import (
-    EXPLORE_BOUNDS,
     SETUPS,
-    cli_bounds,
     explore_adapter,
     fingerprint,
-    main_explore,
     setups_for,
 )
+from kvfence.conformance.matrix import FOCUSED_EXAMPLES
 from kvfence.conformance.replay import replay_trace, trace_actions
 from kvfence.conformance.runner import run_check
 from kvfence.conformance.trace import read_trace
@@ -102,7 +101,8 @@ def test_main_explore_model_only():
     # moves with the model's branches (spec 0.2: miss branches, exact-lane stop branches)
     assert "distinct states: 1,329" in text and "transitions: 14,867" in text
     assert "states/s" in text and "PASS" in text
-    assert main_explore(0, 1, 2, 1, 3, None, None)[0] == 2
+    with pytest.raises(ValueError, match="--endpoints >= 1"):
+        main_explore(0, 1, 2, 1, 3, None, None)
 
 
 # ----- model x SUT ------------------------------------------------------------------------
@@ -142,12 +142,19 @@ SHORTEST: dict[str, int] = {
     "label-not-recorded-on-ipc": 1,
     "labels-with-final-version": 3,
     "hit-path-numerics-differ": 2,
+    # appended with shared/cases/more-faults.md (PF-21, PF-22, PF-24)
+    "encoder-kept-on-opt-out": 2,  # serve, then an opt-out sync (the encoder setup)
+    "flush-is-a-stub": 2,
+    "flush-stub-claims-success": 2,
+    "session-pinned-namespace": 3,  # serve, sync, serve again: the session's second turn
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 
-SHOWS_ANOTHER_RULE_FIRST = {"flush-spares-queued-requests"}
+SHOWS_ANOTHER_RULE_FIRST = {"flush-spares-queued-requests", "flush-is-a-stub"}
 """On an exact lane, a flush that spares every entry (all held by queued requests) looks
-exactly like no flush at all, so a path no longer than the focused one shows ENG-001."""
+exactly like no flush at all, so a path no longer than the focused one shows ENG-001. A stub
+reset on an empty cache keeps nothing it should not, so its one-step path shows only its
+missing result (LIV-001) before a cached prefix shows FC-003."""
 
 STATEFUL: dict[str, int] = {
     **{name: 1 for name in ("never-flush", "unreported-means-disabled", "fp8-only")},
@@ -160,6 +167,7 @@ STATEFUL: dict[str, int] = {
     "load-back-loses-draft-kv": 3,
     "labels-with-final-version": 3,
     "flush-spares-queued-requests": 3,
+    "session-pinned-namespace": 3,
 }
 """``run_check(..., focus=mutant.rule).steps`` at the ci profile (derandomized); every
 mutant not listed took 2 steps. ``test_no_longer_than_the_stateful_run`` re-measures."""
@@ -176,7 +184,13 @@ def test_every_mutant_is_pinned():
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_explorer_finds_a_shortest_counterexample(mutant, out_dir):
     engine, client = _sides(mutant)
-    x = explore_adapter(engine, client, depth=4, out_dir=out_dir)
+    x = explore_adapter(
+        registry.engine(engine),
+        registry.client(client),
+        depth=4,
+        out_dir=out_dir,
+        focus=mutant.rule,
+    )
     assert x.error == ""
     assert x.focus == mutant.rule
     assert mutant.rule in x.caught(), (x.caught(), x.trace)
@@ -202,7 +216,9 @@ def test_explorer_finds_a_shortest_counterexample(mutant, out_dir):
 
 @pytest.mark.parametrize("engine", ["reference", "reference-closing"])
 def test_reference_engines_pass_at_depth_2(engine):
-    x = explore_adapter(engine, "reference", depth=2, out_dir=None)
+    x = explore_adapter(
+        registry.engine(engine), registry.client("reference"), depth=2, out_dir=None
+    )
     assert x.focus is None and x.setups == tuple(s.name for s in SETUPS)
     assert x.violation == () and x.other == () and x.error == ""
     assert x.complete and x.depth_reached == 2 and x.states > 500
@@ -211,14 +227,22 @@ def test_reference_engines_pass_at_depth_2(engine):
 def test_a_path_breaking_another_rule_is_reported_and_not_extended():
     """Focused on a rule the mutant does not break, the search records the shortest path
     that broke another one and goes on without extending it."""
-    x = explore_adapter("sleep-keeps-index", focus="INV-003", depth=2, out_dir=None)
+    x = explore_adapter(
+        registry.engine("sleep-keeps-index"),
+        registry.client("reference"),
+        focus="INV-003",
+        depth=2,
+        out_dir=None,
+    )
     assert x.violation == () and x.counterexample is None and x.complete
     assert {v.rule for v in x.other} == {"ENG-006"} and len(x.other_trace) == 2
 
 
 def test_given_configs_and_policy_are_one_setup(out_dir):
     x = explore_adapter(
-        "flush-forgets-encoder",
+        registry.engine("flush-forgets-encoder"),
+        registry.client("reference"),
+        focus="ENG-003",
         configs=(Config(encoder=True), STANDARD),
         policy=initial_states(1)[0].policy,
         depth=3,
@@ -262,10 +286,6 @@ def test_main_explore_against_a_mutant(out_dir, monkeypatch):
     assert code == 1 and "CLI-001" in text, text
 
 
-def test_default_explore_bounds_name_one_prefix_and_request():
-    assert EXPLORE_BOUNDS.prefixes == ("P",) and EXPLORE_BOUNDS.rids == ("r1",)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_no_longer_than_the_stateful_run(mutant, out_dir):
@@ -278,6 +298,12 @@ def test_no_longer_than_the_stateful_run(mutant, out_dir):
         max_examples=FOCUSED_EXAMPLES["ci"],
     )
     assert stateful.steps >= 1 and mutant.rule in stateful.caught()
-    x = explore_adapter(engine, client, depth=4, out_dir=out_dir)
+    x = explore_adapter(
+        registry.engine(engine),
+        registry.client(client),
+        depth=4,
+        out_dir=out_dir,
+        focus=mutant.rule,
+    )
     assert mutant.rule in x.caught()
     assert x.steps <= stateful.steps

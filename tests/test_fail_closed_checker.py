@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.adapters.clients import ReferenceClient
 from kvfence.adapters.protocol import AdapterFailure
@@ -81,11 +82,46 @@ class RaisingClient:
         raise KeyError("radix_cache_enabled")
 
 
-@pytest.mark.parametrize("client", [GarbageClient(), RaisingClient()], ids=lambda c: c.name)
-def test_broken_client_is_error(client, out_dir):
-    result = run_check(registry.engine("reference"), client, out_dir=out_dir, max_examples=20)
-    assert result.verdict == "ERROR"
+def test_ill_typed_client_answer_is_error(out_dir):
+    result = run_check(
+        registry.engine("reference"), GarbageClient(), out_dir=out_dir, max_examples=20
+    )
+    assert result.verdict == "ERROR" and "ADP-002" in result.error
     assert result.exit_code == 2
+
+
+def test_client_raising_everywhere_fails_every_configuration_rule(out_dir):
+    """A resolver that raises (rather than answering) refuses each configuration: a FAIL of
+    the rule deciding that configuration, never PASS (it was ERROR at 0 examples)."""
+    result = run_check(
+        registry.engine("reference"), RaisingClient(), out_dir=out_dir, max_examples=20
+    )
+    assert result.verdict == "FAIL" and result.exit_code == 1
+    assert {"CLI-001", "CLI-002", "CLI-003"} <= set(result.caught())
+    assert "KeyError" in str(result.violations[0].actual)
+
+
+class RaisesWhenUnreported:
+    """The reference resolver, except that it raises when server info is unreachable."""
+
+    name = "raises-when-unreported"
+
+    def resolve(self, policy, info):
+        if info is None:
+            raise RuntimeError("no server info")
+        return ReferenceClient().resolve(policy, info)
+
+
+def test_client_raising_on_one_configuration_is_judged_on_the_others(out_dir):
+    result = run_check(registry.engine("reference"), RaisesWhenUnreported(), out_dir=out_dir)
+    verdicts = {r.rule.id: r.verdict for r in result.rules}
+    assert result.verdict == "FAIL"
+    refused = {v.rule for v in result.violations}
+    assert refused and all("None" in v.where for v in result.violations), result.violations
+    # the run went on past the refused configuration (it stopped at 0 examples before);
+    # about 600 at ci, so only a collapse of the search moves it below 50
+    assert result.examples > 50
+    assert verdicts["INV-001"] == verdicts["ENG-001"] == "PASS"
 
 
 class MalformedInfo(InProcessAdapter):
@@ -125,7 +161,8 @@ def test_client_table_catches_what_the_engine_cannot_show(out_dir):
         MalformedInfo(ReferenceEndpoint, "malformed"), OnlyWrongWhenReportedOn(), out_dir=out_dir
     )
     assert result.verdict == "FAIL"
-    assert result.caught() == ("CLI-001",)
+    # CLI-001 first; the model's plan judging (judge_plan) may name CLI-006/CLI-007 too
+    assert result.caught()[0] == "CLI-001"
     assert "server info {'radix_cache_enabled': True}" in result.violations[0].where
 
 
@@ -151,7 +188,9 @@ def test_dead_server_info_with_a_client_that_guesses_off_fails(out_dir):
 class Blind(InProcessAdapter):
     """Sees nothing but statuses: most rules must be SKIP, and nothing may PASS blindly."""
 
-    capabilities = frozenset({"pause"})
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.capabilities = frozenset({"pause"})  # the reference sets its own in __init__
 
 
 def test_blind_adapter_skips_rules_it_cannot_see(out_dir):

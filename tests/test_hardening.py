@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import UpdateNeverFlushes
 from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
@@ -129,7 +130,9 @@ def test_null_radix_flag_is_unknown_not_off(out_dir):
             return Plan(flush, pause)
 
     result = run_check(registry.engine("reference"), NullIsOff(), out_dir=out_dir)
-    assert result.verdict == "FAIL" and "CLI-002" in result.caught()
+    # Reading a null flag as "off" is a parsing mistake: CLI-006 since issue 14 (it was
+    # CLI-002, whose parsing fallback could never fail).
+    assert result.verdict == "FAIL" and "CLI-006" in result.caught()
 
 
 def test_replay_never_imports_code_named_by_a_trace(tmp_path, capsys):
@@ -209,3 +212,121 @@ def test_unwritable_output_keeps_the_verdict(tmp_path, capsys):
     code = main(["check", "--client", "never-flush", "--out", str(blocker / "sub")])
     out = capsys.readouterr().out
     assert code == 1 and "verdict: FAIL" in out and "could not write" in out
+
+
+# ----- issue 8: focus, CI, Hypothesis storage, memory; issue 14: shrinker, trace verdict --
+
+
+@pytest.mark.parametrize("focus", ["inv-001", "", "INV-1"])
+def test_a_focus_that_is_not_a_rule_is_a_usage_error(focus, out_dir):
+    """F-2: a focus that named no rule set every example aside, and the run PASSed."""
+    with pytest.raises(ValueError, match="unknown rule"):
+        run_check(adapter(UpdateNeverFlushes), registry.client("reference"), focus=focus)
+
+
+def test_rules_broken_in_set_aside_examples_fail(out_dir):
+    """F-2: focused on a rule the system does not break, the rules it does break showed
+    PASS and the run PASSed. They are FAIL now, and so is the run."""
+    result = run_check(
+        registry.engine("sleep-keeps-index"),
+        registry.client("reference"),
+        out_dir=out_dir,
+        focus="INV-003",
+        max_examples=300,
+    )
+    verdicts = {r.rule.id: r for r in result.rules}
+    assert verdicts["ENG-006"].verdict == "FAIL", verdicts["ENG-006"]
+    assert "set aside by the focus on INV-003" in verdicts["ENG-006"].reason
+    assert result.verdict == "FAIL" and result.exit_code == 1
+
+
+def test_ci_derandomizes_only_the_ci_profile(tmp_path):
+    """D-1: with CI set, dev and fuzz inherited Hypothesis's derandomized ci profile."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from kvfence.conformance.runner import PROFILES as P;"
+        "print(P['ci'].derandomize, P['dev'].derandomize, P['fuzz'].derandomize)"
+    )
+    env = {**os.environ, "CI": "true"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.stdout.split() == ["True", "False", "False"], proc.stderr
+
+
+def test_dev_runs_vary_and_honour_the_seed(tmp_path):
+    from kvfence.conformance.runner import Options, _settings
+
+    engine = registry.engine("reference")
+    dev = _settings(engine, Options(profile="dev", out_dir=tmp_path))
+    assert not dev.derandomize
+    assert Path(dev.database.path).is_relative_to(tmp_path)  # under --out, not the cwd
+    assert _settings(engine, Options(profile="ci", out_dir=tmp_path)).database is None
+
+
+def test_a_check_leaves_no_hypothesis_folder_in_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_check(
+        registry.engine("reference"),
+        registry.client("never-flush"),
+        profile="dev",
+        out_dir=tmp_path / "out",
+        max_examples=20,
+    )
+    assert not (tmp_path / ".hypothesis").exists()
+
+
+def test_fuzz_budgets_run_in_bounded_chunks():
+    """R-1: the fuzz profile's memory grew with its whole budget (about 1 GB); it runs in
+    chunks of CHUNK examples now, each with its own seed (figure: scripts/bench.py)."""
+    from hypothesis import settings
+
+    from kvfence.conformance.runner import CHUNK, PROFILES, _chunks
+
+    fuzz = _chunks(PROFILES["fuzz"], 7)
+    assert sum(c.max_examples for c, _ in fuzz) == PROFILES["fuzz"].max_examples
+    assert max(c.max_examples for c, _ in fuzz) <= CHUNK
+    assert [s for _, s in fuzz] == list(range(7, 7 + len(fuzz)))
+    ci = settings(PROFILES["ci"], max_examples=3000)
+    assert _chunks(ci, None) == [(ci, None)]  # derandomized: chunks would repeat
+
+
+def test_the_shrinker_only_tries_setups_the_generator_draws():
+    """Issue 14: FP8 off used to leave an FP8 kv_cache_dtype in the server info, and the
+    policy simplifications set plain strings, not enums."""
+    from kvfence.conformance import strategies
+    from kvfence.conformance.replay import _simpler_setups
+    from kvfence.model.state import Config, Policy, server_info
+    from kvfence.model.vocabulary import CacheMode
+
+    fp8_info = server_info(radix_cache_enabled=True, kv_cache_dtype="fp8_e4m3")
+    start = (Config(fp8_kv=True, info=fp8_info),)
+    policy = Policy(mode=CacheMode.FLUSH, flush_cache=True, pause_mode=PauseMode.ABORT)
+    plain = set(strategies.REPORTS_WHEN_ON) | set(strategies.REPORTS_WHEN_OFF)
+    for configs, p in _simpler_setups(start, policy):
+        (c,) = configs
+        dtype = c.info is not None and dict(c.info).get("kv_cache_dtype") == "fp8_e4m3"
+        assert dtype == (c.fp8_kv and c.info is not None), c
+        base = None if c.info is None else tuple(kv for kv in c.info if kv[0] != "kv_cache_dtype")
+        assert base in plain, c.info
+        assert all(type(getattr(p, f)).__name__ != "str" for f in ("mode", "pause_mode")), p
+
+
+def test_a_counterexample_lists_only_violations_of_its_steps(tmp_path):
+    """Issue 14: the trace's verdict line also listed the client table's violations, which
+    no step of the trace shows; the result still lists them."""
+
+    class OnAlways(InProcessAdapter):
+        def server_info(self, endpoint):
+            return {"radix_cache_enabled": True}
+
+    result = run_check(
+        OnAlways(ReferenceEndpoint, "on-always"), registry.client("never-flush"), out_dir=tmp_path
+    )
+    trace = read_trace(result.counterexample)
+    written = {v["rule"] for v in trace.verdict["violations"]}
+    from kvfence.conformance.replay import replay_trace
+
+    assert written == {v.rule for v in replay_trace(trace, None, None).violations}
+    assert set(result.caught()) > written  # the table's extra rules stay in the result

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.adapters.clients import ReferenceClient
 from kvfence.adapters.mutants import ForcesFlushOnStandardLane, InPlaceSkipsFlushClient

@@ -7,6 +7,7 @@ import re
 
 import pytest
 from attrs import evolve
+
 from kvfence.model import candidates, lifecycle
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (

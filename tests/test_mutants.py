@@ -4,9 +4,10 @@ systems are shown passing, at the ci profile (the kill matrix of ``kvfence mutan
 from __future__ import annotations
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import MUTANTS
-from kvfence.conformance.cli import _run_job, killed, mutant_job
+from kvfence.conformance.matrix import killed, mutant_job, run_job
 from kvfence.conformance.runner import run_check
 from kvfence.model.rules import BY_ID
 
@@ -23,7 +24,7 @@ def test_reference_passes_every_rule(name, out_dir):
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_mutant_killed_by_its_rule(mutant, out_dir):
-    result = _run_job(mutant_job(mutant, "ci", out_dir, 60.0, None))
+    result = run_job(mutant_job(mutant, "ci", out_dir, 60.0, None))
     assert killed(mutant, result), (result.verdict, result.caught(), result.error)
     assert result.exit_code == 1
     assert result.counterexample is not None and result.counterexample.exists()
@@ -39,7 +40,7 @@ def test_mutant_documents_its_rule(mutant):
 
 def test_missing_guard_counterexample_is_short(out_dir):
     m = next(m for m in MUTANTS if m.name == "guard-missing-on-tensor")
-    result = _run_job(mutant_job(m, "ci", out_dir, 60.0, None))
+    result = run_job(mutant_job(m, "ci", out_dir, 60.0, None))
     assert killed(m, result)
     assert result.steps <= 4
 

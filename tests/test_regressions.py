@@ -4,12 +4,12 @@ against the system that produced it, FIXED against the reference, FAILED model-o
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
+
 from kvfence.adapters import registry
-from kvfence.adapters.cases import BY_ID
+from kvfence.adapters.cases import BY_MUTANT, CASES
 from kvfence.conformance.replay import replay_trace
 from kvfence.conformance.trace import read_trace
 
@@ -17,14 +17,17 @@ FILES = sorted((Path(__file__).parent / "regressions").glob("*.jsonl"))
 
 
 def test_there_is_one_file_per_public_case():
-    assert {re.match(r"(PF-\d\d)", f.name).group(1) for f in FILES} == set(BY_ID)
+    """One file per case variant, named ``PF-NN-<mutant>.jsonl``."""
+    assert {f.stem for f in FILES} == {f"{c.id}-{c.mutant}" for c in CASES}
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
 def test_regression_replays(path):
     text = path.read_text()
     assert text.startswith("# PF-"), "a regression file says what it shows"
-    rule = BY_ID[path.name[:5]].rule
+    case = BY_MUTANT[path.stem[len("PF-NN-") :]]
+    assert path.name.startswith(case.id)
+    rule = case.rule
     recorded = {v["rule"] for v in json.loads(text.splitlines()[-1])["violations"]}
     assert rule in recorded
     trace = read_trace(path)

@@ -4,9 +4,11 @@ the spec alone, and every malformed trace rejected with the line and field named
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.conformance.cli import main
 from kvfence.conformance.replay import replay_trace
@@ -134,6 +136,7 @@ def test_model_only_names_a_recorded_step_the_spec_would_not_drive(tmp_path):
     result = run_check(
         registry.engine("reference"), registry.client("never-flush"), out_dir=tmp_path
     )
+    # a sync needs at most a request before and after it; moves if shrinking gets worse
     assert result.verdict == "FAIL" and result.steps <= 4
 
     def swap(lines):
@@ -146,3 +149,134 @@ def test_model_only_names_a_recorded_step_the_spec_would_not_drive(tmp_path):
     verdict = replay_trace(trace, None, None)
     assert verdict.kind == "ERROR"
     assert "but the spec drives" in verdict.message
+
+
+# ----- issue 8: traces that replayed nothing, special files, size, encoding --------------
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()]
+
+
+def _write(tmp: Path, objs: list[dict]) -> Path:
+    out = tmp / "t.jsonl"
+    out.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    return out
+
+
+@pytest.mark.parametrize("within", [0, -7, 999])
+def test_within_must_name_the_sync_just_before(counterexample, tmp_path, within, capsys):
+    """F-3: every step marked `within` (even -7) replayed zero actions and printed FIXED.
+    `within` now only names the SyncWeights step just before the engine call."""
+    objs = _lines(counterexample)
+    for o in objs[1:-1]:
+        o["within"] = within
+    path = _write(tmp_path, objs)
+    with pytest.raises(TraceError, match="within"):
+        read_trace(path)
+    assert main(["replay", str(path), "--engine", "reference"]) == 2
+    assert main(["replay", str(path), "--model-only"]) == 2
+    assert "FIXED" not in capsys.readouterr().out
+
+
+def test_a_replay_with_no_top_level_action_is_error(counterexample):
+    trace = read_trace(counterexample)
+    trace.steps = [s for s in trace.steps if s.within is not None]
+    for engine, client in (
+        (None, None),
+        (registry.engine("reference"), registry.client("reference")),
+    ):
+        replayed = replay_trace(trace, engine, client)
+        assert replayed.kind == "ERROR" and "no top-level action" in replayed.message
+
+
+def test_model_only_validation_consumes_every_recorded_step(tmp_path):
+    """A recorded engine call the spec's replay never reached is an ERROR, not a PASS (the
+    spec never judged it)."""
+    path = _long_trace(tmp_path, 100)  # ends on a sync and its engine calls
+    objs = _lines(path)
+    objs.insert(-1, {**objs[-2], "step": objs[-2]["step"] + 1})  # one more call in that sync
+    trace = read_trace(_write(tmp_path, objs))
+    replayed = replay_trace(trace, None, None)
+    assert replayed.kind == "ERROR" and "never drove line" in replayed.message
+
+
+def test_special_files_are_refused(tmp_path, capsys):
+    """H-3: a symlink to an endless device read until MemoryError; a FIFO hung."""
+    link = tmp_path / "zero.jsonl"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(TraceError, match="not a regular file"):
+        read_trace(link)
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(TraceError, match="not a regular file"):
+        read_trace(fifo)
+    assert main(["replay", str(fifo)]) == 2
+
+
+def test_oversized_traces_are_refused(tmp_path, monkeypatch):
+    from kvfence.conformance import trace as trace_module
+
+    monkeypatch.setattr(trace_module, "MAX_TRACE_BYTES", 100)
+    path = tmp_path / "big.jsonl"
+    path.write_text("#" * 200 + "\n")
+    with pytest.raises(TraceError, match="limited to 100"):
+        read_trace(path)
+
+
+def test_an_encoding_problem_names_the_line(counterexample, tmp_path):
+    data = counterexample.read_bytes().split(b"\n")
+    data[2] = data[2][:10] + b"\xff" + data[2][10:]
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"\n".join(data))
+    with pytest.raises(TraceError, match=r"bad\.jsonl:3: not a text file .*column 11"):
+        read_trace(path)
+
+
+def _long_trace(tmp: Path, n: int) -> Path:
+    from kvfence.conformance.replay import replay_actions
+    from kvfence.conformance.trace import header, verdict_line, write_trace
+    from kvfence.model.actions import ServeRequest, SyncWeights
+    from kvfence.model.state import Policy
+    from kvfence.model.vocabulary import Funnel
+
+    actions = [
+        SyncWeights(i // 100 + 1, Funnel.DISK) if i % 100 == 99 else ServeRequest(0, "P")
+        for i in range(n)
+    ]
+    configs = (Config(),)
+    run = replay_actions(
+        registry.engine("reference"), registry.client("reference"), configs, Policy(), actions
+    ).run
+    assert len(run.actions) == n
+    head = header("reference", "reference", None, "ci", configs, Policy())
+    return write_trace(tmp / f"long{n}.jsonl", head, run.steps, verdict_line(run.steps, [], "x"))
+
+
+def test_replay_is_linear_in_trace_length(tmp_path):
+    """H-4: replay time grew quadratically (a 50k-step trace ran past 2 minutes): the
+    model's ledger was re-checked and re-hashed whole at every step. Four times the steps
+    must cost well under sixteen times the time."""
+    import time
+
+    times = []
+    for n in (800, 3200):
+        trace = read_trace(_long_trace(tmp_path, n))
+        started = time.perf_counter()
+        assert replay_trace(trace, None, None).kind == "PASS"
+        times.append(time.perf_counter() - started)
+    # linear is 4x, quadratic 16x; 9x leaves room for a loaded machine's noise
+    assert times[1] < 9 * times[0], times
+
+
+def test_model_only_replays_a_trace_from_an_adapter_without_pause(tmp_path, capsys):
+    """U-1: kvfence's own counterexample from an adapter without `pause` could not be judged
+    with --model-only (the replay drove pauses the trace never recorded: ADP-001)."""
+    from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
+
+    engine = InProcessAdapter(ReferenceEndpoint, "no-pause")
+    engine.capabilities = engine.capabilities - {"pause"}
+    result = run_check(engine, registry.client("never-flush"), out_dir=tmp_path)
+    assert result.verdict == "FAIL"
+    assert main(["replay", str(result.counterexample), "--model-only"]) == 1
+    assert "ADP-001" not in capsys.readouterr().out

@@ -1,0 +1,259 @@
+"""The pass matrix and the kill matrix: every correct design PASSES, every mutant is killed.
+
+A conformance suite is worth what these two tables show together. The **pass matrix** runs
+every correct design of ``adapters/designs.py`` (the two reference systems and CD-01..CD-07)
+through a plain ``kvfence check``: each must come out PASS, or WARN when the only findings
+are SHOULD-level notes (a design that stops on a refused flush pays in availability). The
+**kill matrix** runs every mutant of ``adapters/mutants.py`` focused on the rule its
+docstring names (``Violates: RULE``): the run searches until that rule is shown broken,
+stops at the first kill, and the mutant counts as killed only when the counterexample
+breaks exactly that rule.
+
+Runs are independent processes (``jobs``, default: every core), so the matrices take the
+wall time of the slowest few runs. ``kvfence mutants`` prints both tables and writes the
+same JUnit XML and JSON as ``kvfence check``, one entry per run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from attrs import frozen
+from rich.console import Console
+from rich.table import Table
+
+from kvfence.adapters import registry
+from kvfence.adapters.designs import DESIGNS, Design
+from kvfence.adapters.mutants import MUTANTS, Mutant
+from kvfence.model.rules import BY_ID as RULES_BY_ID
+
+from .runner import Result, run_check
+
+
+@frozen
+class Job:
+    """One run of a matrix: an engine and a client by registry name, the row's ``label``,
+    the ``rule`` a focused run is after (None: a plain check), and the run's budget.
+    ``strict``: SHOULD rules fail too (the kill matrix; a pass-matrix run is not strict,
+    so that a SHOULD note shows as WARN)."""
+
+    engine: str
+    client: str
+    label: str
+    rule: str | None
+    profile: str
+    out: Path
+    timeout: float
+    max_examples: int | None
+    strict: bool = True
+
+
+def run_job(job: Job) -> Result:
+    """Run one job in this process (a worker of the pool calls it)."""
+    return run_check(
+        registry.engine(job.engine),
+        registry.client(job.client),
+        profile=job.profile,
+        out_dir=job.out,
+        strict=job.strict,
+        timeout=job.timeout,
+        max_examples=job.max_examples,
+        focus=job.rule,
+    )
+
+
+FOCUSED_EXAMPLES = {"ci": 3000, "dev": 6000, "fuzz": 20000}
+"""A focused run stops at the first example that breaks its rule, so its cap costs nothing
+for a mutant that dies early and keeps a rare one (a guard missing on one funnel of seven)
+from surviving by chance."""
+
+
+def _systems(side: str, name: str) -> tuple[str, str]:
+    """(engine, client) registry names: the other side is the reference."""
+    return (name, "reference") if side == "engine" else ("reference", name)
+
+
+def mutant_job(m: Mutant, profile: str, out: Path, timeout: float, n: int | None) -> Job:
+    """The kill-matrix run of ``m``: focused on its rule, strict."""
+    engine, client = _systems(m.side, m.name)
+    return Job(
+        engine, client, m.name, m.rule, profile, out, timeout, n or FOCUSED_EXAMPLES[profile]
+    )
+
+
+def design_job(d: Design, profile: str, out: Path, timeout: float, n: int | None) -> Job:
+    """The pass-matrix run of ``d``: a plain check, as a user would run it."""
+    engine, client = _systems(d.side, d.name)
+    return Job(engine, client, d.name, None, profile, out, timeout, n, strict=False)
+
+
+def killed(m: Mutant, result: Result) -> bool:
+    """Shown killed: the run FAILed and its counterexample breaks the mutant's rule."""
+    return result.verdict == "FAIL" and m.rule in result.caught()
+
+
+def passed(result: Result) -> bool:
+    """Shown correct: PASS, or WARN whose every finding is a SHOULD-level note."""
+    if result.verdict == "PASS":
+        return True
+    return result.verdict == "WARN" and all(level(v.rule) == "SHOULD" for v in result.violations)
+
+
+def level(rule_id: str) -> str:
+    """A rule's level (MUST or SHOULD); unknown IDs count as MUST."""
+    rule = RULES_BY_ID.get(rule_id)
+    return rule.level if rule is not None else "MUST"
+
+
+@frozen
+class Matrices:
+    """What ``run_matrices`` saw: each design and mutant with its result, and wall time."""
+
+    designs: tuple[tuple[Design, Result], ...]
+    mutants: tuple[tuple[Mutant, Result], ...]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(passed(r) for _, r in self.designs) and all(
+            killed(m, r) for m, r in self.mutants
+        )
+
+    @property
+    def results(self) -> list[Result]:
+        return [r for _, r in self.designs] + [r for _, r in self.mutants]
+
+
+def run_matrices(
+    designs: Sequence[Design] = DESIGNS,
+    mutants: Sequence[Mutant] = MUTANTS,
+    profile: str = "ci",
+    out: Path = Path("kvfence-results"),
+    timeout: float = 120.0,
+    max_examples: int | None = None,
+    jobs: int = os.cpu_count() or 1,
+) -> Matrices:
+    """Run the pass matrix over ``designs`` and the kill matrix over ``mutants``, ``jobs``
+    runs at a time in separate processes. ``max_examples`` overrides every run's budget."""
+    todo = [design_job(d, profile, out, timeout, max_examples) for d in designs]
+    todo += [mutant_job(m, profile, out, timeout, max_examples) for m in mutants]
+    started = time.monotonic()
+    if jobs > 1 and len(todo) > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(run_job, todo))
+    else:
+        results = [run_job(j) for j in todo]
+    n = len(designs)
+    return Matrices(
+        tuple(zip(designs, results[:n], strict=True)),
+        tuple(zip(mutants, results[n:], strict=True)),
+        time.monotonic() - started,
+    )
+
+
+# ----- tables ---------------------------------------------------------------------------
+
+
+def _notes(result: Result) -> str:
+    """What a passing run still reported: its SHOULD-level findings, and the notes the spec
+    attached to the branches the system took (availability, off-policy reuse)."""
+    found = [f"{r} ({level(r)})" for r in result.caught()]
+    where: dict[str, list[str]] = {}
+    for w in result.warnings:  # one line per note, its endpoints gathered
+        m = re.fullmatch(r"(.*) \(endpoint (\d+)\)", w)
+        text, endpoint = (m.group(1), m.group(2)) if m else (w, "")
+        where.setdefault(text, []).append(endpoint)
+    for text, endpoints in where.items():
+        eps = ", ".join(e for e in endpoints if e)
+        found.append(f"{text} (endpoint{'s' if len(endpoints) > 1 else ''} {eps})" if eps else text)
+    return "; ".join(found)
+
+
+def pass_table(rows: Sequence[tuple[Design, Result]], profile: str) -> Table:
+    table = Table(title=f"kvfence pass matrix (profile {profile})", title_justify="left")
+    for col in ("design", "case", "keeps", "verdict", "notes", "examples", "seconds"):
+        table.add_column(col)
+    for d, result in rows:
+        good = passed(result)
+        verdict = f"[{'green' if good else 'bold red'}]{result.verdict}[/]"
+        if not good:
+            verdict += f" {', '.join(result.caught()) or result.error[:60]}"
+        table.add_row(
+            d.name,
+            d.case or "reference",
+            ", ".join(d.keeps),
+            verdict,
+            _notes(result) if good else "",
+            str(result.examples),
+            f"{result.seconds:.1f}",
+        )
+    return table
+
+
+def kill_table(rows: Sequence[tuple[Mutant, Result]], profile: str) -> Table:
+    table = Table(title=f"kvfence kill matrix (profile {profile})", title_justify="left")
+    for col in ("mutant", "side", "expected", "verdict", "caught", "steps", "seconds", "cases"):
+        table.add_column(col)
+    for m, result in rows:
+        status = (
+            "[green]killed[/]" if killed(m, result) else f"[bold red]{result.verdict} (survived)[/]"
+        )
+        table.add_row(
+            m.name,
+            m.side,
+            m.rule,
+            status,
+            ", ".join(result.caught()),
+            str(result.steps),
+            f"{result.seconds:.1f}",
+            ", ".join(m.cases),
+        )
+    return table
+
+
+def print_matrices(x: Matrices, profile: str, console: Console) -> None:
+    """Both tables and one summary line."""
+    if x.designs:
+        console.print(pass_table(x.designs, profile))
+    if x.mutants:
+        console.print(kill_table(x.mutants, profile))
+    good_d = sum(passed(r) for _, r in x.designs)
+    good_m = sum(killed(m, r) for m, r in x.mutants)
+    word = "[green]OK[/]" if x.ok else "[bold red]NOT OK[/]"
+    console.print(
+        f"{word}: {good_d}/{len(x.designs)} correct designs pass, "
+        f"{good_m}/{len(x.mutants)} mutants killed by their rule ({x.seconds:.1f} s wall)"
+    )
+
+
+def select(only: Sequence[str] | None) -> tuple[list[Design], list[Mutant], list[str]]:
+    """The designs and mutants named in ``only`` (all when None), and the unknown names."""
+    if not only:
+        return list(DESIGNS), list(MUTANTS), []
+    names = set(only)
+    designs = [d for d in DESIGNS if d.name in names or d.case in names]
+    mutants = [m for m in MUTANTS if m.name in names]
+    known = {d.name for d in designs} | {d.case for d in designs} | {m.name for m in mutants}
+    return designs, mutants, sorted(names - known)
+
+
+__all__ = [
+    "FOCUSED_EXAMPLES",
+    "Job",
+    "Matrices",
+    "design_job",
+    "kill_table",
+    "killed",
+    "mutant_job",
+    "pass_table",
+    "passed",
+    "print_matrices",
+    "run_job",
+    "run_matrices",
+    "select",
+]

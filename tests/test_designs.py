@@ -1,0 +1,259 @@
+"""The pass matrix: every correct design PASSES, at the ci profile and under the product
+explorer, and the kill matrix beside it still kills every mutant by its own rule.
+
+A correct design is only shown correct if the run reached what makes it differ from the
+reference: each design also has a witness, a short trace on which its observations differ
+from the reference's (or from the mutant that makes the opposite mistake), replayed to PASS.
+Without the witness, a design that the checker never exercised where it differs would pass
+vacuously.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+from attrs import frozen
+
+from kvfence.adapters import registry
+from kvfence.adapters.designs import BY_CASE, BY_NAME, DESIGNS
+from kvfence.adapters.mutants import MUTANTS
+from kvfence.conformance.cli import main
+from kvfence.conformance.explore import explore_adapter
+from kvfence.conformance.matrix import Matrices, killed, level, passed, run_matrices
+from kvfence.conformance.replay import Replayed, replay_actions
+from kvfence.model.actions import (
+    Action,
+    ContinueGeneration,
+    EvictPrefix,
+    FinishRequest,
+    PauseGeneration,
+    Restart,
+    ServeRequest,
+    Sleep,
+    StartRequest,
+    UpdateWeights,
+    WakeUp,
+)
+from kvfence.model.rules import BY_ID
+from kvfence.model.state import Config, Policy, server_info
+from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
+
+JOBS = os.cpu_count() or 1
+EXPLORE_DEPTH = 3
+"""Depth of the product exploration of each design over every setup: deep enough for the
+witnesses below (pause then serve, evict then sleep, start then update), about 10 s each."""
+
+
+@pytest.fixture(scope="module")
+def matrices(tmp_path_factory) -> Matrices:
+    """Both matrices at the ci profile, run once for the module on every core."""
+    out = tmp_path_factory.mktemp("matrices")
+    return run_matrices(DESIGNS, MUTANTS, "ci", out, timeout=60.0, jobs=JOBS)
+
+
+# ----- the pass matrix -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("design", DESIGNS, ids=lambda d: d.name)
+def test_design_passes_at_ci(design, matrices):
+    result = dict((d.name, r) for d, r in matrices.designs)[design.name]
+    assert passed(result), (result.verdict, [str(v) for v in result.violations], result.error)
+    assert result.counterexample is None and result.exit_code == 0
+    verdicts = {r.rule.id: r.verdict for r in result.rules}
+    bad = {
+        rid: v for rid, v in verdicts.items() if level(rid) == "MUST" and v not in ("PASS", "SKIP")
+    }
+    assert not bad, bad  # no MUST rule failed, errored or went unexercised
+    for rule in design.keeps:
+        assert verdicts[rule] in ("PASS", "WARN"), f"{design.name} never exercised {rule}"
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_mutant_still_killed_by_its_rule(mutant, matrices):
+    result = dict((m.name, r) for m, r in matrices.mutants)[mutant.name]
+    assert killed(mutant, result), (result.verdict, result.caught(), result.error)
+
+
+def test_matrices_agree_with_their_verdict(matrices):
+    assert matrices.ok
+    assert len(matrices.designs) == len(DESIGNS) and len(matrices.mutants) == len(MUTANTS)
+
+
+def _explore(name: str) -> tuple[str, object]:
+    engine, client = registry.engine(name), registry.client("reference")
+    x = explore_adapter(engine, client, depth=EXPLORE_DEPTH, out_dir=None)
+    return name, x
+
+
+@pytest.fixture(scope="module")
+def explorations():
+    """The product explorer (model x design, every setup) for every design, on every core."""
+    names = [d.name for d in DESIGNS]
+    with ProcessPoolExecutor(max_workers=JOBS) as pool:
+        return dict(pool.map(_explore, names))
+
+
+@pytest.mark.parametrize("design", DESIGNS, ids=lambda d: d.name)
+def test_design_passes_under_the_explorer(design, explorations):
+    x = explorations[design.name]
+    assert not x.error, x.error
+    assert not x.violation, [str(v) for v in x.violation]
+    assert not x.other, ([str(v) for v in x.other], x.other_trace)
+    assert x.complete and x.depth_reached == EXPLORE_DEPTH
+    assert x.states > 500  # every setup was explored, not one corner of one
+
+
+def test_every_design_documents_what_it_keeps():
+    for d in DESIGNS[2:]:
+        first = d.doc.splitlines()[0]
+        assert first.startswith("Keeps: ") and first.endswith("."), (d.name, first)
+        assert d.keeps and all(r in BY_ID for r in d.keeps), (d.name, d.keeps)
+        assert any(w in d.doc for w in ("vllm", "sglang", "xorl")), f"{d.name} cites no source"
+    assert [d.case for d in DESIGNS[:2]] == [None, None]
+    assert sorted(BY_CASE) == [f"CD-0{i}" for i in range(1, 8)]
+
+
+# ----- witnesses: the run reaches what makes each design differ ---------------------------
+
+
+@frozen
+class Witness:
+    """A trace on which ``design`` shows something the ``contrast`` system does not, and
+    ``design`` still PASSES. ``contrast_passes``: whether the contrast system is itself
+    correct there (the reference) or must FAIL (a mutant making the opposite mistake)."""
+
+    design: str
+    configs: tuple[Config, ...]
+    policy: Policy
+    actions: tuple[Action, ...]
+    contrast: str = "reference"
+    contrast_passes: bool = True
+
+
+STANDARD = Config()
+EXACT = Config(lane=Lane.EXACT)
+OPT_OUT = Policy(mode=CacheMode.NONE)
+RADIX_OFF = Config(radix=False, info=server_info(radix_cache_enabled=False))
+
+WITNESSES = (
+    Witness(
+        "pause-abort-clears-cache",
+        (STANDARD,),
+        Policy(),
+        (
+            ServeRequest(0, "P"),
+            StartRequest(0, "r1", "Q"),
+            PauseGeneration(0, PauseMode.ABORT),
+            ContinueGeneration(0),
+            ServeRequest(0, "P"),
+        ),
+    ),
+    Witness(
+        "sleep-flushes-every-tier",
+        (Config(tiers=frozenset(Tier)),),
+        Policy(),
+        (ServeRequest(0, "P"), EvictPrefix(0, "P", Tier.HOST), Sleep(0), WakeUp(0)),
+    ),
+    Witness(
+        "version-keyed-cache",  # its profile declares versioned_keys; the reference's does not
+        (EXACT,),
+        OPT_OUT,
+        (ServeRequest(0, "P"), UpdateWeights(0, 1, flush_cache=False), ServeRequest(0, "P")),
+    ),
+    Witness(
+        "encoder-follows-weights",
+        (Config(encoder=True),),
+        OPT_OUT,
+        (ServeRequest(0, "P"), UpdateWeights(0, 1, flush_cache=False), ServeRequest(0, "P")),
+        contrast="encoder-kept-on-opt-out",
+        contrast_passes=False,
+    ),
+    Witness(
+        "omitted-flush-means-flush",  # its profile declares flush_default
+        (STANDARD,),
+        OPT_OUT,
+        (ServeRequest(0, "P"), UpdateWeights(0, 1, flush_cache=None), ServeRequest(0, "P")),
+    ),
+    Witness(
+        "radix-off-skips-flush",
+        (RADIX_OFF,),
+        Policy(),
+        (
+            StartRequest(0, "r1", "P"),
+            UpdateWeights(0, 1, flush_cache=True),
+            FinishRequest(0, "r1"),
+        ),
+    ),
+    Witness(
+        "stops-on-refused-flush",
+        (EXACT,),
+        OPT_OUT,
+        (StartRequest(0, "r1", "P"), UpdateWeights(0, 1, flush_cache=False), Restart(0)),
+        contrast="crashes-after-swap",
+        contrast_passes=False,
+    ),
+)
+
+
+def _replay(engine: str, w: Witness) -> Replayed:
+    adapter = registry.engine(engine)
+    try:
+        return replay_actions(
+            adapter, registry.client("reference"), w.configs, w.policy, list(w.actions)
+        )
+    finally:
+        adapter.close()
+
+
+def _observed(r: Replayed) -> list[object]:
+    return [line.get("observed") for line in r.run.lines]
+
+
+def test_every_correct_design_has_a_witness():
+    assert {w.design for w in WITNESSES} == {d.name for d in DESIGNS if d.case}
+
+
+@pytest.mark.parametrize("w", WITNESSES, ids=lambda w: BY_NAME[w.design].case)
+def test_witness_passes_where_the_design_differs(w):
+    mine = _replay(w.design, w)
+    assert mine.kind == "PASS", (mine.message, [str(v) for v in mine.violations])
+    assert len(mine.run.actions) == len(w.actions)
+    other = _replay(w.contrast, w)
+    assert _observed(mine) != _observed(other), "the witness does not reach the difference"
+    assert (other.kind == "PASS") is w.contrast_passes, (other.kind, other.message)
+
+
+def test_a_crash_on_a_standard_lane_stays_a_fault():
+    """Stopping is fail-closed only for a mandatory flush on an exact lane: the seed fork's
+    bare assert on a standard lane (PF-04's shape) is still FC-001, while CD-07 answers
+    there with a clean failure and passes."""
+    trace = (StartRequest(0, "r1", "P"), UpdateWeights(0, 1, flush_cache=True))
+    w = Witness("stops-on-refused-flush", (STANDARD,), Policy(), trace)
+    assert _replay("stops-on-refused-flush", w).kind == "PASS"
+    crash = _replay("crashes-after-swap", w)
+    assert crash.kind == "FAIL" and "FC-001" in {v.rule for v in crash.violations}
+
+
+def test_kvfence_mutants_shows_both_matrices(tmp_path, capsys):
+    """The CLI prints the pass matrix and the kill matrix and exits 0 only when both hold."""
+    argv = ["mutants", "--only", "CD-06", "flush-stub-claims-success", "--jobs", "1"]
+    code = main([*argv, "--out", str(tmp_path), "--json", str(tmp_path / "m.json")])
+    out = capsys.readouterr().out
+    assert "pass matrix" in out and "kill matrix" in out
+    assert "radix-off-skips-flush" in out and "flush-stub-claims-success" in out
+    assert code == 0, out
+    assert (tmp_path / "m.json").exists()
+
+
+def test_a_failing_design_fails_the_command(tmp_path, capsys):
+    """A survivor or a falsely failed design makes the command fail: the matrix can fail."""
+    code = main(["mutants", "--only", "no-such-design", "--out", str(tmp_path)])
+    assert code == 3
+    p = Path(tmp_path)
+    code = main(["mutants", "--only", "reference", "--max-examples", "1", "--out", str(p)])
+    out = capsys.readouterr().out
+    # One example cannot reach every REACH rule: the reference is UNKNOWN, not PASS.
+    assert code == 1 and "NOT OK" in out
