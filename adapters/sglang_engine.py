@@ -76,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from attrs import fields
+
 from kvfence.model.actions import (
     Action,
     ContinueGeneration,

@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from attrs import frozen
+
 from kvfence.model.actions import (
     Action,
     ContinueGeneration,

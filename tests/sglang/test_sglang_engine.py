@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from kvfence.adapters.clients import ReferenceClient
 from kvfence.adapters.sglang_engine import SglangAdapter
 from kvfence.conformance.lockstep import ConformanceFailure, Lockstep, Recorder

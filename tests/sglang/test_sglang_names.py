@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from kvfence.adapters import registry
 from kvfence.adapters.sglang_engine import DEFAULT_VERSION, SglangAdapter
 from kvfence.conformance.cli import main

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from kvfence.adapters.clients import ReferenceClient
 from kvfence.adapters.sglang_engine import SglangAdapter
 from kvfence.adapters.sglang_scenarios import SCENARIOS, judge

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from kvfence.adapters.vllm_process import group_pids
 
 KVFENCE_LIKE = textwrap.dedent(
