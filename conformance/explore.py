@@ -23,7 +23,8 @@ no-flush   exact + standard; mode none, pause in_place     ENG-001/002, CLI-005,
 in-place   exact + standard; auto, pause in_place          CLI-007
 unreported exact (info unreachable) + standard (silent)    CLI-002, CLI-006
 tiers      one endpoint, draft + host + storage tiers      ENG-003/004/008
-encoder    one endpoint, encoder cache; mode none           ENG-003, ENG-012
+encoder    one endpoint with a multimodal encoder cache    ENG-003; its twin encoder-opt-out
+           (client mode none) makes ENG-012 reachable
 fp8        one endpoint with FP8 KV (reported)             ENG-005
 lora       one endpoint serving a LoRA adapter             ENG-007
 ========== ============================================== ==================================
@@ -144,13 +145,14 @@ SETUPS: tuple[Setup, ...] = (
         Policy(),
         _rules("ENG-003", "ENG-004", "ENG-008"),
     ),
+    Setup("encoder", (Config(encoder=True),), Policy(), _rules("ENG-003")),
     # The client opts out of the prefix flush, so that an update keeps the prefix cache and
     # encoder outputs must still follow the weights (ENG-012, PF-21).
     Setup(
-        "encoder",
+        "encoder-opt-out",
         (Config(encoder=True),),
         Policy(mode=CacheMode.NONE),
-        _rules("ENG-003", "ENG-012"),
+        _rules("ENG-012"),
     ),
     Setup(
         "fp8",

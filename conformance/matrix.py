@@ -21,6 +21,7 @@ import re
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 from attrs import frozen
@@ -144,7 +145,9 @@ def run_matrices(
     todo += [mutant_job(m, profile, out, timeout, max_examples) for m in mutants]
     started = time.monotonic()
     if jobs > 1 and len(todo) > 1:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        # spawn, not fork: a forked child would inherit the parent's adapter-call worker
+        # thread pool without its thread, and its first call would time out.
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
             results = list(pool.map(run_job, todo))
     else:
         results = [run_job(j) for j in todo]

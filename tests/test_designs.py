@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,7 @@ def _explore(name: str) -> tuple[str, object]:
 def explorations():
     """The product explorer (model x design, every setup) for every design, on every core."""
     names = [d.name for d in DESIGNS]
-    with ProcessPoolExecutor(max_workers=JOBS) as pool:
+    with ProcessPoolExecutor(max_workers=JOBS, mp_context=get_context("spawn")) as pool:
         return dict(pool.map(_explore, names))
 
 

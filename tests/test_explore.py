@@ -143,7 +143,7 @@ SHORTEST: dict[str, int] = {
     "labels-with-final-version": 3,
     "hit-path-numerics-differ": 2,
     # appended with shared/cases/more-faults.md (PF-21, PF-22, PF-24)
-    "encoder-kept-on-opt-out": 2,  # serve, then an opt-out sync (the encoder setup)
+    "encoder-kept-on-opt-out": 2,  # serve, then an opt-out sync (the encoder-opt-out setup)
     "flush-is-a-stub": 2,
     "flush-stub-claims-success": 2,
     "session-pinned-namespace": 3,  # serve, sync, serve again: the session's second turn
