@@ -75,8 +75,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from attrs import fields
-
 from kvfence.model.actions import (
     Action,
     ContinueGeneration,
@@ -107,11 +105,6 @@ the adapter answers with these fields of the real ``build_server_info`` body."""
 LANES = ("exact", "standard")
 
 
-class EngineStopped(AdapterFailure):
-    """SGLang's handler raised (the server process would exit) and this spec has no
-    ``STOPPED`` status to judge it with: an ERROR, never OK."""
-
-
 def sglang_home() -> Path:
     """Where ``scripts/install-sglang.sh`` puts versions: ``$KVFENCE_SGLANG_HOME`` or
     ``.sglang`` in the current directory."""
@@ -123,14 +116,11 @@ def _config(lane: str) -> Config:
         "disable_radix_cache": False,
         "rl_on_policy_target": "fsdp" if lane == "exact" else None,
     }
-    extra: dict[str, Any] = {}
-    if "flush_default" in {f.name for f in fields(Config)}:
-        extra["flush_default"] = True  # UpdateWeight*ReqInput.flush_cache defaults to true
     return Config(
         radix=True,
         lane=Lane.EXACT if lane == "exact" else Lane.STANDARD,
         info=server_info(**info),
-        **extra,
+        flush_default=True,  # UpdateWeight*ReqInput.flush_cache defaults to true (io_struct)
     )
 
 
@@ -340,13 +330,7 @@ class SglangAdapter:
 
     def _observation(self, out: dict[str, Any]) -> Observation:
         if out["status"] == "stopped":
-            stopped = getattr(Status, "STOPPED", None)
-            if stopped is None:
-                raise EngineStopped(
-                    f"SGLang {self.version}'s scheduler raised out of a handler (the server "
-                    f"process would exit): {out['detail']}; this spec has no STOPPED status"
-                )
-            return Observation(stopped, detail=out["detail"])
+            return Observation(Status.STOPPED, detail=out["detail"])
         v = out["view"]
         view = View(
             weights=v["weights"],

@@ -6,9 +6,8 @@ counterexample; these scripts instead visit every finding the SGLang probes made
 guard on each funnel, the refused requested flush, pause modes, sleep, restart), so a new
 release shows at a glance which behaviour moved. Each cell is ``ok`` (the spec agrees
 with every step), the rules broken, ``stopped`` (the endpoint's process would exit: an
-exception out of a scheduler handler; ``unjudged`` while the spec has no ``STOPPED``
-status) or ``ERROR`` (the harness did not fit the version:
-ADP-001, never a verdict).
+exception out of a scheduler handler, judged as the spec judges ``STOPPED``) or ``ERROR``
+(the harness did not fit the version: ADP-001, never a verdict).
 
 Run: ``python -m kvfence.adapters.sglang_scenarios 0.5.23 0.5.22 0.5.17`` prints the
 Markdown table docs/engines.md shows.
@@ -147,10 +146,6 @@ def judge(adapter: object, scenario: Scenario) -> str:
         broken = " ".join(sorted({v.rule for v in failure.violations}))
         return f"FAIL {broken}" + (" (stopped)" if stopped else "")
     except AdapterError as e:
-        from .sglang_engine import EngineStopped
-
-        if isinstance(e.__cause__, EngineStopped):
-            return "stopped (unjudged: the spec has no STOPPED status)"
         return f"ERROR {e}"
     if steps.lines and steps.lines[-1].get("observed", {}).get("status") == "stopped":
         return "ok (stopped)"

@@ -232,17 +232,10 @@ def test_apply_before_start_and_unknown_endpoint_are_failures(sglang):
 
 
 def test_stopped_status_is_known_to_the_adapter():
-    """A handler that raises stops the endpoint; the adapter reports it as STOPPED (or,
-    with a spec that has no such status, as an adapter failure: never OK)."""
+    """A handler that raises stops the endpoint; the adapter reports it as STOPPED, never OK."""
     adapter = SglangAdapter("0.5.23")
     out = {"status": "stopped", "detail": "RuntimeError: refused"}
-    if hasattr(Status, "STOPPED"):
-        assert adapter._observation(out).status is Status.STOPPED
-    else:
-        from kvfence.adapters.protocol import AdapterFailure
-
-        with pytest.raises(AdapterFailure, match="STOPPED"):
-            adapter._observation(out)
+    assert adapter._observation(out).status is Status.STOPPED
 
 
 # ----- a fork's overlay: the exact-lane guard ---------------------------------------------
@@ -280,18 +273,12 @@ def test_overlay_refused_forced_flush_stops_the_endpoint(guarded):
     """A running request makes the forced flush refuse: the overlay raises out of the
     handler, and the endpoint stops instead of answering (SGLang's scheduler process exits).
     The adapter never reports that as OK."""
-    from kvfence.adapters.protocol import AdapterFailure
-
     guarded.start(guarded.fixed_configs)
     guarded.apply(StartRequest(0, "r1", "P"))
-    if hasattr(Status, "STOPPED"):
-        obs = guarded.apply(UpdateWeights(0, 1, Funnel.DISK, False))
-        assert obs.status is Status.STOPPED
-        assert "RuntimeError: exact lane" in obs.detail
-        assert guarded.apply(ServeRequest(0, "P")).status is Status.STOPPED
-    else:
-        with pytest.raises(AdapterFailure, match="RuntimeError: exact lane"):
-            guarded.apply(UpdateWeights(0, 1, Funnel.DISK, False))
+    obs = guarded.apply(UpdateWeights(0, 1, Funnel.DISK, False))
+    assert obs.status is Status.STOPPED
+    assert "RuntimeError: exact lane" in obs.detail
+    assert guarded.apply(ServeRequest(0, "P")).status is Status.STOPPED
 
 
 def test_overlay_refused_forced_flush_is_judged_fail_closed(guarded):
@@ -301,10 +288,6 @@ def test_overlay_refused_forced_flush_is_judged_fail_closed(guarded):
     state = initial_state(guarded.fixed_configs)
     state = spec.step(state, actions[0])[0][0]
     allowed = {o.observation.status.value for _, o in spec.step(state, actions[1])}
-    if "stopped" not in allowed:
-        pytest.skip(
-            "the spec does not allow STOPPED here yet (fail-closed-by-stopping pending in "
-            f"model/semantics.py; it allows {sorted(allowed)})"
-        )
+    assert "stopped" in allowed  # the spec's fail-closed-by-stopping (FC-001, CD-07)
     bad, steps = script(guarded, actions)
     assert bad == [] and observed(steps)["status"] == "stopped"

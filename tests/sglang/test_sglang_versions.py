@@ -21,7 +21,6 @@ ROW = {s.name: s for s in SCENARIOS}
 GUARD = "exact lane, idle, disk update with flush_cache=false, serve again"
 REQUESTED = "standard lane, request running, update with flush_cache=true, serve again"
 RETRACT = "retract pause, update with flush, continue"
-UNJUDGED = "stopped (unjudged: the spec has no STOPPED status)"
 
 
 def need(version: str) -> None:
@@ -52,10 +51,9 @@ def test_where_versions_differ_on_a_refused_flush(version_adapter):
         assert (requested, retract) == ("FAIL FC-002", "ok")
     else:
         # 0.5.17 asserts after swapping weights (the process exits), and counts the
-        # retracted requests, re-queued without KV, against the flush: LIV-001 once the
-        # spec can judge a stop
+        # retracted requests, re-queued without KV, against the flush (LIV-001)
         assert "stopped" in requested
-        assert retract in ("FAIL LIV-001 (stopped)", UNJUDGED)
+        assert retract == "FAIL LIV-001 (stopped)"
 
 
 def test_older_layout_is_an_error_naming_the_reason(tmp_path):
