@@ -28,6 +28,7 @@ from kvfence.adapters.clients import ReferenceClient
 from kvfence.adapters.sglang_engine import SglangAdapter
 from kvfence.conformance.lockstep import ConformanceFailure, Lockstep, Recorder
 from kvfence.conformance.runner import run_check
+from kvfence.conformance.trace import step_json
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     Action,
@@ -94,7 +95,7 @@ def sglang():
 
 def script(adapter: Any, actions: list[Action], policy: Policy = Policy()) -> tuple[list, Any]:
     """Run ``actions`` in lockstep from a fresh start: the violations of the first failing
-    step (empty if none) and the lockstep (its ``lines`` hold every observation)."""
+    step (empty if none) and the lockstep (its ``steps`` hold every observation)."""
     steps = Lockstep(adapter, ReferenceClient(), Recorder())
     steps.start(adapter.fixed_configs, policy)
     for action in actions:
@@ -110,7 +111,8 @@ def rules(violations: list) -> set[str]:
 
 
 def observed(steps: Any, index: int = -1) -> dict[str, Any]:
-    return steps.lines[index]["observed"]
+    """The observation of step ``index`` in its trace form (``conformance/trace.py``)."""
+    return step_json(steps.steps[index])["observed"]
 
 
 # ----- what 0.5.23 gets wrong -----------------------------------------------------------

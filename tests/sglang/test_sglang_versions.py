@@ -12,8 +12,8 @@ import pytest
 
 from kvfence.adapters.clients import ReferenceClient
 from kvfence.adapters.sglang_engine import SglangAdapter
-from kvfence.adapters.sglang_scenarios import SCENARIOS, judge
 from kvfence.conformance.runner import run_check
+from kvfence.conformance.sglang_scenarios import SCENARIOS, judge
 
 pytestmark = pytest.mark.sglang
 

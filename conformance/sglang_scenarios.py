@@ -9,7 +9,7 @@ with every step), the rules broken, ``stopped`` (the endpoint's process would ex
 exception out of a scheduler handler, judged as the spec judges ``STOPPED``) or ``ERROR``
 (the harness did not fit the version: ADP-001, never a verdict).
 
-Run: ``python -m kvfence.adapters.sglang_scenarios 0.5.23 0.5.22 0.5.17`` prints the
+Run: ``python -m kvfence.conformance.sglang_scenarios 0.5.23 0.5.22 0.5.17`` prints the
 Markdown table docs/engines.md shows.
 """
 
@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from attrs import frozen
 
+from kvfence.adapters.clients import ReferenceClient
+from kvfence.adapters.protocol import AdapterFailure
 from kvfence.model.actions import (
     Action,
     ContinueGeneration,
@@ -33,9 +36,9 @@ from kvfence.model.actions import (
     WakeUp,
 )
 from kvfence.model.state import Policy
-from kvfence.model.vocabulary import CacheMode, Funnel, PauseMode
+from kvfence.model.vocabulary import CacheMode, Funnel, PauseMode, Status
 
-from .protocol import AdapterFailure
+from .lockstep import AdapterError, ConformanceFailure, Lockstep, Recorder
 
 
 @frozen
@@ -128,33 +131,29 @@ SCENARIOS: tuple[Scenario, ...] = (
 
 def judge(adapter: object, scenario: Scenario) -> str:
     """One cell: ``ok``, the rules broken (``FAIL ENG-001``), ``stopped`` or ``ERROR ...``."""
-    from kvfence.adapters.clients import ReferenceClient
-    from kvfence.conformance.lockstep import (
-        AdapterError,
-        ConformanceFailure,
-        Lockstep,
-        Recorder,
-    )
-
     steps = Lockstep(adapter, ReferenceClient(), Recorder())  # type: ignore[arg-type]
     try:
         steps.start(adapter.fixed_configs, scenario.policy)  # type: ignore[attr-defined]
         for action in scenario.actions:
             steps.run(action)
     except ConformanceFailure as failure:
-        stopped = steps.lines and steps.lines[-1].get("observed", {}).get("status") == "stopped"
+        stopped = _stopped(steps)
         broken = " ".join(sorted({v.rule for v in failure.violations}))
         return f"FAIL {broken}" + (" (stopped)" if stopped else "")
     except AdapterError as e:
         return f"ERROR {e}"
-    if steps.lines and steps.lines[-1].get("observed", {}).get("status") == "stopped":
-        return "ok (stopped)"
-    return "ok"
+    return "ok (stopped)" if _stopped(steps) else "ok"
+
+
+def _stopped(steps: Any) -> bool:
+    """The last step the lockstep recorded saw the endpoint's process stop."""
+    last = steps.steps[-1].observed if steps.steps else None
+    return last is not None and last.status is Status.STOPPED
 
 
 def table(versions: Sequence[str]) -> str:
     """The Markdown table: one row per scenario, one column per version."""
-    from .sglang_engine import SglangAdapter
+    from kvfence.adapters.sglang_engine import SglangAdapter
 
     columns: dict[str, list[str]] = {}
     for version in versions:
