@@ -95,7 +95,7 @@ def actions(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> lis
     return list(_actions(state.without_ledger(), bounds, faults))
 
 
-@lru_cache(maxsize=1 << 16)
+@lru_cache(maxsize=1 << 12)
 def _actions(state: State, bounds: Bounds, faults: bool) -> tuple[Action, ...]:
     """``actions`` memoized: enabledness never depends on the ledger, and the same states
     recur across the examples of a stateful run and its shrinking."""
