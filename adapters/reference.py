@@ -37,6 +37,7 @@ from kvfence.model.actions import (
     UpdateWeights,
     WakeUp,
 )
+from kvfence.model.capabilities import Capability
 from kvfence.model.observation import Observation, Response, View
 from kvfence.model.state import Config, Entry, Use
 from kvfence.model.vocabulary import Funnel, Kind, PauseMode, Phase, Status, Tier
@@ -404,27 +405,7 @@ class InProcessAdapter:
     endpoint propagate to the checker, which reports them as ERROR (ADP-001).
     """
 
-    capabilities = frozenset(
-        {
-            "weights_probe",
-            "cache_probe",
-            "provenance",
-            "attribution",
-            "flush_result",
-            "byte_oracle",
-            "faults",
-            "inflight",
-            "restart",
-            "pause",
-            "sleep",
-            "tiers",
-            "draft",
-            "encoder",
-            "fp8_kv",
-            "lora",
-            "exact_lane",
-        }
-    )
+    capabilities = frozenset(Capability) - {Capability.EXACT_CACHE, Capability.NAMESPACES}
     fixed_configs = None
 
     def __init__(
@@ -435,7 +416,7 @@ class InProcessAdapter:
         self.endpoints: list[ReferenceEndpoint] = []
         exact = endpoint_cls.exact_cache if exact is None else exact
         if exact:
-            self.capabilities = type(self).capabilities | {"exact_cache"}
+            self.capabilities = type(self).capabilities | {Capability.EXACT_CACHE}
         self.profile = dict(endpoint_cls.profile)
 
     def start(self, configs: tuple[Config, ...]) -> None:

@@ -34,6 +34,7 @@ from kvfence.adapters.mutants import MUTANTS, Mutant
 from kvfence.model.rules import BY_ID as RULES_BY_ID
 
 from .runner import Result, run_check
+from .verdict import Verdict
 
 
 @frozen
@@ -95,14 +96,16 @@ def design_job(d: Design, profile: str, out: Path, timeout: float, n: int | None
 
 def killed(m: Mutant, result: Result) -> bool:
     """Shown killed: the run FAILed and its counterexample breaks the mutant's rule."""
-    return result.verdict == "FAIL" and m.rule in result.caught()
+    return result.verdict is Verdict.FAIL and m.rule in result.caught()
 
 
 def passed(result: Result) -> bool:
     """Shown correct: PASS, or WARN whose every finding is a SHOULD-level note."""
-    if result.verdict == "PASS":
+    if result.verdict is Verdict.PASS:
         return True
-    return result.verdict == "WARN" and all(level(v.rule) == "SHOULD" for v in result.violations)
+    return result.verdict is Verdict.WARN and all(
+        level(v.rule) == "SHOULD" for v in result.violations
+    )
 
 
 def level(rule_id: str) -> str:

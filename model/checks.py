@@ -15,6 +15,7 @@ from typing import Any
 
 from attrs import evolve, frozen
 
+from .capabilities import Capability
 from .client import parse_radix
 from .observation import Observation, Outcome
 from .state import Config, Served, State, Use
@@ -141,7 +142,7 @@ def compare(
     """
     exp = outcome.observation
     out: list[Violation] = []
-    exact = "exact_cache" in capabilities
+    exact = Capability.EXACT_CACHE in capabilities
 
     def miss(field_name: str, expected: Any, actual: Any, default: str) -> None:
         rule = outcome.rule_for(field_name, default)
@@ -150,7 +151,7 @@ def compare(
     status_differs = obs.status is not exp.status
     if status_differs:
         miss("status", exp.status.value, obs.status.value, "LIV-002")
-    flush_seen = "flush_result" in capabilities and exp.flushed is not None
+    flush_seen = Capability.FLUSH_RESULT in capabilities and exp.flushed is not None
     if flush_seen and (obs.flushed is True) != exp.flushed:
         miss("flushed", exp.flushed, obs.flushed, "FC-003")
     if exp.aborted is not None and obs.aborted is not None and obs.aborted != exp.aborted:
@@ -158,12 +159,12 @@ def compare(
     # When the status differs, the probe differs because of it: only the status is named
     # (a false claim of success is judged against ``completion`` below).
     view_seen = exp.view is not None and obs.view is not None and not status_differs
-    if view_seen and "weights_probe" in capabilities:
+    if view_seen and Capability.WEIGHTS_PROBE in capabilities:
         for name in ("weights", "draft", "scales", "label"):
             e, a = getattr(exp.view, name), getattr(obs.view, name)
             if e != a:
                 miss(f"view.{name}", e, a, "INV-003")
-    cache_seen = view_seen and obs.view.cache is not None and "cache_probe" in capabilities
+    cache_seen = view_seen and obs.view.cache is not None and Capability.CACHE_PROBE in capabilities
     if cache_seen:
         allowed, got = exp.view.cache or frozenset(), obs.view.cache
         kept = got - allowed
@@ -199,19 +200,25 @@ def _compare_response(
     exp, got = outcome.observation.response, obs.response
     assert served is not None and exp is not None and got is not None
     out: list[Violation] = []
-    exact = "exact_cache" in capabilities
+    exact = Capability.EXACT_CACHE in capabilities
     if got.hit != exp.hit and (exp.hit or outcome.dropped or exact):
         rule = outcome.rule_for("response.hit", "INV-001")
         out.append(Violation(rule, exp.hit, got.hit, f"{where} response.hit".strip()))
         return out
     if exact and outcome.dropped:
         out.append(Violation("ENG-011", "a hit on KV it held", "a miss", where))
-    if got.uses is not None and "provenance" in capabilities:
+    if got.uses is not None and Capability.PROVENANCE in capabilities:
         out += check_served(evolve(served, uses=got.uses, hit=got.hit))
-    if got.sampled is not None and "attribution" in capabilities and got.sampled != exp.sampled:
+    if (
+        got.sampled is not None
+        and Capability.ATTRIBUTION in capabilities
+        and got.sampled != exp.sampled
+    ):
         rule = outcome.rule_for("response.sampled", "INV-002")
         out.append(Violation(rule, sorted(exp.sampled or ()), sorted(got.sampled), where))
-    bytes_seen = got.output is not None and got.cold is not None and "byte_oracle" in capabilities
+    bytes_seen = (
+        got.output is not None and got.cold is not None and Capability.BYTE_ORACLE in capabilities
+    )
     if bytes_seen and got.output != got.cold and not out:
         out += _judge_bytes(served, obs, capabilities, where)
     return out
@@ -264,10 +271,10 @@ def fresh_confirmed(served: Served, obs: Observation, capabilities: Collection[s
     """A probe confirms the hit reused only KV of the weights in force: the response's own
     provenance, or the cache listing of the prefix after it."""
     got = obs.response
-    if got is not None and got.uses is not None and "provenance" in capabilities:
+    if got is not None and got.uses is not None and Capability.PROVENANCE in capabilities:
         return not (got.uses - served.current)
     listing = obs.view.cache if obs.view is not None else None
-    if listing is None or "cache_probe" not in capabilities:
+    if listing is None or Capability.CACHE_PROBE not in capabilities:
         return False
     versions = {Use(e.kind.value, e.version) for e in listing if e.prefix == served.prefix}
     return bool(versions) and not (versions - served.current)
@@ -306,35 +313,37 @@ def evidence(
     something_to_remove = outcome.flushed_from is None or bool(outcome.flushed_from)
     seen = {
         "status": True,
-        "flushed": "flush_result" in capabilities,
+        "flushed": Capability.FLUSH_RESULT in capabilities,
         "aborted": obs.aborted is not None and bool(exp.aborted),
-        "view.weights": view_seen and "weights_probe" in capabilities,
-        "view.label": view_seen and "weights_probe" in capabilities,
-        "view.draft": view_seen and "weights_probe" in capabilities and exp.view.draft is not None,
+        "view.weights": view_seen and Capability.WEIGHTS_PROBE in capabilities,
+        "view.label": view_seen and Capability.WEIGHTS_PROBE in capabilities,
+        "view.draft": view_seen
+        and Capability.WEIGHTS_PROBE in capabilities
+        and exp.view.draft is not None,
         "view.scales": view_seen
-        and "weights_probe" in capabilities
+        and Capability.WEIGHTS_PROBE in capabilities
         and exp.view.scales is not None,
         "view.cache": view_seen
         and obs.view.cache is not None
-        and "cache_probe" in capabilities
+        and Capability.CACHE_PROBE in capabilities
         and something_to_remove,
-        "response.hit": obs.response is not None and "exact_cache" in capabilities,
+        "response.hit": obs.response is not None and Capability.EXACT_CACHE in capabilities,
         "response.sampled": obs.response is not None
         and obs.response.sampled is not None
-        and "attribution" in capabilities
+        and Capability.ATTRIBUTION in capabilities
         and len(exp.response.sampled or ()) > 1,
     }
     rules = {rule for field_name, rule in outcome.because if seen.get(field_name, False)}
     if seen["view.cache"] and outcome.flushed_from:
         rules.add("ENG-003")  # a listing after a flush that had entries to remove
-    if seen["view.cache"] and "exact_cache" in capabilities and exp.view.cache:
+    if seen["view.cache"] and Capability.EXACT_CACHE in capabilities and exp.view.cache:
         rules.add("ENG-011")  # a listing that could have shown an entry dropped unasked
     got, served = obs.response, outcome.served
     if got is not None and served is not None and served.hit:
-        if got.uses is not None and "provenance" in capabilities:
+        if got.uses is not None and Capability.PROVENANCE in capabilities:
             rules.add("INV-001")
         bytes_seen = got.output is not None and got.cold is not None
-        if bytes_seen and "byte_oracle" in capabilities:
+        if bytes_seen and Capability.BYTE_ORACLE in capabilities:
             if oracle is not None and oracle.distinguishes(served.prefix, lora):
                 rules.add("INV-001")
             if served.exact and not served.stale:
