@@ -284,11 +284,7 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
     needless = must_flush and (ep.config.versioned_keys or not ep.config.radix)
     s = evolve(s, trainer=max(s.trainer, a.version))
     blame = {
-        # Unasked, only encoder outputs must go (ENG-012); with none to drop, a listing
-        # could show no violation, so no rule is attributed (no evidence either).
-        "cache": ("ENG-001" if guarded else "ENG-002")
-        if must_flush
-        else ("ENG-012" if derived_dropped(ep) != ep else None),
+        "cache": ("ENG-001" if guarded else "ENG-002") if must_flush else "ENG-012",
         "weights": "ENG-001" if guarded else "INV-003",
         "draft": "ENG-004",
         "scales": "ENG-005",

@@ -146,21 +146,6 @@ def test_cd04_encoder_follows_every_update_and_keeping_it_is_eng012():
     assert "ENG-012" in rules(replay(EncoderSurvives, (config,), actions))
 
 
-def test_eng012_evidence_needs_encoder_outputs_to_drop():
-    """A cache listing after an unasked update is ENG-012 evidence only when there were
-    encoder outputs to drop: with none, no listing could show ENG-012 broken (issue 8's
-    evidence principle), so the agreeing comparison counts for no rule on the cache."""
-    caps = {"cache_probe", "weights_probe"}
-    update = UpdateWeights(0, 1, T, False)
-    for served, expected in (((), False), ((ServeRequest(0, "P"),), True)):
-        state = initial_state((Config(encoder=True),), OPT_OUT)
-        for a in served:
-            state = spec.step(state, a)[-1][0]
-        (_, outcome), *_ = spec.step(state, update)
-        got = evidence(outcome, outcome.observation, caps)
-        assert ("ENG-012" in got) is expected, (served, got)
-
-
 def test_cd05_omitted_flush_cache_follows_the_engine_profile():
     """Was LIV-002 / ENG-002: the spec read 'omitted' as 'not asked'."""
     actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, T, None), ServeRequest(0, "P")]
