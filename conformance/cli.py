@@ -1,4 +1,4 @@
-"""``kvfence``: check, mutants, replay, explore, rules, diagram.
+"""``kvfence``: check, mutants, replay, explore, rules, diagram, serve.
 
 Exit codes: 0 pass (or FIXED), 1 fail (or FAILED), 2 error or unknown, 3 usage.
 """
@@ -133,6 +133,29 @@ def build_parser() -> Parser:
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
 
     sub.add_parser("diagram", help="print the endpoint lifecycle as a Mermaid diagram")
+
+    p = sub.add_parser(
+        "serve",
+        help="an HTTP server with an engine's own weight-sync routes, judged live",
+    )
+    p.add_argument("--api", choices=("sglang", "vllm"), required=True, help="routes to speak")
+    p.add_argument("--engine", default="reference", help="the kvfence engine behind it")
+    p.add_argument("--port", type=int, default=30000, help="port on the host (0: a free one)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (loopback unless allowed)")
+    p.add_argument(
+        "--allow-remote", action="store_true", help="allow a --host that is not loopback"
+    )
+    p.add_argument(
+        "--mode",
+        choices=("auto", "flush", "none"),
+        default="auto",
+        help="the trainer's cache_invalidation_mode (recorded in the trace's policy)",
+    )
+    p.add_argument("--out", type=Path, default=Path("kvfence-results"), help="output folder")
+    p.add_argument("--strict", action="store_true", help="SHOULD rules fail too")
+    p.add_argument("--timeout", type=seconds, default=120.0, help="seconds per engine call")
+    p.add_argument("--json", type=Path, help="write a JSON results file here")
+    p.add_argument("--junit", type=Path, help="write JUnit XML here")
     return parser
 
 
@@ -463,7 +486,51 @@ def cmd_diagram(args: argparse.Namespace, console: Console) -> int:
     return EXIT_PASS
 
 
+# ----- serve ---------------------------------------------------------------------------
+
+
+def cmd_serve(args: argparse.Namespace, console: Console) -> int:
+    import ipaddress
+
+    from kvfence.model.vocabulary import CacheMode
+
+    from .serve import Session, run_server
+
+    try:
+        loopback = ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = args.host == "localhost"
+    if not loopback and not args.allow_remote:
+        console.print(
+            f"[bold red]usage:[/] --host {args.host!r} is not loopback; kvfence serve accepts "
+            "weight updates from anyone who can reach it, so another address needs --allow-remote"
+        )
+        return EXIT_USAGE
+    if not 0 <= args.port < 65536:
+        console.print(f"[bold red]usage:[/] --port {args.port} is not a port number")
+        return EXIT_USAGE
+    try:
+        session = Session(
+            args.api, args.engine, CacheMode(args.mode), args.out, args.timeout, args.strict
+        )
+    except ValueError as e:
+        console.print(f"[bold red]usage:[/] {e}")
+        return EXIT_USAGE
+    try:
+        result = run_server(session, args.host, args.port, lambda line: print(line, flush=True))
+    except OSError as e:
+        console.print(f"[bold red]error[/] cannot serve on {args.host}:{args.port}: {e}")
+        return EXIT_ERROR
+    print_result(result, console)
+    if session.trace_path is not None:
+        console.print(f"session trace: {clean(session.trace_path)}", soft_wrap=True)
+    if not _write_reports([result], args, console):
+        return EXIT_ERROR
+    return result.exit_code
+
+
 COMMANDS = {
+    "serve": cmd_serve,
     "check": cmd_check,
     "mutants": cmd_mutants,
     "replay": cmd_replay,

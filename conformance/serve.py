@@ -1,0 +1,907 @@
+"""``kvfence serve``: an HTTP server that speaks an engine's own weight-sync routes, with a
+kvfence engine behind it, judged live.
+
+A trainer's sync code (or any HTTP client) talks to ``kvfence serve`` as it would to SGLang
+or vLLM. Each request that maps to a model action (the ``ROUTES`` table: one route, one
+action) is applied to the model and to the engine in lockstep (``Lockstep.run``) and
+recorded as a kvfence trace step; the answer is the engine's observation in the real
+engine's own JSON shape. Routes that only probe (server info, health, the model list) are
+answered from the engine and logged, not stepped. Routes whose model action does not exist
+yet (``PENDING``) are parsed and answered with the engine's error shape, naming the action
+they wait for.
+
+Sources of the request and response bodies (read, not copied):
+
+* SGLang 0.5.23: ``python/sglang/srt/entrypoints/http_server.py`` (routes, the 400 error
+  shape ``{"object": "error", "message", "type": "Bad Request", "param": null, "code":
+  400}`` of its ``RequestValidationError`` handler, ``/flush_cache``'s text answer) and
+  ``python/sglang/srt/managers/io_struct.py`` (``PauseGenerationReqInput.mode``,
+  ``UpdateWeightFromDiskReqInput`` / ``UpdateWeightsFromTensorReqInput`` /
+  ``UpdateWeightsFromDistributedReqInput`` with ``flush_cache`` (default true) and
+  ``weight_version``, ``UpdateWeightVersionReqInput.new_version``,
+  ``Release/ResumeMemoryOccupationReqInput.tags``, ``GenerateReqInput.extra_key``).
+* vLLM 0.32: ``vllm/entrypoints/serve/dev/*`` (``/collective_rpc``, ``/reset_prefix_cache``
+  answering ``{"success": bool}``, ``/sleep``, ``/wake_up``, ``/is_paused``),
+  ``vllm/entrypoints/rl/online/api_router.py`` (``/pause?mode=&clear_cache=``, ``/resume``,
+  ``/weight_info``, ``/update_weight_version``), ``vllm/entrypoints/openai`` (``/v1/
+  completions`` with ``cache_salt``, ``return_token_ids``, ``usage.prompt_tokens_details.
+  cached_tokens``; errors ``{"error": {"message", "type", "param", "code"}}``).
+
+How a request maps to the model (docs/clients.md, "Over HTTP: kvfence serve"):
+
+* Weight versions: every weight update a trainer sends is the next weight version of the
+  endpoint (the checkpoint path, tensor payload or ``weight_version`` label is recorded in
+  the session log beside it). An update always changes the weights as far as the cache is
+  concerned: the engine cannot know two checkpoints hold the same bytes, so KV computed
+  before it is stale after it, whatever the path or label says. A retry after a refused
+  update keeps the version the refused one had.
+* Prompts: each distinct prompt (text, or token ids) is one prefix name of the model (P, Q,
+  R, ...), in order of first appearance. Two prompts sharing only a leading part are
+  distinct prefixes (the model then sees less reuse than a radix tree would: never a false
+  stale-reuse FAIL).
+* The byte oracle: a ``/generate`` with an ``extra_key`` (SGLang) or a ``/v1/completions``
+  with a ``cache_salt`` (vLLM) never sent before shares no cached KV on the real engines
+  (SGLang scopes the radix tree's root by ``extra_key``, ``mem_cache/base_prefix_cache.py``
+  ``root_node_handle``; vLLM hashes ``cache_salt`` into the first block). It is answered
+  with the engine's cold prefill of that prompt at the weights in force (the ``cold`` bytes
+  of the last request served for it), and logged, not stepped.
+* Output tokens: the engine's output bytes hashed into token ids and logprobs, so a stale
+  reuse changes them and a fresh hit does not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import signal
+import struct
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from attrs import evolve, frozen
+
+from kvfence.adapters import registry
+from kvfence.adapters.clients import ReferenceClient
+from kvfence.adapters.protocol import EngineAdapter
+from kvfence.model.actions import (
+    Action,
+    ContinueGeneration,
+    FlushCache,
+    PauseGeneration,
+    ServeRequest,
+    Sleep,
+    UpdateWeights,
+    WakeUp,
+)
+from kvfence.model.checks import Violation
+from kvfence.model.observation import Observation
+from kvfence.model.state import Config, Policy, server_info
+from kvfence.model.vocabulary import CacheMode, Funnel, Lane, PauseMode, Phase, Status
+
+from .lockstep import (
+    AdapterError,
+    ConformanceFailure,
+    Lockstep,
+    NotEnabled,
+    Recorder,
+    call_with_timeout,
+    check_capabilities,
+)
+from .runner import Result, RuleVerdict, _rule_verdicts
+from .trace import header, safe_name, unique_path, write_trace
+from .verdict import Verdict, worst
+
+APIS = ("sglang", "vllm")
+
+SERVED_MODEL = "kvfence-serve"
+"""The model name ``/v1/models`` lists and completions answer with (vLLM API)."""
+
+MAX_OUTPUT_TOKENS = 16
+"""Most tokens a response carries (a request asking for more gets this many)."""
+
+
+class HttpError(Exception):
+    """A request answered with an error: ``status`` and the engine-shaped message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        self.message = message
+        super().__init__(message)
+
+
+class PendingRoute(HttpError):
+    """A route (or a form of one) whose model action does not exist yet."""
+
+    def __init__(self, route: str, waits_for: str) -> None:
+        super().__init__(
+            HTTPStatus.NOT_IMPLEMENTED,
+            f"kvfence serve: {route} is not implemented yet: it waits for the model action "
+            f"{waits_for}",
+        )
+        self.waits_for = waits_for
+
+
+@frozen
+class Route:
+    """One engine route: ``api``, HTTP ``methods``, ``path``, the model ``action`` it maps
+    to (``""``: a probe, not stepped), and ``pending``: the action a form of it waits for."""
+
+    api: str
+    methods: tuple[str, ...]
+    path: str
+    action: str
+    pending: str = ""
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("sglang", ("GET",), "/get_server_info", ""),
+    Route("sglang", ("GET",), "/server_info", ""),
+    Route("sglang", ("GET",), "/health", ""),
+    Route("sglang", ("GET",), "/get_model_info", ""),
+    Route("sglang", ("POST",), "/pause_generation", "PauseGeneration"),
+    Route("sglang", ("POST",), "/continue_generation", "ContinueGeneration"),
+    Route("sglang", ("POST",), "/update_weights_from_disk", "UpdateWeights"),
+    Route("sglang", ("POST",), "/update_weights_from_tensor", "UpdateWeights"),
+    Route("sglang", ("POST",), "/update_weights_from_distributed", "UpdateWeights"),
+    Route("sglang", ("GET", "POST"), "/flush_cache", "FlushCache"),
+    Route("sglang", ("POST",), "/update_weight_version", "", "PublishVersion"),
+    Route("sglang", ("GET", "POST"), "/release_memory_occupation", "Sleep", "Sleep(tags)"),
+    Route("sglang", ("GET", "POST"), "/resume_memory_occupation", "WakeUp", "WakeUp(tags)"),
+    Route("sglang", ("POST",), "/generate", "ServeRequest"),
+    Route("vllm", ("GET",), "/health", ""),
+    Route("vllm", ("GET",), "/v1/models", ""),
+    Route("vllm", ("GET",), "/is_paused", ""),
+    Route("vllm", ("GET",), "/weight_info", ""),
+    Route("vllm", ("POST",), "/pause", "PauseGeneration", "PauseGeneration(clear_cache)"),
+    Route("vllm", ("POST",), "/resume", "ContinueGeneration"),
+    Route("vllm", ("POST",), "/reset_prefix_cache", "FlushCache"),
+    Route("vllm", ("POST",), "/collective_rpc", "UpdateWeights"),
+    Route("vllm", ("POST",), "/sleep", "Sleep", "Sleep(tags)"),
+    Route("vllm", ("POST",), "/wake_up", "WakeUp", "WakeUp(tags)"),
+    Route("vllm", ("POST",), "/update_weight_version", "", "PublishVersion"),
+    Route("vllm", ("POST",), "/v1/completions", "ServeRequest"),
+)
+"""Every route ``kvfence serve`` answers, by API; anything else is the engine's 404."""
+
+PENDING: dict[str, str] = {
+    "PublishVersion": "/update_weight_version (SGLang and vLLM): the weight-version label",
+    "Sleep(tags)": "/release_memory_occupation with tags (SGLang), /sleep with tags (vLLM)",
+    "WakeUp(tags)": "/resume_memory_occupation with tags (SGLang), /wake_up?tags= (vLLM)",
+    "PauseGeneration(clear_cache)": "vLLM /pause with clear_cache=true (vLLM's default) or "
+    "mode=wait",
+}
+"""Model actions the routes above wait for (tasks M/T), for the integrator."""
+
+SGLANG_FLUSHED = (
+    "Cache flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+
+
+def endpoint_config(api: str) -> Config:
+    """The one endpoint ``kvfence serve`` models for ``api``: radix (prefix) cache on,
+    standard lane; SGLang reports ``disable_radix_cache: false`` in its server info and an
+    omitted ``flush_cache`` means true (``UpdateWeightFromDiskReqInput``); vLLM reports
+    ``enable_prefix_caching: true`` and has no ``flush_cache`` field (false)."""
+    if api == "sglang":
+        info = server_info(disable_radix_cache=False)
+        return Config(radix=True, lane=Lane.STANDARD, info=info, flush_default=True)
+    info = server_info(enable_prefix_caching=True)
+    return Config(radix=True, lane=Lane.STANDARD, info=info, flush_default=False)
+
+
+def prefix_name(i: int) -> str:
+    """The model's name of the ``i``-th distinct prompt: P, Q, ..., Z, then P11, P12, ..."""
+    return chr(ord("P") + i) if i < 11 else f"P{i}"
+
+
+def tokens_of(output: Any, n: int) -> tuple[list[int], list[float]]:
+    """``n`` token ids and logprobs derived from an engine's output bytes (a pure function:
+    the same output gives the same tokens)."""
+    digest = hashlib.sha256(repr(output).encode()).digest()
+    ids, logprobs = [], []
+    for k in range(n):
+        block = hashlib.sha256(digest + k.to_bytes(4, "big")).digest()
+        ids.append(int.from_bytes(block[:4], "big") % 32000)
+        logprobs.append(-(struct.unpack(">I", block[4:8])[0] / 2**32) * 5.0)
+    return ids, logprobs
+
+
+class Session:
+    """One ``kvfence serve`` session: the engine, the model in lockstep, the traffic.
+
+    ``handle(method, target, body)`` answers one HTTP request: ``(status, content type,
+    body bytes)``. Requests are handled one at a time (a lock). After a FAIL or an adapter
+    ERROR the verdict is fixed: later requests still reach the engine (a trainer's run goes
+    on) but are only logged, not judged.
+    """
+
+    def __init__(
+        self,
+        api: str,
+        engine_name: str,
+        mode: CacheMode = CacheMode.AUTO,
+        out_dir: Path = Path("kvfence-results"),
+        timeout: float = 60.0,
+        strict: bool = False,
+        engine: EngineAdapter | None = None,
+    ) -> None:
+        if api not in APIS:
+            raise ValueError(f"--api {api!r}: one of {', '.join(APIS)}")
+        self.api = api
+        self.engine_name = engine_name
+        self.engine = engine if engine is not None else registry.engine(engine_name)
+        self.out_dir = Path(out_dir)
+        self.timeout = timeout
+        self.strict = strict
+        self.config = endpoint_config(api)
+        self.policy = Policy(mode=mode)
+        self.recorder = Recorder()
+        self.lock = threading.Lock()
+        self.routes = {r.path: r for r in ROUTES if r.api == api}
+        self.prompts: dict[Any, str] = {}
+        self.salts: set[str] = set()
+        self.cold: dict[tuple[str, int], Any] = {}
+        self.traffic: list[dict[str, Any]] = []
+        self.versions: dict[int, str] = {}
+        self.violations: list[Violation] = []
+        self.error: AdapterError | None = None
+        self.started = time.monotonic()
+        self.rids = itertools.count()
+        self.trace_path: Path | None = None
+        self.counterexample: Path | None = None
+        self.capabilities = frozenset()
+        self.lockstep = Lockstep(self.engine, ReferenceClient(), self.recorder, timeout=timeout)
+        try:
+            self.capabilities = check_capabilities(self.engine)
+            self.lockstep.start((self.config,), self.policy)
+        except AdapterError as e:
+            self.error = e
+
+    # ----- one request ----------------------------------------------------------------
+
+    def handle(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
+        """Answer one request; never raises for what the request holds."""
+        parts = urlsplit(target)
+        path, query = parts.path, parse_qs(parts.query)
+        with self.lock:
+            entry: dict[str, Any] = {"method": method, "path": target}
+            try:
+                if path.startswith("/kvfence/"):
+                    status, payload = self._kvfence(method, path)
+                else:
+                    status, payload = self._route(method, path, query, body, entry)
+            except PendingRoute as e:
+                entry["pending"] = e.waits_for
+                status, payload = e.status, self._error(e.status, e.message, path)
+            except HttpError as e:
+                status, payload = e.status, self._error(e.status, e.message, path)
+            except Exception as e:  # a bug of ours: the engine's 500, never a crash
+                message = f"kvfence serve: {type(e).__name__}: {e}"
+                status = HTTPStatus.INTERNAL_SERVER_ERROR
+                payload = self._error(status, message, path)
+            entry["status"] = int(status)
+            if not path.startswith("/kvfence/"):
+                self.traffic.append(entry)
+        if isinstance(payload, bytes):
+            return int(status), "text/plain; charset=utf-8", payload
+        return int(status), "application/json", json.dumps(payload).encode()
+
+    def _error(self, status: int, message: str, path: str) -> Any:
+        """The engine's error body for ``status`` (404: FastAPI's ``{"detail": "Not
+        Found"}``, as both engines answer an unknown route)."""
+        if status == HTTPStatus.NOT_FOUND and path not in self.routes:
+            return {"detail": "Not Found"}
+        phrase = HTTPStatus(status).phrase
+        if self.api == "sglang":
+            return {
+                "object": "error",
+                "message": message,
+                "type": phrase,
+                "param": None,
+                "code": int(status),
+            }
+        kind = {400: "BadRequestError", 404: "NotFoundError", 501: "NotImplementedError"}
+        error = {"message": message, "type": kind.get(status, phrase), "param": None}
+        return {"error": {**error, "code": int(status)}}
+
+    def _route(self, method, path, query, body, entry) -> tuple[int, Any]:
+        route = self.routes.get(path)
+        if route is None:
+            raise HttpError(HTTPStatus.NOT_FOUND, "Not Found")
+        if method not in route.methods:
+            raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed on {path}")
+        data = self._json(body, path)
+        handler = getattr(self, f"_{self.api}_{path.strip('/').replace('/', '_')}")
+        return handler(data, query, entry)
+
+    def _json(self, body: bytes, path: str) -> dict[str, Any]:
+        if not body.strip():
+            return {}
+        try:
+            data = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{path}: the body is not JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{path}: the body must be a JSON object")
+        return data
+
+    # ----- the model in lockstep ------------------------------------------------------
+
+    @property
+    def judging(self) -> bool:
+        """Whether requests are still judged (no FAIL or ERROR yet)."""
+        return not self.violations and self.error is None
+
+    def _state(self):
+        return next(iter(self.lockstep.states)) if self.lockstep.states else None
+
+    def step(self, action: Action, entry: dict[str, Any]) -> Observation:
+        """Apply ``action`` to the engine and the model in lockstep; the engine's
+        observation. A FAIL or ERROR fixes the verdict; afterwards actions go to the engine
+        alone. A request the model does not enable here is the engine's 400."""
+        entry["action"] = action.to_json()
+        if not self.judging:
+            if self.error is not None:
+                raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, f"engine error: {self.error}")
+            entry["judged"] = False
+            obs = call_with_timeout(lambda: self.engine.apply(action), self.timeout, action.name)
+            return obs
+        try:
+            self.lockstep.run(action)
+            self.lockstep.check_model()
+        except NotEnabled as e:
+            entry["action"] = None
+            state = self._state()
+            phase = state.endpoint(0).phase.value if state else "?"
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                f"kvfence serve: {action.name} is not enabled while the endpoint is {phase} "
+                f"({e}); not sent to the engine",
+            ) from None
+        except ConformanceFailure as e:
+            self.violations = list(e.violations)
+            entry["violated"] = [v.rule for v in e.violations]
+        except AdapterError as e:
+            self.error = e
+            raise HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, f"engine error: {e}") from None
+        self.violations = self.violations or list(self.lockstep.pending)
+        obs = self.lockstep.steps[-1].observed
+        assert obs is not None
+        entry["step"] = self.lockstep.steps[-1].step
+        return obs
+
+    def next_version(self) -> int:
+        """The version the next update installs: the one a refused update left pending,
+        else one past the trainer's newest."""
+        state = self._state()
+        if state is None:
+            return 1
+        weights = state.endpoint(0).weights
+        return state.trainer if state.trainer > weights else state.trainer + 1
+
+    def update(self, funnel: Funnel, flush: Any, source: str, entry) -> Observation:
+        if flush is not None and not isinstance(flush, bool):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"flush_cache {flush!r} is not a bool")
+        version = self.next_version()
+        entry["weights"] = {"version": version, "source": source}
+        obs = self.step(UpdateWeights(0, version, funnel, flush), entry)
+        if obs.status is Status.OK:
+            self.versions[version] = source
+        return obs
+
+    def serve(self, prompt: Any, salt: str | None, entry) -> tuple[Observation | None, Any]:
+        """Serve ``prompt``; with a never-seen ``salt``, the cold oracle (see the module
+        doc): ``(None, cold bytes)``."""
+        key = json.dumps(prompt)
+        if key not in self.prompts:
+            self.prompts[key] = prefix_name(len(self.prompts))
+        prefix = self.prompts[key]
+        state = self._state()
+        weights = state.endpoint(0).weights if state else 0
+        if salt is not None and salt not in self.salts:
+            self.salts.add(salt)
+            cold = self.cold.get((prefix, weights))
+            if cold is None:
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"kvfence serve: a fresh cache key ({salt!r}) is answered with the "
+                    f"engine's cold prefill of a prompt served at these weights; prompt "
+                    f"{prefix} has not been served at weight version {weights} yet",
+                )
+            entry["cold_oracle"] = {"prefix": prefix, "version": weights}
+            return None, cold
+        if salt is not None:
+            raise PendingRoute(
+                "a reused cache key (extra_key / cache_salt)", "ServeRequest(namespace)"
+            )
+        obs = self.step(ServeRequest(0, prefix), entry)
+        if obs.response is not None and obs.response.cold is not None:
+            self.cold[(prefix, weights)] = obs.response.cold
+        return obs, None
+
+    def label(self) -> str:
+        """The weight-version label the engine reports ("default" at the start, as both
+        engines do until one is set)."""
+        state = self._state()
+        weights = state.endpoint(0).weights if state else 0
+        return "default" if weights == 0 else str(weights)
+
+    # ----- SGLang routes --------------------------------------------------------------
+
+    def _sglang_get_server_info(self, data, query, entry):
+        info = call_with_timeout(lambda: self.engine.server_info(0), self.timeout, "server_info")
+        if info is None:
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "server info unavailable")
+        return 200, {**dict(info), "weight_version": self.label(), "version": "kvfence-serve"}
+
+    _sglang_server_info = _sglang_get_server_info
+
+    def _sglang_health(self, data, query, entry):
+        if self.error is not None:
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, f"engine error: {self.error}")
+        return 200, b""
+
+    def _sglang_get_model_info(self, data, query, entry):
+        latest = self.versions.get(max(self.versions, default=0), "initial")
+        return 200, {"model_path": latest, "is_generation": True, "weight_version": self.label()}
+
+    def _sglang_pause_generation(self, data, query, entry):
+        mode = data.get("mode", "abort")
+        try:
+            pause = PauseMode(mode)
+        except ValueError:
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST, f"mode {mode!r}: one of 'abort', 'retract', 'in_place'"
+            ) from None
+        obs = self.step(PauseGeneration(0, pause), entry)
+        if obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "pause failed")
+        return 200, {"message": "Generation paused successfully.", "status": "ok"}
+
+    def _sglang_continue_generation(self, data, query, entry):
+        obs = self.step(ContinueGeneration(0), entry)
+        if obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "continue failed")
+        return 200, {"message": "Generation continued successfully.", "status": "ok"}
+
+    def _sglang_update(self, funnel, data, required, source, entry):
+        missing = [f for f in required if f not in data]
+        if missing:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"missing field(s): {', '.join(missing)}")
+        obs = self.update(funnel, data.get("flush_cache"), source, entry)
+        ok = obs.status is Status.OK
+        message = "Succeeded to update model weights." if ok else obs.detail or "update failed"
+        return (200 if ok else 400), {"success": ok, "message": message}
+
+    def _sglang_update_weights_from_disk(self, data, query, entry):
+        path = data.get("model_path")
+        if "model_path" in data and not isinstance(path, str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"model_path {path!r} is not a string")
+        status, body = self._sglang_update(Funnel.DISK, data, ("model_path",), str(path), entry)
+        return status, {**body, "num_paused_requests": 0}
+
+    def _sglang_update_weights_from_tensor(self, data, query, entry):
+        label = data.get("weight_version") or "tensor payload"
+        return self._sglang_update(
+            Funnel.TENSOR, data, ("serialized_named_tensors",), str(label), entry
+        )
+
+    def _sglang_update_weights_from_distributed(self, data, query, entry):
+        label = (
+            data.get("weight_version") or f"group {data.get('group_name', 'weight_update_group')}"
+        )
+        required = ("names", "dtypes", "shapes")
+        return self._sglang_update(Funnel.DISTRIBUTED, data, required, str(label), entry)
+
+    def _sglang_flush_cache(self, data, query, entry):
+        obs = self.step(FlushCache(0), entry)
+        if obs.status is Status.OK and obs.flushed is not False:
+            return 200, SGLANG_FLUSHED.encode()
+        return 400, (obs.detail or "Flush cache failed.\n").encode()
+
+    def _sglang_update_weight_version(self, data, query, entry):
+        if not isinstance(data.get("new_version"), str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "missing field: new_version (a string)")
+        raise PendingRoute("/update_weight_version", "PublishVersion")
+
+    def _tags(self, data, route: str, action: str) -> None:
+        tags = data.get("tags")
+        if tags is not None and not (
+            isinstance(tags, list) and all(isinstance(t, str) for t in tags)
+        ):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"tags {tags!r} is not a list of strings")
+        if tags:
+            raise PendingRoute(f"{route} with tags", f"{action}(tags)")
+
+    def _sglang_release_memory_occupation(self, data, query, entry):
+        self._tags(data, "/release_memory_occupation", "Sleep")
+        obs = self.step(Sleep(0), entry)
+        if obs.status is not Status.OK:
+            return 400, {"error": {"message": obs.detail or "release failed"}}
+        return 200, None
+
+    def _sglang_resume_memory_occupation(self, data, query, entry):
+        self._tags(data, "/resume_memory_occupation", "WakeUp")
+        obs = self.step(WakeUp(0), entry)
+        if obs.status is not Status.OK:
+            return 400, {"error": {"message": obs.detail or "resume failed"}}
+        return 200, None
+
+    def _prompt(self, data, text_field: str, ids_field: str) -> Any:
+        text, ids = data.get(text_field), data.get(ids_field)
+        if isinstance(text, str) and text:
+            return text
+        if isinstance(ids, list) and ids and all(isinstance(t, int) for t in ids):
+            return ids
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST,
+            f"need {text_field} (a non-empty string) or {ids_field} (a list of token ids)",
+        )
+
+    def _max_tokens(self, value: Any, default: int) -> int:
+        if value is None:
+            return default
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"max tokens {value!r} is not a positive int")
+        return min(value, MAX_OUTPUT_TOKENS)
+
+    def _sglang_generate(self, data, query, entry):
+        prompt = self._prompt(data, "text", "input_ids")
+        params = data.get("sampling_params") or {}
+        if not isinstance(params, dict):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "sampling_params must be an object")
+        if data.get("lora_path") is not None:
+            raise PendingRoute("/generate with lora_path", "ServeRequest(lora) on a LoRA config")
+        n = self._max_tokens(params.get("max_new_tokens"), 8)
+        salt = data.get("extra_key")
+        if salt is not None and not isinstance(salt, str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "extra_key must be a string")
+        obs, cold = self.serve(prompt, salt or None, entry)
+        if obs is not None and obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
+        output = cold if obs is None else (obs.response.output if obs.response else None)
+        hit = obs is not None and obs.response is not None and obs.response.hit
+        ids, logprobs = tokens_of(output, n)
+        n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        meta = {
+            "id": data.get("rid") or uuid.uuid4().hex,
+            "finish_reason": {"type": "length", "length": n},
+            "prompt_tokens": n_prompt,
+            "completion_tokens": n,
+            "cached_tokens": n_prompt if hit else 0,
+            "weight_version": self.label(),
+        }
+        if data.get("return_logprob"):
+            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logprobs, ids)]
+        return 200, {"text": " ".join(f"t{t}" for t in ids), "output_ids": ids, "meta_info": meta}
+
+    # ----- vLLM routes ----------------------------------------------------------------
+
+    def _vllm_health(self, data, query, entry):
+        return self._sglang_health(data, query, entry)
+
+    def _vllm_v1_models(self, data, query, entry):
+        return 200, {"object": "list", "data": [{"id": SERVED_MODEL, "object": "model"}]}
+
+    def _vllm_is_paused(self, data, query, entry):
+        state = self._state()
+        return 200, {"is_paused": bool(state and state.endpoint(0).phase is Phase.PAUSED)}
+
+    def _vllm_weight_info(self, data, query, entry):
+        return 200, {"weight_version": self.label()}
+
+    def _vllm_pause(self, data, query, entry):
+        mode = query.get("mode", ["abort"])[-1]
+        clear = query.get("clear_cache", ["true"])[-1].lower()
+        if mode not in ("abort", "wait", "keep") or clear not in ("true", "false"):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"mode {mode!r} / clear_cache {clear!r}")
+        if clear == "true" or mode == "wait":
+            raise PendingRoute(
+                f"/pause?mode={mode}&clear_cache={clear}", "PauseGeneration(clear_cache)"
+            )
+        pause = PauseMode.ABORT if mode == "abort" else PauseMode.IN_PLACE
+        obs = self.step(PauseGeneration(0, pause), entry)
+        if obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "pause failed")
+        return 200, {"status": "paused"}
+
+    def _vllm_resume(self, data, query, entry):
+        obs = self.step(ContinueGeneration(0), entry)
+        if obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "resume failed")
+        return 200, {"status": "resumed"}
+
+    def _vllm_reset_prefix_cache(self, data, query, entry):
+        obs = self.step(FlushCache(0), entry)
+        return 200, {"success": obs.status is Status.OK and obs.flushed is not False}
+
+    def _vllm_collective_rpc(self, data, query, entry):
+        method, kwargs = data.get("method"), data.get("kwargs") or {}
+        if method != "reload_weights":
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                f"kvfence serve: collective_rpc method {method!r}: only 'reload_weights'",
+            )
+        path = kwargs.get("weights_path") if isinstance(kwargs, dict) else None
+        if not isinstance(path, str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "kwargs.weights_path must be a string")
+        obs = self.update(Funnel.DISK, None, path, entry)
+        if obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, obs.detail or "reload failed")
+        return 200, {"results": [None]}
+
+    def _vllm_sleep(self, data, query, entry):
+        if query.get("tags"):
+            raise PendingRoute("/sleep with tags", "Sleep(tags)")
+        level = query.get("level", ["1"])[-1]
+        if level not in ("0", "1", "2"):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"level {level!r}: 0, 1 or 2")
+        obs = self.step(Sleep(0), entry)
+        if obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "sleep failed")
+        return 200, {"status": "sleeping", "level": int(level)}
+
+    def _vllm_wake_up(self, data, query, entry):
+        if query.get("tags"):
+            raise PendingRoute("/wake_up?tags=", "WakeUp(tags)")
+        obs = self.step(WakeUp(0), entry)
+        if obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "wake_up failed")
+        return 200, {"status": "awake", "tags": None}
+
+    def _vllm_update_weight_version(self, data, query, entry):
+        if not isinstance(data.get("new_version"), str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "missing field: new_version (a string)")
+        raise PendingRoute("/update_weight_version", "PublishVersion")
+
+    def _vllm_v1_completions(self, data, query, entry):
+        prompt = self._prompt(data, "prompt", "prompt")
+        n = self._max_tokens(data.get("max_tokens"), 16)
+        salt = data.get("cache_salt")
+        if salt is not None and not isinstance(salt, str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "cache_salt must be a string")
+        obs, cold = self.serve(prompt, salt or None, entry)
+        if obs is not None and obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
+        output = cold if obs is None else (obs.response.output if obs.response else None)
+        hit = obs is not None and obs.response is not None and obs.response.hit
+        ids, logprobs = tokens_of(output, n)
+        n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        choice = {
+            "index": 0,
+            "text": " ".join(f"t{t}" for t in ids),
+            "token_ids": ids,
+            "logprobs": {
+                "tokens": [f"t{t}" for t in ids],
+                "token_logprobs": logprobs,
+                "top_logprobs": None,
+                "text_offset": list(range(n)),
+            },
+            "finish_reason": "length",
+        }
+        usage = {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": n,
+            "total_tokens": n_prompt + n,
+            "prompt_tokens_details": {"cached_tokens": n_prompt if hit else 0},
+        }
+        rid = f"cmpl-{next(self.rids)}"
+        created = int(time.time())
+        return 200, {
+            "id": rid,
+            "object": "text_completion",
+            "created": created,
+            "model": SERVED_MODEL,
+            "choices": [choice],
+            "usage": usage,
+        }
+
+    # ----- kvfence's own routes and the verdict ---------------------------------------
+
+    def _kvfence(self, method: str, path: str) -> tuple[int, Any]:
+        if path == "/kvfence/verdict" and method == "GET":
+            result = self.result(write=True)
+            return 200, self.verdict_json(result)
+        raise HttpError(HTTPStatus.NOT_FOUND, "Not Found")
+
+    def rule_verdicts(self) -> tuple[tuple[RuleVerdict, ...], Verdict, str]:
+        """Rule verdicts of the session, the run's verdict, and why it is not PASS when a
+        rule could not show anything. A rule the session's traffic never exercised is SKIP
+        (serve judges only the calls it received); the run is UNKNOWN, never PASS, unless
+        a request was served after a weight update (the stale-reuse question was asked)."""
+        rules = _rule_verdicts(
+            self.recorder, self.violations, self.error, self.capabilities, self.strict
+        )
+        out = []
+        for rv in rules:
+            if rv.verdict is Verdict.UNKNOWN and rv.evidence == 0 and rv.rule.kind != "ADP":
+                rv = evolve(rv, verdict=Verdict.SKIP, reason="not exercised by this session")
+            out.append(rv)
+        verdict = worst([r.verdict for r in out])
+        why = ""
+        if self.error is not None and verdict is not Verdict.FAIL:
+            verdict = Verdict.ERROR
+        asked = any(
+            isinstance(a, ServeRequest)
+            and i > 0
+            and any(isinstance(b, UpdateWeights) for b in self.lockstep.actions[:i])
+            for i, a in enumerate(self.lockstep.actions)
+        )
+        if verdict is Verdict.PASS and not asked:
+            verdict = Verdict.UNKNOWN
+            why = (
+                "the session served no request after a weight update: stale reuse could "
+                "not have shown; drive pause, update, continue and a request"
+            )
+        return tuple(out), verdict, why
+
+    def result(self, write: bool = False) -> Result:
+        """The session's ``Result`` (as ``check`` prints it); with ``write``, the trace and
+        (on FAIL) the counterexample are written under ``out_dir``."""
+        rules, verdict, why = self.rule_verdicts()
+        warnings = [why] if why else []
+        pending = sorted({e["pending"] for e in self.traffic if "pending" in e})
+        if pending:
+            warnings.append(f"routes not judged, waiting for model actions: {', '.join(pending)}")
+        if write:
+            try:
+                self.write(verdict)
+            except OSError as e:
+                warnings.append(f"could not write the session trace to {self.out_dir}: {e}")
+        return Result(
+            engine=self.engine_name,
+            client=f"serve:{self.api}",
+            profile="serve",
+            seed=None,
+            verdict=verdict,
+            rules=rules,
+            violations=tuple(self.violations),
+            error="" if self.error is None else str(self.error),
+            counterexample=self.counterexample,
+            steps=len(self.lockstep.actions),
+            examples=1,
+            seconds=time.monotonic() - self.started,
+            warnings=tuple(warnings),
+        )
+
+    def write(self, verdict: Verdict) -> None:
+        """The session trace (every judged step, replayable by ``kvfence replay``), the
+        traffic log, and on FAIL the counterexample: the trace shrunk on a fresh engine."""
+        comment = f"kvfence serve --api {self.api}: the session's requests, in order"
+        head = header(
+            self.engine_name,
+            "reference",
+            None,
+            "serve",
+            (self.config,),
+            self.policy,
+            comment=comment,
+            capabilities=self.capabilities,
+        )
+        if self.violations:
+            from .trace import violation_json
+
+            last = self.lockstep.steps[-1].step if self.lockstep.steps else 0
+            line = {
+                "verdict": "FAIL",
+                "step": last,
+                "violations": [violation_json(v) for v in self.violations],
+            }
+        elif self.error is not None:
+            line = {"verdict": "ERROR", "error": str(self.error)}
+        else:
+            line = {"verdict": verdict.value}
+        stem = f"serve-{safe_name(self.engine_name)}-{self.api}"
+        if self.trace_path is None:
+            self.trace_path = unique_path(self.out_dir, stem)
+        write_trace(self.trace_path, head, self.lockstep.steps, line)
+        log = self.trace_path.with_suffix(".traffic.json")
+        log.write_text(json.dumps({"versions": self.versions, "traffic": self.traffic}, indent=1))
+        if self.violations and self.counterexample is None:
+            self.counterexample = self.shrunk(head)
+
+    def shrunk(self, head: dict[str, Any]) -> Path | None:
+        """The failing session shrunk (``replay.shrink``) on a fresh engine of the same
+        name, written as ``counterexample-*.jsonl``; ``None`` when it does not reproduce."""
+        from .replay import shrink
+        from .trace import verdict_line
+
+        engine = registry.engine(self.engine_name)
+        try:
+            run = self.lockstep.snapshot(self.violations)
+            targets = {v.rule for v in self.violations}
+            best = shrink(engine, ReferenceClient(), run, targets, True, timeout=self.timeout)
+        finally:
+            engine.close()
+        if best is None:
+            return None
+        stem = f"counterexample-{safe_name(self.engine_name)}-serve-{self.api}"
+        path = unique_path(self.out_dir, stem)
+        return write_trace(
+            path, head, best.run.steps, verdict_line(best.run.steps, best.violations)
+        )
+
+    def verdict_json(self, result: Result) -> dict[str, Any]:
+        from .report import result_json
+
+        out = result_json(result)
+        out["exit_code"] = result.exit_code
+        out["trace"] = None if self.trace_path is None else str(self.trace_path)
+        return out
+
+
+# ----- the HTTP server ------------------------------------------------------------------
+
+
+class _Handler(BaseHTTPRequestHandler):
+    session: Session
+    server_version = "kvfence-serve"
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        length = self.headers.get("Content-Length")
+        try:
+            size = int(length) if length else 0
+        except ValueError:
+            size = -1
+        if size < 0 or size > 64 * 2**20:
+            status, kind, body = 400, "application/json", b'{"detail": "bad Content-Length"}'
+        else:
+            raw = self.rfile.read(size) if size else b""
+            status, kind, body = self.session.handle(self.command, self.path, raw)
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the traffic is in the session log."""
+
+
+class _Stop(Exception):
+    """SIGTERM: stop serving and give the verdict."""
+
+
+def make_server(session: Session, host: str, port: int) -> ThreadingHTTPServer:
+    """A threading HTTP server for ``session`` on ``host:port`` (0: a free port)."""
+    handler = type("Handler", (_Handler,), {"session": session})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server
+
+
+def run_server(session: Session, host: str, port: int, announce: Callable[[str], None]) -> Result:
+    """Serve until SIGINT or SIGTERM, then the session's result (trace written)."""
+    server = make_server(session, host, port)
+
+    def stop(signum, frame):
+        raise _Stop
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    bound = server.server_address[1]
+    announce(
+        f"kvfence serve: {session.api} API on http://{host}:{bound} (engine {session.engine_name})"
+    )
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except (KeyboardInterrupt, _Stop):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        server.server_close()
+    with session.lock:
+        result = session.result(write=True)
+    call_with_timeout(session.engine.close, session.timeout, "close")
+    return result
