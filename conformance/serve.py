@@ -581,7 +581,9 @@ class Session:
             "weight_version": self.label(),
         }
         if data.get("return_logprob"):
-            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logprobs, ids)]
+            meta["output_token_logprobs"] = [
+                [lp, t, None] for lp, t in zip(logprobs, ids, strict=True)
+            ]
         return 200, {"text": " ".join(f"t{t}" for t in ids), "output_ids": ids, "meta_info": meta}
 
     # ----- vLLM routes ----------------------------------------------------------------
