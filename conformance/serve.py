@@ -837,6 +837,7 @@ class Session:
 
         out = result_json(result)
         out["exit_code"] = result.exit_code
+        out["warnings"] = list(result.warnings)
         out["trace"] = None if self.trace_path is None else str(self.trace_path)
         return out
 

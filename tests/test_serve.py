@@ -1,0 +1,276 @@
+"""``kvfence serve``: a trainer's HTTP sync calls, judged live against a kvfence engine.
+
+Each test starts ``kvfence serve`` as a subprocess on a free loopback port, drives it with
+httpx as a trainer would (pause, update with ``flush_cache``, continue, generate), stops it
+with SIGTERM and reads its exit code, its verdict (``GET /kvfence/verdict``) and its trace,
+which ``kvfence replay`` must judge the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kvfence.conformance.serve import PENDING, ROUTES, Session
+
+KVFENCE = [sys.executable, "-m", "kvfence.conformance.cli"]
+
+
+class Served:
+    """A running ``kvfence serve``: ``url``, ``http`` (an httpx client), ``out``."""
+
+    def __init__(self, proc: subprocess.Popen, url: str, out: Path) -> None:
+        self.proc, self.url, self.out = proc, url, out
+        self.http = httpx.Client(base_url=url, timeout=30.0, trust_env=False)
+        self.code: int | None = None
+        self.stdout = ""
+
+    def stop(self) -> int:
+        """SIGTERM, as a CI job ends a background server; the exit code."""
+        self.http.close()
+        self.proc.send_signal(signal.SIGTERM)
+        self.stdout, _ = self.proc.communicate(timeout=60)
+        self.code = self.proc.returncode
+        return self.code
+
+
+@contextmanager
+def serve(tmp_path: Path, engine: str, api: str = "sglang") -> Iterator[Served]:
+    out = tmp_path / f"out-{api}"
+    cmd = [*KVFENCE, "serve", "--api", api, "--engine", engine, "--port", "0", "--out", str(out)]
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": path}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        match = re.search(r"http://127\.0\.0\.1:(\d+)", first)
+        assert match, f"kvfence serve did not announce its port: {first!r}"
+        served = Served(proc, f"http://127.0.0.1:{match.group(1)}", out)
+        yield served
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
+GENERATE = {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 4}}
+
+
+def sync(http: httpx.Client, flush_cache: bool | None, path: str = "/ckpt/step-1") -> None:
+    """The trainer's sync as slime / XoRL send it to SGLang: pause, update from disk,
+    continue (``flush_cache`` omitted when ``None``)."""
+    assert http.post("/pause_generation", json={"mode": "retract"}).status_code == 200
+    body: dict[str, object] = {"model_path": path}
+    if flush_cache is not None:
+        body["flush_cache"] = flush_cache
+    r = http.post("/update_weights_from_disk", json=body)
+    assert r.status_code in (200, 400), r.text
+    assert http.post("/continue_generation", json={}).status_code == 200
+
+
+def rollout(http: httpx.Client) -> dict:
+    r = http.post("/generate", json=GENERATE)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def replay(trace: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*KVFENCE, "replay", str(trace), *extra], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_reference_engine_and_a_flushing_trainer_pass(tmp_path):
+    with serve(tmp_path, "reference") as s:
+        info = s.http.get("/get_server_info").json()
+        assert info["disable_radix_cache"] is False
+        first = rollout(s.http)
+        sync(s.http, flush_cache=True)
+        second = rollout(s.http)
+        assert second["meta_info"]["cached_tokens"] == 0  # flushed: nothing reused
+        assert first["meta_info"]["weight_version"] == "default"
+        assert second["meta_info"]["weight_version"] == "1"
+        verdict = s.http.get("/kvfence/verdict").json()
+        assert verdict["verdict"] == "PASS", verdict
+        assert verdict["exit_code"] == 0
+        assert s.stop() == 0, s.stdout
+    assert "verdict: PASS" in s.stdout
+    trace = Path(verdict["trace"])
+    assert trace.is_file()
+    for args in ((), ("--model-only",)):
+        r = replay(trace, *args)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_session_that_never_asks_the_question_is_unknown(tmp_path):
+    """Only a request after an update can show stale reuse: without one, never PASS."""
+    with serve(tmp_path, "reference") as s:
+        rollout(s.http)
+        assert s.stop() == 2, s.stdout
+    assert "verdict: UNKNOWN" in s.stdout
+
+
+@pytest.mark.parametrize(
+    ("engine", "flush_cache", "explicit_flush", "rule"),
+    [
+        # PF-08: the update is asked to flush and does not.
+        ("update-never-flushes", True, False, "ENG-002"),
+        # PF-22: /flush_cache claims success without flushing.
+        ("flush-is-a-stub", False, True, "FC-003"),
+        # A trainer that never flushes (PF-01) against a correct engine: stale reuse.
+        ("reference", False, False, "INV-001"),
+    ],
+)
+def test_faults_fail_with_their_rule_and_replay_to_it(
+    tmp_path, engine, flush_cache, explicit_flush, rule
+):
+    with serve(tmp_path, engine) as s:
+        rollout(s.http)
+        assert s.http.post("/pause_generation", json={"mode": "retract"}).status_code == 200
+        body = {"model_path": "/ckpt/step-1", "flush_cache": flush_cache}
+        assert s.http.post("/update_weights_from_disk", json=body).status_code == 200
+        if explicit_flush:
+            s.http.post("/flush_cache")
+        assert s.http.post("/continue_generation", json={}).status_code == 200
+        rollout(s.http)
+        verdict = s.http.get("/kvfence/verdict").json()
+        assert verdict["verdict"] == "FAIL"
+        assert rule in {v["rule"] for v in verdict["violations"]}, verdict["violations"]
+        # The trainer's run goes on after the verdict: the server still answers.
+        assert s.http.post("/generate", json=GENERATE).status_code == 200
+        assert s.stop() == 1, s.stdout
+    assert rule in s.stdout
+    broken = {v["rule"] for v in verdict["violations"]}
+    r = replay(Path(verdict["trace"]))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert set(re.findall(r"violated (\S+)", r.stdout)) == broken
+    # The counterexample is shrunk towards any rule the session broke.
+    r = replay(Path(verdict["counterexample"]))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert set(re.findall(r"violated (\S+)", r.stdout)) & broken
+
+
+def test_bad_requests_get_the_engine_error_shape_and_do_not_crash(tmp_path):
+    with serve(tmp_path, "reference") as s:
+        r = s.http.post(
+            "/update_weights_from_disk",
+            content=b"{not json",
+            headers={"Content-Type": "application/json"},
+        )
+        assert r.status_code == 400
+        assert r.json()["object"] == "error" and "not JSON" in r.json()["message"]
+        r = s.http.post("/update_weights_from_disk", json={"flush_cache": True})
+        assert r.status_code == 400 and "model_path" in r.json()["message"]
+        r = s.http.post("/update_weights_from_disk", json={"model_path": "/x", "flush_cache": "y"})
+        assert r.status_code == 400 and "flush_cache" in r.json()["message"]
+        r = s.http.post("/pause_generation", json={"mode": "sideways"})
+        assert r.status_code == 400 and "mode" in r.json()["message"]
+        assert s.http.post("/no_such_route").json() == {"detail": "Not Found"}
+        assert s.http.post("/no_such_route").status_code == 404
+        # Generation while paused: the model does not enable it; the engine is not called.
+        assert s.http.post("/pause_generation", json={}).status_code == 200
+        r = s.http.post("/generate", json=GENERATE)
+        assert r.status_code == 400 and "not enabled while the endpoint is paused" in r.text
+        assert s.http.post("/continue_generation", json={}).status_code == 200
+        # A route waiting for a model action: the engine's error shape, naming it.
+        r = s.http.post("/update_weight_version", json={"new_version": "v1"})
+        assert r.status_code == 501 and "PublishVersion" in r.json()["message"]
+        # Still serving, still judging.
+        rollout(s.http)
+        sync(s.http, flush_cache=True)
+        rollout(s.http)
+        verdict = s.http.get("/kvfence/verdict").json()
+        assert verdict["verdict"] == "PASS", verdict
+        assert any("PublishVersion" in w for w in verdict["warnings"])
+        assert s.stop() == 0, s.stdout
+    log = json.loads(Path(verdict["trace"]).with_suffix(".traffic.json").read_text())
+    statuses = [e["status"] for e in log["traffic"]]
+    assert statuses.count(400) >= 5 and 404 in statuses and 501 in statuses
+
+
+DEAD_ENGINE = """
+from kvfence.adapters.protocol import AdapterFailure
+from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
+from kvfence.model.actions import ServeRequest
+
+
+class Dies(InProcessAdapter):
+    def apply(self, action):
+        if isinstance(action, ServeRequest):
+            raise AdapterFailure("engine process exited")
+        return super().apply(action)
+
+
+def dies():
+    return Dies(ReferenceEndpoint, "dies")
+"""
+
+
+def test_dead_engine_call_is_an_error_not_a_pass(tmp_path):
+    """An engine that raises is ERROR (ADP-001): the server answers 500, exits 2."""
+    (tmp_path / "serve_dead_engine.py").write_text(DEAD_ENGINE)
+    with serve(tmp_path, "serve_dead_engine:dies") as s:
+        rollout_status = s.http.post("/generate", json=GENERATE).status_code
+        assert rollout_status == 500
+        verdict = s.http.get("/kvfence/verdict").json()
+        assert verdict["verdict"] == "ERROR"
+        assert s.stop() == 2, s.stdout
+
+
+def test_vllm_routes(tmp_path):
+    with serve(tmp_path, "reference", api="vllm") as s:
+        completion = {"model": "kvfence-serve", "prompt": [11, 12, 13], "max_tokens": 4}
+        first = s.http.post("/v1/completions", json=completion).json()
+        assert len(first["choices"][0]["token_ids"]) == 4
+        assert s.http.post("/pause", params={"mode": "keep", "clear_cache": "false"}).json() == {
+            "status": "paused"
+        }
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/step-1"}}
+        assert s.http.post("/collective_rpc", json=rpc).json() == {"results": [None]}
+        assert s.http.post("/reset_prefix_cache").json() == {"success": True}
+        assert s.http.post("/resume").json() == {"status": "resumed"}
+        r = s.http.post("/v1/completions", json=completion).json()
+        assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        # vLLM's default clear_cache=true waits for a model action (task M/T).
+        r = s.http.post("/pause")
+        assert r.status_code == 501 and r.json()["error"]["code"] == 501
+        assert s.stop() == 0, s.stdout
+
+
+def test_every_route_maps_to_one_action_or_a_pending_one():
+    """The route table is the one place a route meets the model: each route names at
+    most one model action, and every pending action is listed for the integrator."""
+    from kvfence.model.actions import BY_NAME
+
+    for r in ROUTES:
+        assert r.action == "" or r.action in BY_NAME, r
+        assert r.pending == "" or r.pending in PENDING, r
+        assert r.action or r.pending or r.methods == ("GET",), r
+    session = Session("sglang", "reference")
+    for r in ROUTES:
+        if r.api == "sglang":
+            name = f"_sglang_{r.path.strip('/').replace('/', '_')}"
+            assert callable(getattr(session, name)), name
+
+
+def test_serve_refuses_a_remote_host_without_the_flag(tmp_path):
+    r = subprocess.run(
+        [*KVFENCE, "serve", "--api", "sglang", "--host", "0.0.0.0", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 3 and "--allow-remote" in r.stdout
