@@ -3,10 +3,11 @@
 Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``vllm``
 (offline in-process vLLM on CPU), ``vllm-raw`` (the same engine without the adapter's
 fail-closed guard and label updates), ``vllm-http`` (vLLM's OpenAI server on loopback),
-``sglang`` / ``sglang@VERSION`` (upstream SGLang's scheduler control plane on CPU, optionally
-with a fork's ``overlay``), every engine mutant and every correct design by its catalog
-name. Clients: ``reference``, ``never-flush``, every client mutant, or
-``package.module:function`` for a user's own resolver.
+``sglang-http`` (a user's SGLang server by URL), ``sglang`` / ``sglang@VERSION``
+(upstream SGLang's scheduler control plane on CPU, optionally with a fork's ``overlay``),
+every engine mutant and every correct design by its catalog name. Clients: ``reference``,
+``never-flush``, every client mutant, or ``package.module:function`` for a user's own
+resolver.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ ENGINES: dict[str, Callable[..., EngineAdapter]] = {
         label_updates=False,
     ),
     "sglang": _lazy("kvfence.adapters.sglang_engine", "SglangAdapter"),
+    "sglang-http": _lazy("kvfence.adapters.sglang_http", "SglangHttpAdapter"),
 }
 for _m in MUTANTS:
     if _m.side == "engine":
@@ -62,10 +64,13 @@ for _m in MUTANTS:
 VLLM_ENGINES = ("vllm", "vllm-raw", "vllm-http")
 """Engines that take the options of :func:`add_engine_options` (``log_dir`` always)."""
 
+ATTACH_ENGINES = ("vllm-http", "sglang-http")
+"""Engines that attach to a running server by ``--url`` (``sglang-http`` only that way)."""
+
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
     """The ``check`` flags that configure a real engine (attach mode of ``vllm-http``)."""
-    g = parser.add_argument_group("real engine (vllm-http attach mode)")
+    g = parser.add_argument_group("real engine (vllm-http / sglang-http attach mode)")
     g.add_argument("--url", help="check the server running at this URL (loopback unless allowed)")
     g.add_argument(
         "--checkpoint",
@@ -117,7 +122,8 @@ def engine(name: str, **options: Any) -> EngineAdapter:
 
     ``options`` (from :func:`engine_options`): ``log_dir`` goes to the vLLM engines and is
     ignored by others; ``url``, ``checkpoints``, ``served_model``, ``allow_remote`` attach
-    ``vllm-http`` to a running server and are a usage error for any other engine;
+    ``vllm-http`` or ``sglang-http`` to a running server and are a usage error for any
+    other engine (``sglang-http`` needs them);
     ``overlay`` (a folder of fork files) is only for ``sglang`` / ``sglang@VERSION``."""
     log_dir = options.pop("log_dir", None)
     overlay = options.pop("overlay", None)
@@ -125,7 +131,7 @@ def engine(name: str, **options: Any) -> EngineAdapter:
     if name == "sglang" or name.startswith("sglang@"):
         if options:
             flags = ", ".join("--" + k.replace("_", "-").rstrip("s") for k in options)
-            raise ValueError(f"{flags}: only for --engine vllm-http, not {name!r}")
+            raise ValueError(f"{flags}: only for --engine vllm-http or sglang-http, not {name!r}")
         from .sglang_engine import DEFAULT_VERSION, SglangAdapter
 
         version = name.partition("@")[2] if "@" in name else DEFAULT_VERSION
@@ -134,15 +140,24 @@ def engine(name: str, **options: Any) -> EngineAdapter:
         return SglangAdapter(version=version, overlay=overlay)
     if overlay:
         raise ValueError(f"--overlay applies to the sglang engines, not {name!r}")
-    if options and name != "vllm-http":
+    if options and name not in ATTACH_ENGINES:
         flags = ", ".join("--" + k.replace("_", "-").rstrip("s") for k in options)
-        raise ValueError(f"{flags}: only for --engine vllm-http, not {name!r}")
+        raise ValueError(f"{flags}: only for --engine vllm-http or sglang-http, not {name!r}")
     if "checkpoints" in options and "url" not in options:
         raise ValueError("--checkpoint needs --url (attach to a running server)")
     if ":" in name:
         return _load_engine(name)
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+    if name == "sglang-http":
+        if "url" not in options:
+            raise ValueError(
+                "--engine sglang-http attaches to a running SGLang server: give --url URL "
+                "--checkpoint v0=PATH --checkpoint v1=PATH"
+            )
+        if log_dir is not None:
+            options["log_dir"] = Path(log_dir)
+        return ENGINES[name](**options)
     if name in VLLM_ENGINES:
         if log_dir is not None:
             options["log_dir"] = Path(log_dir)

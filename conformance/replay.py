@@ -325,8 +325,14 @@ def replay_trace(
     if engine is None:
         engine, client = recorded = RecordedEngine(trace), RecordedClient(trace)
     assert client is not None
+    # A long recorded session (``kvfence serve``) may push more versions than a search
+    # draws: the bounds widen to hold the trace (they are the search's, not the spec's).
+    newest = max((getattr(a, "version", 0) for a in actions), default=0)
+    bounds = evolve(MACHINE_BOUNDS, versions=max(MACHINE_BOUNDS.versions, newest))
     try:
-        out = replay_actions(engine, client, trace.configs, trace.policy, actions, timeout=timeout)
+        out = replay_actions(
+            engine, client, trace.configs, trace.policy, actions, bounds=bounds, timeout=timeout
+        )
     except TraceError as e:
         return Replayed(ReplayKind.ERROR, (), (), empty, str(e))
     if recorded is not None and out.kind is ReplayKind.PASS:

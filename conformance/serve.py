@@ -84,9 +84,10 @@ from kvfence.model.actions import (
 from kvfence.model.checks import Violation
 from kvfence.model.observation import Observation
 from kvfence.model.state import Config, Policy, server_info
-from kvfence.model.vocabulary import CacheMode, Funnel, Lane, PauseMode, Phase, Status
+from kvfence.model.vocabulary import CacheMode, Funnel, Lane, PauseMode, Status
 
 from .lockstep import (
+    MACHINE_BOUNDS,
     AdapterError,
     ConformanceFailure,
     Lockstep,
@@ -103,6 +104,10 @@ APIS = ("sglang", "vllm")
 
 SERVED_MODEL = "kvfence-serve"
 """The model name ``/v1/models`` lists and completions answer with (vLLM API)."""
+
+SESSION_BOUNDS = evolve(MACHINE_BOUNDS, versions=2**31)
+"""A session may push any number of versions (an attach check reloads at every example);
+``kvfence replay`` widens its bounds to the trace's newest version."""
 
 MAX_OUTPUT_TOKENS = 16
 """Most tokens a response carries (a request asking for more gets this many)."""
@@ -203,6 +208,23 @@ def prefix_name(i: int) -> str:
     return chr(ord("P") + i) if i < 11 else f"P{i}"
 
 
+def by_checkpoint(output: Any, sources: dict[int, str]) -> Any:
+    """``output`` with each ``(component, version)`` pair's version replaced by the
+    checkpoint it was loaded from: a real engine's bytes depend on the weights, not on the
+    count of updates, so reloading the same checkpoint gives the same tokens again (what
+    the byte oracle of an attach adapter relies on)."""
+    if isinstance(output, tuple):
+        if (
+            len(output) == 2
+            and isinstance(output[0], str)
+            and isinstance(output[1], int)
+            and output[1] in sources
+        ):
+            return (output[0], sources[output[1]])
+        return tuple(by_checkpoint(x, sources) for x in output)
+    return output
+
+
 def tokens_of(output: Any, n: int) -> tuple[list[int], list[float]]:
     """``n`` token ids and logprobs derived from an engine's output bytes (a pure function:
     the same output gives the same tokens)."""
@@ -251,7 +273,12 @@ class Session:
         self.salts: set[str] = set()
         self.cold: dict[tuple[str, int], Any] = {}
         self.traffic: list[dict[str, Any]] = []
-        self.versions: dict[int, str] = {}
+        self.versions: dict[int, str] = {0: "initial weights"}
+        #: The engine's own account, kept apart from the model's (which a FAIL freezes):
+        #: the newest version pushed, the version installed, and whether it is paused.
+        self.trainer = 0
+        self.weights = 0
+        self.paused = False
         self.violations: list[Violation] = []
         self.error: AdapterError | None = None
         self.started = time.monotonic()
@@ -259,7 +286,9 @@ class Session:
         self.trace_path: Path | None = None
         self.counterexample: Path | None = None
         self.capabilities = frozenset()
-        self.lockstep = Lockstep(self.engine, ReferenceClient(), self.recorder, timeout=timeout)
+        self.lockstep = Lockstep(
+            self.engine, ReferenceClient(), self.recorder, SESSION_BOUNDS, timeout=timeout
+        )
         try:
             self.capabilities = check_capabilities(self.engine)
             self.lockstep.start((self.config,), self.policy)
@@ -358,14 +387,14 @@ class Session:
         try:
             self.lockstep.run(action)
             self.lockstep.check_model()
-        except NotEnabled as e:
+        except NotEnabled:
             entry["action"] = None
             state = self._state()
             phase = state.endpoint(0).phase.value if state else "?"
             raise HttpError(
                 HTTPStatus.BAD_REQUEST,
-                f"kvfence serve: {action.name} is not enabled while the endpoint is {phase} "
-                f"({e}); not sent to the engine",
+                f"kvfence serve: the model does not enable {action.name} here (the "
+                f"endpoint is {phase}); not sent to the engine",
             ) from None
         except ConformanceFailure as e:
             self.violations = list(e.violations)
@@ -382,11 +411,7 @@ class Session:
     def next_version(self) -> int:
         """The version the next update installs: the one a refused update left pending,
         else one past the trainer's newest."""
-        state = self._state()
-        if state is None:
-            return 1
-        weights = state.endpoint(0).weights
-        return state.trainer if state.trainer > weights else state.trainer + 1
+        return self.trainer if self.trainer > self.weights else self.trainer + 1
 
     def update(self, funnel: Funnel, flush: Any, source: str, entry) -> Observation:
         if flush is not None and not isinstance(flush, bool):
@@ -394,7 +419,11 @@ class Session:
         version = self.next_version()
         entry["weights"] = {"version": version, "source": source}
         obs = self.step(UpdateWeights(0, version, funnel, flush), entry)
-        if obs.status is Status.OK:
+        self.trainer = max(self.trainer, version)
+        shown = obs.view.weights if obs.view is not None else None
+        installed = shown if shown is not None else version if obs.status is Status.OK else None
+        if installed == version:
+            self.weights = version
             self.versions[version] = source
         return obs
 
@@ -405,8 +434,7 @@ class Session:
         if key not in self.prompts:
             self.prompts[key] = prefix_name(len(self.prompts))
         prefix = self.prompts[key]
-        state = self._state()
-        weights = state.endpoint(0).weights if state else 0
+        weights = self.weights
         if salt is not None and salt not in self.salts:
             self.salts.add(salt)
             cold = self.cold.get((prefix, weights))
@@ -431,9 +459,7 @@ class Session:
     def label(self) -> str:
         """The weight-version label the engine reports ("default" at the start, as both
         engines do until one is set)."""
-        state = self._state()
-        weights = state.endpoint(0).weights if state else 0
-        return "default" if weights == 0 else str(weights)
+        return "default" if self.weights == 0 else str(self.weights)
 
     # ----- SGLang routes --------------------------------------------------------------
 
@@ -451,7 +477,7 @@ class Session:
         return 200, b""
 
     def _sglang_get_model_info(self, data, query, entry):
-        latest = self.versions.get(max(self.versions, default=0), "initial")
+        latest = self.versions[max(self.versions)]
         return 200, {"model_path": latest, "is_generation": True, "weight_version": self.label()}
 
     def _sglang_pause_generation(self, data, query, entry):
@@ -465,10 +491,12 @@ class Session:
         obs = self.step(PauseGeneration(0, pause), entry)
         if obs.status is not Status.OK:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "pause failed")
+        self.paused = True
         return 200, {"message": "Generation paused successfully.", "status": "ok"}
 
     def _sglang_continue_generation(self, data, query, entry):
         obs = self.step(ContinueGeneration(0), entry)
+        self.paused = self.paused and obs.status is not Status.OK
         if obs.status is not Status.OK:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "continue failed")
         return 200, {"message": "Generation continued successfully.", "status": "ok"}
@@ -570,7 +598,7 @@ class Session:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
         output = cold if obs is None else (obs.response.output if obs.response else None)
         hit = obs is not None and obs.response is not None and obs.response.hit
-        ids, logprobs = tokens_of(output, n)
+        ids, logprobs = tokens_of(by_checkpoint(output, self.versions), n)
         n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
         meta = {
             "id": data.get("rid") or uuid.uuid4().hex,
@@ -595,8 +623,7 @@ class Session:
         return 200, {"object": "list", "data": [{"id": SERVED_MODEL, "object": "model"}]}
 
     def _vllm_is_paused(self, data, query, entry):
-        state = self._state()
-        return 200, {"is_paused": bool(state and state.endpoint(0).phase is Phase.PAUSED)}
+        return 200, {"is_paused": self.paused}
 
     def _vllm_weight_info(self, data, query, entry):
         return 200, {"weight_version": self.label()}
@@ -614,10 +641,12 @@ class Session:
         obs = self.step(PauseGeneration(0, pause), entry)
         if obs.status is not Status.OK:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "pause failed")
+        self.paused = True
         return 200, {"status": "paused"}
 
     def _vllm_resume(self, data, query, entry):
         obs = self.step(ContinueGeneration(0), entry)
+        self.paused = self.paused and obs.status is not Status.OK
         if obs.status is not Status.OK:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "resume failed")
         return 200, {"status": "resumed"}
@@ -676,7 +705,7 @@ class Session:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
         output = cold if obs is None else (obs.response.output if obs.response else None)
         hit = obs is not None and obs.response is not None and obs.response.hit
-        ids, logprobs = tokens_of(output, n)
+        ids, logprobs = tokens_of(by_checkpoint(output, self.versions), n)
         n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
         choice = {
             "index": 0,
@@ -821,7 +850,9 @@ class Session:
         try:
             run = self.lockstep.snapshot(self.violations)
             targets = {v.rule for v in self.violations}
-            best = shrink(engine, ReferenceClient(), run, targets, True, timeout=self.timeout)
+            best = shrink(
+                engine, ReferenceClient(), run, targets, True, SESSION_BOUNDS, self.timeout
+            )
         finally:
             engine.close()
         if best is None:
