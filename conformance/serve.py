@@ -182,8 +182,27 @@ PENDING: dict[str, str] = {
     "WakeUp(tags)": "/resume_memory_occupation with tags (SGLang), /wake_up?tags= (vLLM)",
     "PauseGeneration(clear_cache)": "vLLM /pause with clear_cache=true (vLLM's default) or "
     "mode=wait",
+    "BeginWeightUpdate/UpdateWeightChunk/FinishWeightUpdate": "vLLM /collective_rpc with a "
+    "two-phase update's worker methods (SkyRL's skyrl_start_weight_update, "
+    "update_weights_ipc, update_weights_nccl, skyrl_finish_weight_update; vLLM's native "
+    "start_weight_update / update_weights / finish_weight_update)",
 }
 """Model actions the routes above wait for (tasks M/T), for the integrator."""
+
+TWO_PHASE_METHODS = frozenset(
+    {
+        "skyrl_start_weight_update",
+        "update_weights_ipc",
+        "update_weights_nccl",
+        "skyrl_finish_weight_update",
+        "start_weight_update",
+        "update_weights",
+        "finish_weight_update",
+    }
+)
+"""``/collective_rpc`` methods of a two-phase (chunked) update: SkyRL 0.3's
+``RemoteInferenceClient`` (``skyrl/backends/skyrl_train/inference_servers/
+remote_inference_client.py``) and vLLM's native RL update."""
 
 SGLANG_FLUSHED = (
     "Cache flushed.\nPlease check backend logs for more details. "
@@ -657,6 +676,11 @@ class Session:
 
     def _vllm_collective_rpc(self, data, query, entry):
         method, kwargs = data.get("method"), data.get("kwargs") or {}
+        if method in TWO_PHASE_METHODS:
+            raise PendingRoute(
+                f"/collective_rpc {method}",
+                "BeginWeightUpdate/UpdateWeightChunk/FinishWeightUpdate",
+            )
         if method != "reload_weights":
             raise HttpError(
                 HTTPStatus.BAD_REQUEST,

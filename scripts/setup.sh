@@ -22,6 +22,21 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -e '.[dev]'
 echo "setup: kvfence installed in .venv"
 
+# Peer check (tests/test_peer.py): SkyRL's HTTP weight-sync client, from the package index,
+# unmodified, in its own .venv-peer (~45 s). --no-deps: its full dependency set pulls torch
+# through peft; the client module needs only aiohttp and pydantic (docs/clients.md).
+# Skip with KVFENCE_SKIP_PEER=1; a failed install only skips the peer test.
+if [ "${KVFENCE_SKIP_PEER:-0}" != 1 ] && [ ! -x .venv-peer/bin/python ]; then
+    if "$PYTHON" -m venv .venv-peer \
+        && .venv-peer/bin/python -m pip install -q --no-deps skyrl==0.3.0 \
+        && .venv-peer/bin/python -m pip install -q aiohttp pydantic; then
+        echo "setup: SkyRL 0.3.0's client installed in .venv-peer (tests/test_peer.py)"
+    else
+        rm -rf .venv-peer
+        echo "setup: could not install SkyRL into .venv-peer: tests/test_peer.py will skip"
+    fi
+fi
+
 mkdir -p kvfence-results
 .venv/bin/kvfence mutants --out kvfence-results \
     --junit kvfence-results/matrices.xml --json kvfence-results/matrices.json

@@ -1,0 +1,72 @@
+"""SkyRL's own HTTP client driving one weight sync against a vLLM-API server.
+
+Run with the peer Python (SkyRL installed from the package index, unmodified):
+``PYTHON tests/peer/skyrl_sync.py URL``. It prints one JSON line per call: the call, and
+what SkyRL's ``RemoteInferenceClient`` (skyrl 0.3.0,
+``skyrl/backends/skyrl_train/inference_servers/remote_inference_client.py``) returned or
+raised. The calls are the ones its trainer makes around a weight sync: ``pause(keep,
+clear_cache=False)``, ``start_weight_update``, ``finish_weight_update``,
+``reset_prefix_cache``, ``resume``, with a ``completion`` before and after.
+
+On Python < 3.12 the package's ``skyrl/backends/__init__.py`` cannot be imported (it
+imports the Tinker backend's types, a pydantic model over ``typing.TypedDict``, which
+pydantic refuses before 3.12). The client module does not need it: this driver then
+registers ``skyrl.backends`` as a bare package so that the client's own module, unmodified,
+imports. Nothing of SkyRL's is edited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import types
+
+
+def load_client():
+    try:
+        from skyrl.backends.skyrl_train.inference_servers import remote_inference_client
+    except Exception as e:  # the Tinker backend's pydantic types on Python < 3.12
+        for name in [m for m in sys.modules if m.startswith("skyrl.backends")]:
+            del sys.modules[name]
+        import skyrl
+
+        pkg = types.ModuleType("skyrl.backends")
+        pkg.__path__ = [os.path.join(os.path.dirname(skyrl.__file__), "backends")]
+        sys.modules["skyrl.backends"] = pkg
+        from skyrl.backends.skyrl_train.inference_servers import remote_inference_client
+
+        print(json.dumps({"note": f"skyrl.backends bypassed: {type(e).__name__}"}), flush=True)
+    return remote_inference_client.RemoteInferenceClient
+
+
+async def main(url: str) -> None:
+    client_cls = load_client()
+    client = client_cls(proxy_url=url, server_urls=[url], data_parallel_size=1,
+                        model_name="kvfence-serve")  # fmt: skip
+    prompt = {"json": {"prompt": [101, 102, 103, 104], "max_tokens": 4}}
+    calls = [
+        ("completion", lambda: client.completion(dict(prompt, json=dict(prompt["json"])))),
+        ("pause", lambda: client.pause(mode="keep", clear_cache=False)),
+        ("start_weight_update", lambda: client.start_weight_update()),
+        ("finish_weight_update", lambda: client.finish_weight_update()),
+        ("reset_prefix_cache", lambda: client.reset_prefix_cache()),
+        ("resume", lambda: client.resume()),
+        ("completion", lambda: client.completion(dict(prompt, json=dict(prompt["json"])))),
+    ]
+    try:
+        for name, call in calls:
+            try:
+                got = await call()
+                print(json.dumps({"call": name, "ok": True, "result": got}), flush=True)
+            except Exception as e:
+                status = getattr(e, "status", None)
+                out = {"call": name, "ok": False, "status": status, "error": str(e)}
+                print(json.dumps(out), flush=True)
+    finally:
+        await client.teardown()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))
