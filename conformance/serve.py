@@ -84,7 +84,7 @@ from kvfence.model.actions import (
 from kvfence.model.checks import Violation
 from kvfence.model.observation import Observation
 from kvfence.model.state import Config, Policy, server_info
-from kvfence.model.vocabulary import CacheMode, Funnel, Lane, PauseMode, Status
+from kvfence.model.vocabulary import CacheMode, Funnel, Lane, PauseMode, Phase, Status
 
 from .lockstep import (
     MACHINE_BOUNDS,
@@ -409,7 +409,15 @@ class Session:
         except NotEnabled:
             entry["action"] = None
             state = self._state()
-            phase = state.endpoint(0).phase.value if state else "?"
+            phase = state.endpoint(0).phase if state else None
+            if (isinstance(action, ContinueGeneration) and phase is Phase.SERVING) or (
+                isinstance(action, PauseGeneration) and phase is Phase.PAUSED
+            ):
+                # Both engines answer a repeated pause or a continue while running with
+                # success and do nothing: so does serve, without a step.
+                entry["noop"] = f"{action.name} while {phase.value}"
+                return Observation(Status.OK, detail="no-op")
+            phase = phase.value if phase else "?"
             raise HttpError(
                 HTTPStatus.BAD_REQUEST,
                 f"kvfence serve: the model does not enable {action.name} here (the "

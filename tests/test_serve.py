@@ -185,6 +185,8 @@ def test_bad_requests_get_the_engine_error_shape_and_do_not_crash(tmp_path):
         r = s.http.post("/generate", json=GENERATE)
         assert r.status_code == 400 and "the endpoint is paused" in r.text
         assert s.http.post("/continue_generation", json={}).status_code == 200
+        # A continue while running is SGLang's no-op success, not a step.
+        assert s.http.post("/continue_generation", json={}).status_code == 200
         # A route waiting for a model action: the engine's error shape, naming it.
         r = s.http.post("/update_weight_version", json={"new_version": "v1"})
         assert r.status_code == 501 and "PublishVersion" in r.json()["message"]
