@@ -197,7 +197,8 @@ class SglangHttpAdapter(VllmAdapter):
     """A user's SGLang server (one endpoint, index 0) by URL; see the module doc.
 
     ``url``, ``checkpoints`` (version -> directory as the server sees it; v0 and v1
-    needed), ``allow_remote``, ``log_dir``, ``progress``: as for ``vllm-http`` attach.
+    needed), ``allow_remote``, ``log_dir``, ``progress``: as for ``vllm-http`` attach
+    (``served_model`` is refused: SGLang's ``/generate`` names no model).
     ``flush_cache`` goes to SGLang inside the update (the engine's own guard, not the
     client-side one ``vllm-http`` adds): ``fail_closed`` is off.
     """
@@ -227,6 +228,8 @@ class SglangHttpAdapter(VllmAdapter):
                 "--engine sglang-http attaches to a running SGLang server: give --url URL "
                 "--checkpoint v0=PATH --checkpoint v1=PATH"
             )
+        if served_model is not None:
+            raise ValueError("--served-model is for vllm-http: SGLang's /generate names none")
         super().__init__(
             "http",
             fail_closed=False,

@@ -283,7 +283,10 @@ class Session:
         self.out_dir = Path(out_dir)
         self.timeout = timeout
         self.strict = strict
-        self.config = endpoint_config(api)
+        # An engine of one fixed endpoint (a real engine: ``vllm``, ``sglang``) is served
+        # as it is; an in-process engine gets the API's endpoint.
+        fixed = getattr(self.engine, "fixed_configs", None)
+        self.config = fixed[0] if fixed else endpoint_config(api)
         self.policy = Policy(mode=mode)
         self.recorder = Recorder()
         self.lock = threading.Lock()
@@ -332,6 +335,10 @@ class Session:
                 status, payload = e.status, self._error(e.status, e.message, path)
             except HttpError as e:
                 status, payload = e.status, self._error(e.status, e.message, path)
+            except AdapterError as e:  # a probe or an unjudged call the engine failed
+                self.error = self.error or e
+                status = HTTPStatus.INTERNAL_SERVER_ERROR
+                payload = self._error(status, f"engine error: {e}", path)
             except Exception as e:  # a bug of ours: the engine's 500, never a crash
                 message = f"kvfence serve: {type(e).__name__}: {e}"
                 status = HTTPStatus.INTERNAL_SERVER_ERROR

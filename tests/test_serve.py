@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from attrs import evolve
 
 from kvfence.conformance.serve import PENDING, ROUTES, Session
 
@@ -261,11 +262,25 @@ def test_every_route_maps_to_one_action_or_a_pending_one():
         assert r.action == "" or r.action in BY_NAME, r
         assert r.pending == "" or r.pending in PENDING, r
         assert r.action or r.pending or r.methods == ("GET",), r
-    session = Session("sglang", "reference")
-    for r in ROUTES:
-        if r.api == "sglang":
-            name = f"_sglang_{r.path.strip('/').replace('/', '_')}"
-            assert callable(getattr(session, name)), name
+    for api in ("sglang", "vllm"):
+        session = Session(api, "reference")
+        for r in ROUTES:
+            if r.api == api:
+                name = f"_{api}_{r.path.strip('/').replace('/', '_')}"
+                assert callable(getattr(session, name)), name
+
+
+def test_a_fixed_endpoint_engine_is_served_with_its_own_endpoint():
+    """A real engine declares one fixed endpoint (``fixed_configs``): serve uses it rather
+    than the API's, so the engine's ``start`` accepts it."""
+    from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
+    from kvfence.conformance.serve import endpoint_config
+
+    engine = InProcessAdapter(ReferenceEndpoint, "fixed")
+    engine.fixed_configs = (evolve(endpoint_config("sglang"), flush_default=False),)
+    session = Session("sglang", "fixed", engine=engine)
+    assert session.config == engine.fixed_configs[0]
+    assert session.error is None
 
 
 def test_serve_refuses_a_remote_host_without_the_flag(tmp_path):

@@ -61,6 +61,8 @@ def test_attach_is_loopback_unless_allowed(tmp_path):
         registry.engine("sglang-http", url="http://10.1.2.3:30000", checkpoints={})
     with pytest.raises(ValueError, match="--url"):
         registry.engine("sglang-http")
+    with pytest.raises(ValueError, match="served-model"):
+        SglangHttpAdapter(url="http://127.0.0.1:1", served_model="m")
     with pytest.raises(ValueError, match="v0=PATH"):
         SglangHttpAdapter(url="http://127.0.0.1:1", checkpoints={0: tmp_path})
 
