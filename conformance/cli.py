@@ -140,7 +140,11 @@ def build_parser() -> Parser:
     )
     p.add_argument("--api", choices=("sglang", "vllm"), required=True, help="routes to speak")
     p.add_argument("--engine", default="reference", help="the kvfence engine behind it")
-    p.add_argument("--port", type=int, default=30000, help="port on the host (0: a free one)")
+    p.add_argument(
+        "--port",
+        type=int,
+        help="port (0: a free one; default the engine's own: SGLang 30000, vLLM 8000)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (loopback unless allowed)")
     p.add_argument(
         "--allow-remote", action="store_true", help="allow a --host that is not loopback"
@@ -506,6 +510,8 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             "weight updates from anyone who can reach it, so another address needs --allow-remote"
         )
         return EXIT_USAGE
+    if args.port is None:
+        args.port = 30000 if args.api == "sglang" else 8000
     if not 0 <= args.port < 65536:
         console.print(f"[bold red]usage:[/] --port {args.port} is not a port number")
         return EXIT_USAGE
