@@ -10,9 +10,11 @@ or answers garbage is an ERROR (ADP-001, ADP-002).
 
 from __future__ import annotations
 
+import _signal
 import concurrent.futures
 import os
 import queue
+import signal
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -196,23 +198,94 @@ _WORKER: list[_Worker] = []
 os.register_at_fork(after_in_child=_WORKER.clear)
 
 
-def call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+class _Alarm(BaseException):
+    """Raised into a direct (in-process) adapter call by the SIGALRM watchdog. A
+    ``BaseException``, so that an adapter's own ``except Exception`` does not swallow it."""
+
+
+# The raw handler lookup: ``signal.getsignal`` maps it to an enum, which costs more (a
+# failed enum lookup per call for a Python handler) than the whole direct call.
+_getsignal = getattr(_signal, "getsignal", signal.getsignal)
+
+_ARMED: list[bool] = [False]
+"""The watchdog may raise: a direct call is running (a late SIGALRM is ignored)."""
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    if _ARMED[0]:
+        raise _Alarm
+
+
+def _direct_possible() -> bool:
+    """A direct call can be timed by SIGALRM: POSIX, the main thread, SIGALRM free or
+    already ours, and no interval timer in force (pytest-timeout's, a caller's)."""
+    if (
+        not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return False
+    handler = _getsignal(signal.SIGALRM)
+    if handler is not _on_alarm:
+        if handler not in (signal.SIG_DFL, signal.SIG_IGN, None):
+            return False
+        # Installed once and left in place (a handler swap per call costs more than the
+        # thread handoff it replaces); disarmed it ignores SIGALRM (``_ARMED``).
+        signal.signal(signal.SIGALRM, _on_alarm)
+    return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def _call_direct(fn: Callable[[], Any], timeout: float) -> Any:
+    """Run ``fn`` in this thread with a SIGALRM watchdog: no thread handoff. The timer
+    re-fires every 0.1 s after ``timeout``, so a call that swallows one alarm gets the
+    next."""
+    _ARMED[0] = True
+    signal.setitimer(signal.ITIMER_REAL, timeout, 0.1)
+    try:
+        return fn()
+    finally:
+        _ARMED[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def is_direct(adapter: object) -> bool:
+    """The adapter declares ``in_process = True``: its calls are plain Python in this
+    process (the in-process reference, its mutants and designs, the reference client), so
+    the checker calls it directly and times it with a watchdog (``call_with_timeout``)."""
+    return getattr(adapter, "in_process", False) is True
+
+
+def call_with_timeout(
+    fn: Callable[[], Any], timeout: float, what: str, direct: bool = False
+) -> Any:
     """Run an adapter call; its exceptions and hangs become ``AdapterError`` (ADP-001).
 
-    Calls run on one daemon worker thread, reused while calls return. A hung call's thread
-    cannot be killed: it is abandoned (the next call gets a new worker; the process can
-    still exit) and the run stops with ERROR naming the timeout. ``Unsupported`` is an
-    error too: the checker only sends what the adapter's capabilities allow, so refusing it
-    breaks the adapter contract. A ``TraceError`` (a recorded trace the spec cannot follow)
-    passes through: it is the trace's fault, not an adapter's.
+    ``direct`` (an in-process adapter, ``is_direct``): the call runs in this thread, and a
+    SIGALRM interval timer (``signal.setitimer``) interrupts it after ``timeout``: no
+    thread handoff per call (issue 12). Where SIGALRM cannot be used (not the main thread,
+    no ``setitimer``, someone else's alarm in force), or for an adapter that is not
+    in-process (a real engine, a user's resolver), calls run on one daemon worker thread,
+    reused while calls return. A hung call's thread cannot be killed: it is abandoned (the
+    next call gets a new worker; the process can still exit) and the run stops with ERROR
+    naming the timeout. ``Unsupported`` is an error too: the checker only sends what the
+    adapter's capabilities allow, so refusing it breaks the adapter contract. A
+    ``TraceError`` (a recorded trace the spec cannot follow) passes through: it is the
+    trace's fault, not an adapter's.
     """
-    if not _WORKER:
-        _WORKER.append(_Worker())
-    future = _WORKER[0].submit(fn)
     try:
-        return future.result(timeout=timeout)
+        if direct and _direct_possible():
+            try:
+                return _call_direct(fn, timeout)
+            except _Alarm:
+                raise concurrent.futures.TimeoutError from None
+        if not _WORKER:
+            _WORKER.append(_Worker())
+        future = _WORKER[0].submit(fn)
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            _WORKER.pop()  # abandoned with its hung call; a daemon, so never joined
+            raise
     except concurrent.futures.TimeoutError:
-        _WORKER.pop()  # abandoned with its hung call; a daemon, so never joined
         raise AdapterError("ADP-001", f"{what} did not answer within {timeout:g} s") from None
     except TraceError:
         raise
@@ -235,7 +308,9 @@ def resolve(client: ClientAdapter, policy: Policy, info: Any, timeout: float) ->
     raised instead (a refusal, which the caller records against that configuration's
     rule). Hangs, ``SystemExit`` and ill-typed plans stay adapter errors."""
     try:
-        got = call_with_timeout(lambda: client.resolve(policy, info), timeout, "resolve")
+        got = call_with_timeout(
+            lambda: client.resolve(policy, info), timeout, "resolve", is_direct(client)
+        )
     except AdapterError as e:
         if e.raised:
             return str(e).removeprefix("ADP-001: ")
@@ -374,6 +449,7 @@ class Lockstep:
     ) -> None:
         self.engine = engine
         self.client = client
+        self.direct = is_direct(engine)  # called in this thread, timed by a watchdog
         self.recorder = recorder
         self.bounds = bounds
         self.timeout = timeout
@@ -412,7 +488,7 @@ class Lockstep:
             problem = misreported(c)
             if problem:
                 raise AdapterError("ADP-002", f"endpoint {i}: {problem}")
-        call_with_timeout(lambda: self.engine.start(configs), limit, "start")
+        call_with_timeout(lambda: self.engine.start(configs), limit, "start", self.direct)
         self.states = frozenset({initial_state(configs, policy)})
         self.unsettled = False
 
@@ -478,7 +554,10 @@ class Lockstep:
         p = self.policy
         for i in range(n):
             info = call_with_timeout(
-                lambda i=i: self.engine.server_info(i), self.timeout, f"server_info({i})"
+                lambda i=i: self.engine.server_info(i),
+                self.timeout,
+                f"server_info({i})",
+                self.direct,
             )
             expected = resolve_plan(p.mode, p.flush_cache, p.pause_mode, info)
             got = resolve(self.client, self.policy, info, self.timeout)
@@ -519,7 +598,9 @@ class Lockstep:
     def engine_step(self, action: Action, within: int | None) -> None:
         self.note(f"  {action!r}" if within is not None else f"{action!r}")
         self._note_reach(action)
-        obs = call_with_timeout(lambda: self.engine.apply(action), self.timeout, action.name)
+        obs = call_with_timeout(
+            lambda: self.engine.apply(action), self.timeout, action.name, self.direct
+        )
         problem = malformed(obs)
         if problem:
             raise AdapterError("ADP-002", f"{action.name}: the adapter {problem}")
