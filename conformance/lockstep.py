@@ -112,12 +112,6 @@ class Diverged(Exception):
     without a verdict, and the search goes on (``Lockstep.focus``)."""
 
 
-class FocusShown(Exception):
-    """A focused run has shown its rule broken by the client (``Recorder.soft``): the
-    kill is made, so the search stops at once instead of spending the rest of its budget
-    looking for a visible consequence (issue 12: stop each mutant at its first kill)."""
-
-
 class NotEnabled(Exception):
     """A recorded action the model does not enable at its turn (replay and shrinking)."""
 
@@ -475,9 +469,6 @@ class Lockstep:
     # ----- setup and drawing ----------------------------------------------------------
 
     def start(self, configs: tuple[Config, ...], policy: Policy) -> None:
-        soft = self.recorder.soft
-        if soft is not None and self.focus in {v.rule for v in soft.pending}:
-            raise FocusShown(self.focus)
         if self.recorder.error is not None:
             # An adapter already failed (perhaps hung): do not call it again; Hypothesis's
             # replay of the failing example then ends on the same error, not on 'Flaky'.

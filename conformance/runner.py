@@ -34,7 +34,6 @@ from .lockstep import (
     MACHINE_BOUNDS,
     AdapterError,
     ConformanceFailure,
-    FocusShown,
     Recorder,
     Run,
     call_with_timeout,
@@ -227,7 +226,7 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
         try:
             with _hypothesis_home(opts.out_dir):
                 test()
-        except (ConformanceFailure, FocusShown):
+        except ConformanceFailure:
             pass
         except AdapterError as e:
             search.error = e
@@ -241,9 +240,6 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
             search.error = search.recorder.error[1]
         if search.error is not None or search.recorder.failure is not None:
             break
-        soft = search.recorder.soft
-        if soft is not None and opts.focus in {v.rule for v in soft.pending}:
-            break  # shown broken: later chunks would only look for a consequence
     return search
 
 

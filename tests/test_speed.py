@@ -4,6 +4,7 @@ direct (in-process) adapter call is still stopped when it hangs; the bench runs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -124,7 +125,9 @@ def _reachable(initial: State, bounds: Bounds, depth: int) -> list[State]:
 
 
 def _successors(s: State, bounds: Bounds) -> set[State]:
-    return {canonical(n.without_ledger(), bounds) for a in actions(s, bounds) for n, _ in step(s, a)}
+    return {
+        canonical(n.without_ledger(), bounds) for a in actions(s, bounds) for n, _ in step(s, a)
+    }
 
 
 def test_the_semantics_are_equivariant_under_renaming():
@@ -151,7 +154,10 @@ def test_trivial_group_leaves_states_alone():
     """The CLI's defaults (exact + standard, one prefix, one request ID) have no renaming
     but the identity: the counts with and without symmetry are the same."""
     b = Bounds(prefixes=("P",), rids=("r1",))
-    full, reduced = explore(initial_states(2), b, 3), explore(initial_states(2), b, 3, symmetry=True)
+    full, reduced = (
+        explore(initial_states(2), b, 3),
+        explore(initial_states(2), b, 3, symmetry=True),
+    )
     assert (full.states, full.transitions) == (reduced.states, reduced.transitions)
 
 
@@ -259,10 +265,8 @@ def test_a_hanging_direct_call_is_stopped_by_the_watchdog():
 def test_a_direct_call_that_swallows_the_alarm_is_stopped_by_the_next():
     def stubborn():
         for _ in range(3):
-            try:
+            with contextlib.suppress(BaseException):
                 threading.Event().wait()
-            except BaseException:
-                pass
         threading.Event().wait()
 
     with pytest.raises(AdapterError, match="did not answer"):
