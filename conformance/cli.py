@@ -106,6 +106,12 @@ def build_parser() -> Parser:
     )
     p.add_argument("--only", nargs="*", metavar="NAME", help="only these designs or mutants")
     p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, help="parallel runs")
+    p.add_argument(
+        "--stateful",
+        action="store_true",
+        help="kill every mutant by the stateful search alone (by default an in-process "
+        "mutant is first killed by breadth-first search, the shortest counterexample)",
+    )
     _common(p)
 
     p = sub.add_parser("replay", help="replay a JSONL counterexample")
@@ -194,7 +200,14 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[bold red]usage:[/] unknown design(s) or mutant(s) {', '.join(unknown)}")
         return EXIT_USAGE
     x = matrix.run_matrices(
-        designs, mutants, args.profile, args.out, args.timeout, args.max_examples, args.jobs
+        designs,
+        mutants,
+        args.profile,
+        args.out,
+        args.timeout,
+        args.max_examples,
+        args.jobs,
+        explore=not args.stateful,
     )
     matrix.print_matrices(x, args.profile, console)
     ok = _write_reports(x.results, args, console)

@@ -7,7 +7,10 @@ are SHOULD-level notes (a design that stops on a refused flush pays in availabil
 **kill matrix** runs every mutant of ``adapters/mutants.py`` focused on the rule its
 docstring names (``Violates: RULE``): the run searches until that rule is shown broken,
 stops at the first kill, and the mutant counts as killed only when the counterexample
-breaks exactly that rule.
+breaks exactly that rule. An in-process mutant is first searched breadth-first by the
+product explorer (``first_kill``: the shortest counterexample, replayed from a fresh start,
+in well under a second each); only when that cannot say does the stateful search run
+(``kvfence mutants --stateful``: the stateful search alone, as ``kvfence check --focus``).
 
 Runs are independent processes (``jobs``, default: every core), so the matrices take the
 wall time of the slowest few runs. ``kvfence mutants`` prints both tables and writes the

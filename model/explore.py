@@ -16,6 +16,10 @@ lane, radix cache on and reported everywhere, client policy ``Policy()`` (mode a
 pause retract). ``kvfence explore`` with its defaults (2 endpoints, ``--prefixes 1
 --versions 2 --inflight 1 --depth 6``) visits 34,640 states over 1,060,845 transitions.
 
+``symmetry=True`` (on in ``kvfence explore``) keys the visited set on a canonical renaming of
+prefixes, request IDs and endpoints of equal config (``model.symmetry``); a counterexample
+found among representatives is re-derived as a concrete path (``_concrete``).
+
 Pure: standard library and attrs only. No I/O, clock or randomness; callers time it.
 """
 
