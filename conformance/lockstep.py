@@ -16,6 +16,7 @@ import os
 import queue
 import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from itertools import product
@@ -199,28 +200,53 @@ os.register_at_fork(after_in_child=_WORKER.clear)
 
 
 class _Alarm(BaseException):
-    """Raised into a direct (in-process) adapter call by the SIGALRM watchdog. A
+    """Raised into a direct (in-process) adapter call by the watchdog's SIGALRM. A
     ``BaseException``, so that an adapter's own ``except Exception`` does not swallow it."""
 
+
+class _Watchdog:
+    """One daemon thread per process that times direct calls: every ``PERIOD`` seconds it
+    reads the running call's ``deadline`` and, once it has passed, sends SIGALRM to the
+    main thread (again every period, so a call that swallows one alarm gets the next).
+    A call costs two attribute writes, no system call and no thread handoff: on a loaded
+    machine a per-call ``setitimer`` or handoff costs a scheduling round each."""
+
+    PERIOD = 0.05
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None  # monotonic; None while no direct call runs
+        self.main = threading.main_thread().ident
+        threading.Thread(target=self._loop, name="kvfence-watchdog", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self.PERIOD)
+            deadline = self.deadline
+            if deadline is not None and time.monotonic() > deadline and self.main is not None:
+                signal.pthread_kill(self.main, signal.SIGALRM)
+
+
+_DOG: list[_Watchdog] = []
+os.register_at_fork(after_in_child=_DOG.clear)  # a forked child has no watchdog thread
 
 # The raw handler lookup: ``signal.getsignal`` maps it to an enum, which costs more (a
 # failed enum lookup per call for a Python handler) than the whole direct call.
 _getsignal = getattr(_signal, "getsignal", signal.getsignal)
 
-_ARMED: list[bool] = [False]
-"""The watchdog may raise: a direct call is running (a late SIGALRM is ignored)."""
-
 
 def _on_alarm(signum: int, frame: Any) -> None:
-    if _ARMED[0]:
+    """Raise into the main thread only while a direct call is past its deadline (a late
+    or foreign SIGALRM is ignored)."""
+    deadline = _DOG[0].deadline if _DOG else None
+    if deadline is not None and time.monotonic() > deadline:
         raise _Alarm
 
 
 def _direct_possible() -> bool:
-    """A direct call can be timed by SIGALRM: POSIX, the main thread, SIGALRM free or
-    already ours, and no interval timer in force (pytest-timeout's, a caller's)."""
+    """A direct call can be timed: POSIX ``pthread_kill``, the main thread, and SIGALRM
+    free or already ours (not pytest-timeout's or a caller's)."""
     if (
-        not hasattr(signal, "setitimer")
+        not hasattr(signal, "pthread_kill")
         or threading.current_thread() is not threading.main_thread()
     ):
         return False
@@ -228,23 +254,20 @@ def _direct_possible() -> bool:
     if handler is not _on_alarm:
         if handler not in (signal.SIG_DFL, signal.SIG_IGN, None):
             return False
-        # Installed once and left in place (a handler swap per call costs more than the
-        # thread handoff it replaces); disarmed it ignores SIGALRM (``_ARMED``).
-        signal.signal(signal.SIGALRM, _on_alarm)
-    return signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        signal.signal(signal.SIGALRM, _on_alarm)  # installed once, left in place
+    return True
 
 
 def _call_direct(fn: Callable[[], Any], timeout: float) -> Any:
-    """Run ``fn`` in this thread with a SIGALRM watchdog: no thread handoff. The timer
-    re-fires every 0.1 s after ``timeout``, so a call that swallows one alarm gets the
-    next."""
-    _ARMED[0] = True
-    signal.setitimer(signal.ITIMER_REAL, timeout, 0.1)
+    """Run ``fn`` in this thread under the watchdog (started on first use)."""
+    if not _DOG:
+        _DOG.append(_Watchdog())
+    dog = _DOG[0]
+    dog.deadline = time.monotonic() + timeout
     try:
         return fn()
     finally:
-        _ARMED[0] = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        dog.deadline = None
 
 
 def is_direct(adapter: object) -> bool:
@@ -259,10 +282,10 @@ def call_with_timeout(
 ) -> Any:
     """Run an adapter call; its exceptions and hangs become ``AdapterError`` (ADP-001).
 
-    ``direct`` (an in-process adapter, ``is_direct``): the call runs in this thread, and a
-    SIGALRM interval timer (``signal.setitimer``) interrupts it after ``timeout``: no
-    thread handoff per call (issue 12). Where SIGALRM cannot be used (not the main thread,
-    no ``setitimer``, someone else's alarm in force), or for an adapter that is not
+    ``direct`` (an in-process adapter, ``is_direct``): the call runs in this thread, and one
+    watchdog thread per process (``_Watchdog``) interrupts it with SIGALRM once
+    ``timeout`` has passed: no thread handoff per call (issue 12). Where SIGALRM cannot be
+    used (not the main thread, someone else's handler in force), or for an adapter that is not
     in-process (a real engine, a user's resolver), calls run on one daemon worker thread,
     reused while calls return. A hung call's thread cannot be killed: it is abandoned (the
     next call gets a new worker; the process can still exit) and the run stops with ERROR
