@@ -36,6 +36,9 @@ class ReferenceClient:
     """A correct resolver (SC-4..SC-8)."""
 
     name = "reference"
+    in_process = True
+    """Pure Python: called directly (see ``InProcessAdapter.in_process``). A user's
+    resolver (``CallableClient``) is not declared so, and keeps its worker thread."""
 
     def radix_enabled(self, info: Mapping[str, object] | None) -> bool | None:
         """``radix_cache_enabled`` wins, else ``disable_radix_cache`` inverted, else None."""

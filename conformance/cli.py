@@ -106,6 +106,12 @@ def build_parser() -> Parser:
     )
     p.add_argument("--only", nargs="*", metavar="NAME", help="only these designs or mutants")
     p.add_argument("--jobs", type=positive_int, default=os.cpu_count() or 1, help="parallel runs")
+    p.add_argument(
+        "--stateful",
+        action="store_true",
+        help="kill every mutant by the stateful search alone (by default an in-process "
+        "mutant is first killed by breadth-first search, the shortest counterexample)",
+    )
     _common(p)
 
     p = sub.add_parser("replay", help="replay a JSONL counterexample")
@@ -128,6 +134,13 @@ def build_parser() -> Parser:
     p.add_argument("--depth", type=positive_int, default=6)
     p.add_argument("--engine", help="explore model x this in-process engine")
     p.add_argument("--client", help="explore model x this client")
+    p.add_argument(
+        "--no-symmetry",
+        dest="symmetry",
+        action="store_false",
+        help="explore the full state space (by default states equal up to renaming of "
+        "prefixes, request IDs and endpoints of equal config are explored once)",
+    )
 
     p = sub.add_parser("rules", help="list the rule registry")
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
@@ -214,7 +227,14 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[bold red]usage:[/] unknown design(s) or mutant(s) {', '.join(unknown)}")
         return EXIT_USAGE
     x = matrix.run_matrices(
-        designs, mutants, args.profile, args.out, args.timeout, args.max_examples, args.jobs
+        designs,
+        mutants,
+        args.profile,
+        args.out,
+        args.timeout,
+        args.max_examples,
+        args.jobs,
+        explore=not args.stateful,
     )
     matrix.print_matrices(x, args.profile, console)
     ok = _write_reports(x.results, args, console)
@@ -338,6 +358,7 @@ def main_explore(
     depth: int = 6,
     engine: str | None = None,
     client: str | None = None,
+    symmetry: bool = True,
 ) -> tuple[int, str]:
     """``kvfence explore``: the model alone, or model x an in-process SUT when ``engine``
     or ``client`` is named (the other side is the reference). Returns the exit code (0 no
@@ -346,7 +367,9 @@ def main_explore(
 
     The model alone starts from ``model.explore.initial_states(endpoints)``. Model x SUT
     starts from the ``SETUPS`` that reach a catalogued mutant's rule (``--endpoints`` does
-    not apply to them), else from the same endpoints as the model alone.
+    not apply to them), else from the same endpoints as the model alone. ``symmetry``
+    (the model alone): count states up to renaming (``model.symmetry``); a counterexample
+    is still a concrete path.
     """
     if endpoints < 1 or prefixes < 1 or versions < 0 or inflight < 0 or depth < 0:
         raise ValueError(
@@ -359,21 +382,24 @@ def main_explore(
         f"{bounds.lora_revisions}; faults on; depth {depth}"
     )
     if engine is None and client is None:
-        return _main_model(endpoints, bounds, depth, limits)
+        return _main_model(endpoints, bounds, depth, limits, symmetry)
     return _main_product(endpoints, bounds, depth, limits, engine, client)
 
 
-def _main_model(endpoints: int, bounds: Bounds, depth: int, limits: str) -> tuple[int, str]:
+def _main_model(
+    endpoints: int, bounds: Bounds, depth: int, limits: str, symmetry: bool = True
+) -> tuple[int, str]:
     (initial,) = initial_states(endpoints)
     started = time.perf_counter()
-    x = explore(initial, bounds, depth)
+    x = explore(initial, bounds, depth, symmetry=symmetry)
     seconds = time.perf_counter() - started
     configs = ", ".join(_config_text(ep.config) for ep in initial.endpoints)
     lines = [
         f"kvfence explore: the model, {endpoints} endpoint(s) {configs}; "
         f"client {_policy_text(initial.policy)}",
         limits,
-        f"distinct states: {x.states:,}   transitions: {x.transitions:,}   "
+        f"distinct states: {x.states:,}{' up to symmetry' if symmetry else ''}   "
+        f"transitions: {x.transitions:,}   "
         f"depth reached: {x.depth_reached}   complete: {'yes' if x.complete else 'no'}",
         f"time: {seconds:.1f} s ({_rate(x.states, seconds)} states/s)",
     ]
@@ -462,6 +488,7 @@ def cmd_explore(args: argparse.Namespace, console: Console) -> int:
             args.depth,
             args.engine,
             args.client,
+            args.symmetry,
         )
     except ValueError as e:
         console.print(f"usage: kvfence explore: {clean(e)}", highlight=False, markup=False)

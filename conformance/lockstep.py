@@ -10,10 +10,13 @@ or answers garbage is an ERROR (ADP-001, ADP-002).
 
 from __future__ import annotations
 
+import _signal
 import concurrent.futures
 import os
 import queue
+import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from itertools import product
@@ -196,23 +199,116 @@ _WORKER: list[_Worker] = []
 os.register_at_fork(after_in_child=_WORKER.clear)
 
 
-def call_with_timeout(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+class _Alarm(BaseException):
+    """Raised into a direct (in-process) adapter call by the watchdog's SIGALRM. A
+    ``BaseException``, so that an adapter's own ``except Exception`` does not swallow it."""
+
+
+class _Watchdog:
+    """One daemon thread per process that times direct calls: every ``PERIOD`` seconds it
+    reads the running call's ``deadline`` and, once it has passed, sends SIGALRM to the
+    main thread (again every period, so a call that swallows one alarm gets the next).
+    A call costs two attribute writes, no system call and no thread handoff: on a loaded
+    machine a per-call ``setitimer`` or handoff costs a scheduling round each."""
+
+    PERIOD = 0.05
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None  # monotonic; None while no direct call runs
+        self.main = threading.main_thread().ident
+        threading.Thread(target=self._loop, name="kvfence-watchdog", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self.PERIOD)
+            deadline = self.deadline
+            if deadline is not None and time.monotonic() > deadline and self.main is not None:
+                signal.pthread_kill(self.main, signal.SIGALRM)
+
+
+_DOG: list[_Watchdog] = []
+os.register_at_fork(after_in_child=_DOG.clear)  # a forked child has no watchdog thread
+
+# The raw handler lookup: ``signal.getsignal`` maps it to an enum, which costs more (a
+# failed enum lookup per call for a Python handler) than the whole direct call.
+_getsignal = getattr(_signal, "getsignal", signal.getsignal)
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    """Raise into the main thread only while a direct call is past its deadline (a late
+    or foreign SIGALRM is ignored)."""
+    deadline = _DOG[0].deadline if _DOG else None
+    if deadline is not None and time.monotonic() > deadline:
+        raise _Alarm
+
+
+def _direct_possible() -> bool:
+    """A direct call can be timed: POSIX ``pthread_kill``, the main thread, and SIGALRM
+    free or already ours (not pytest-timeout's or a caller's)."""
+    if (
+        not hasattr(signal, "pthread_kill")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return False
+    handler = _getsignal(signal.SIGALRM)
+    if handler is not _on_alarm:
+        if handler not in (signal.SIG_DFL, signal.SIG_IGN, None):
+            return False
+        signal.signal(signal.SIGALRM, _on_alarm)  # installed once, left in place
+    return True
+
+
+def _call_direct(fn: Callable[[], Any], timeout: float) -> Any:
+    """Run ``fn`` in this thread under the watchdog (started on first use)."""
+    if not _DOG:
+        _DOG.append(_Watchdog())
+    dog = _DOG[0]
+    dog.deadline = time.monotonic() + timeout
+    try:
+        return fn()
+    finally:
+        dog.deadline = None
+
+
+def is_direct(adapter: object) -> bool:
+    """The adapter declares ``in_process = True``: its calls are plain Python in this
+    process (the in-process reference, its mutants and designs, the reference client), so
+    the checker calls it directly and times it with a watchdog (``call_with_timeout``)."""
+    return getattr(adapter, "in_process", False) is True
+
+
+def call_with_timeout(
+    fn: Callable[[], Any], timeout: float, what: str, direct: bool = False
+) -> Any:
     """Run an adapter call; its exceptions and hangs become ``AdapterError`` (ADP-001).
 
-    Calls run on one daemon worker thread, reused while calls return. A hung call's thread
-    cannot be killed: it is abandoned (the next call gets a new worker; the process can
-    still exit) and the run stops with ERROR naming the timeout. ``Unsupported`` is an
-    error too: the checker only sends what the adapter's capabilities allow, so refusing it
-    breaks the adapter contract. A ``TraceError`` (a recorded trace the spec cannot follow)
-    passes through: it is the trace's fault, not an adapter's.
+    ``direct`` (an in-process adapter, ``is_direct``): the call runs in this thread, and one
+    watchdog thread per process (``_Watchdog``) interrupts it with SIGALRM once
+    ``timeout`` has passed: no thread handoff per call (issue 12). Where SIGALRM cannot be
+    used (not the main thread, someone else's handler in force), or for an adapter that is not
+    in-process (a real engine, a user's resolver), calls run on one daemon worker thread,
+    reused while calls return. A hung call's thread cannot be killed: it is abandoned (the
+    next call gets a new worker; the process can still exit) and the run stops with ERROR
+    naming the timeout. ``Unsupported`` is an error too: the checker only sends what the
+    adapter's capabilities allow, so refusing it breaks the adapter contract. A
+    ``TraceError`` (a recorded trace the spec cannot follow) passes through: it is the
+    trace's fault, not an adapter's.
     """
-    if not _WORKER:
-        _WORKER.append(_Worker())
-    future = _WORKER[0].submit(fn)
     try:
-        return future.result(timeout=timeout)
+        if direct and _direct_possible():
+            try:
+                return _call_direct(fn, timeout)
+            except _Alarm:
+                raise concurrent.futures.TimeoutError from None
+        if not _WORKER:
+            _WORKER.append(_Worker())
+        future = _WORKER[0].submit(fn)
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            _WORKER.pop()  # abandoned with its hung call; a daemon, so never joined
+            raise
     except concurrent.futures.TimeoutError:
-        _WORKER.pop()  # abandoned with its hung call; a daemon, so never joined
         raise AdapterError("ADP-001", f"{what} did not answer within {timeout:g} s") from None
     except TraceError:
         raise
@@ -235,7 +331,9 @@ def resolve(client: ClientAdapter, policy: Policy, info: Any, timeout: float) ->
     raised instead (a refusal, which the caller records against that configuration's
     rule). Hangs, ``SystemExit`` and ill-typed plans stay adapter errors."""
     try:
-        got = call_with_timeout(lambda: client.resolve(policy, info), timeout, "resolve")
+        got = call_with_timeout(
+            lambda: client.resolve(policy, info), timeout, "resolve", is_direct(client)
+        )
     except AdapterError as e:
         if e.raised:
             return str(e).removeprefix("ADP-001: ")
@@ -374,6 +472,7 @@ class Lockstep:
     ) -> None:
         self.engine = engine
         self.client = client
+        self.direct = is_direct(engine)  # called in this thread, timed by a watchdog
         self.recorder = recorder
         self.bounds = bounds
         self.timeout = timeout
@@ -412,7 +511,7 @@ class Lockstep:
             problem = misreported(c)
             if problem:
                 raise AdapterError("ADP-002", f"endpoint {i}: {problem}")
-        call_with_timeout(lambda: self.engine.start(configs), limit, "start")
+        call_with_timeout(lambda: self.engine.start(configs), limit, "start", self.direct)
         self.states = frozenset({initial_state(configs, policy)})
         self.unsettled = False
 
@@ -478,7 +577,10 @@ class Lockstep:
         p = self.policy
         for i in range(n):
             info = call_with_timeout(
-                lambda i=i: self.engine.server_info(i), self.timeout, f"server_info({i})"
+                lambda i=i: self.engine.server_info(i),
+                self.timeout,
+                f"server_info({i})",
+                self.direct,
             )
             expected = resolve_plan(p.mode, p.flush_cache, p.pause_mode, info)
             got = resolve(self.client, self.policy, info, self.timeout)
@@ -519,7 +621,9 @@ class Lockstep:
     def engine_step(self, action: Action, within: int | None) -> None:
         self.note(f"  {action!r}" if within is not None else f"{action!r}")
         self._note_reach(action)
-        obs = call_with_timeout(lambda: self.engine.apply(action), self.timeout, action.name)
+        obs = call_with_timeout(
+            lambda: self.engine.apply(action), self.timeout, action.name, self.direct
+        )
         problem = malformed(obs)
         if problem:
             raise AdapterError("ADP-002", f"{action.name}: the adapter {problem}")

@@ -7,7 +7,10 @@ are SHOULD-level notes (a design that stops on a refused flush pays in availabil
 **kill matrix** runs every mutant of ``adapters/mutants.py`` focused on the rule its
 docstring names (``Violates: RULE``): the run searches until that rule is shown broken,
 stops at the first kill, and the mutant counts as killed only when the counterexample
-breaks exactly that rule.
+breaks exactly that rule. An in-process mutant is first searched breadth-first by the
+product explorer (``first_kill``: the shortest counterexample, replayed from a fresh start,
+in well under a second each); only when that cannot say does the stateful search run
+(``kvfence mutants --stateful``: the stateful search alone, as ``kvfence check --focus``).
 
 Runs are independent processes (``jobs``, default: every core), so the matrices take the
 wall time of the slowest few runs. ``kvfence mutants`` prints both tables and writes the
@@ -24,6 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+import attrs
 from attrs import frozen
 from rich.console import Console
 from rich.table import Table
@@ -33,16 +37,19 @@ from kvfence.adapters.designs import DESIGNS, Design
 from kvfence.adapters.mutants import MUTANTS, Mutant
 from kvfence.model.rules import BY_ID as RULES_BY_ID
 
-from .runner import Result, run_check
+from .explore import explore_adapter
+from .lockstep import Recorder, check_capabilities
+from .runner import Result, _rule_verdicts, run_check
 from .verdict import Verdict
 
 
 @frozen
 class Job:
     """One run of a matrix: an engine and a client by registry name, the row's ``label``,
-    the ``rule`` a focused run is after (None: a plain check), and the run's budget.
-    ``strict``: SHOULD rules fail too (the kill matrix; a pass-matrix run is not strict,
-    so that a SHOULD note shows as WARN)."""
+        the ``rule`` a focused run is after (None: a plain check), and the run's budget.
+        ``strict``: SHOULD rules fail too (the kill matrix; a pass-matrix run is not strict,
+        so that a SHOULD note shows as WARN). ``explore``: a focused run on an in-process engine
+    first tries the product explorer (``first_kill``)."""
 
     engine: str
     client: str
@@ -53,10 +60,74 @@ class Job:
     timeout: float
     max_examples: int | None
     strict: bool = True
+    explore: bool = True
+
+
+KILL_DEPTH = 5
+"""Depth of the breadth-first kill: every catalogued mutant's shortest counterexample is
+at most 5 steps (``tests/test_explore.py``'s ``SHORTEST``)."""
+
+KILL_STATES = 20000
+"""Nodes the breadth-first kill may visit before it gives up for the stateful search."""
+
+
+def first_kill(job: Job) -> Result | None:
+    """The kill by exhaustive search (issue 12: stop each mutant at its first kill): for an
+    in-process engine (``snapshot``/``restore``), the product explorer focused on
+    ``job.rule`` finds the shortest path that breaks it, replays it from a fresh start and
+    writes its trace, in well under a second where the stateful search drew hundreds of
+    random examples. ``None`` when it cannot say (not in-process, an adapter error, the
+    rule not shown within ``KILL_DEPTH``): the caller runs the stateful search, so a
+    search that found nothing never counts as a verdict (fail-closed). The rules other
+    than the focus are judged on no evidence (UNKNOWN, never PASS)."""
+    engine = registry.engine(job.engine)
+    if job.rule is None or not (hasattr(engine, "snapshot") and hasattr(engine, "restore")):
+        return None
+    started = time.monotonic()
+    x = explore_adapter(
+        engine,
+        registry.client(job.client),
+        focus=job.rule,
+        depth=KILL_DEPTH,
+        max_states=KILL_STATES,
+        out_dir=job.out,
+        timeout=job.timeout,
+    )
+    if x.error or job.rule not in x.caught() or x.counterexample is None:
+        return None
+    violations = list(x.violation)
+    caps = check_capabilities(engine)
+    rules = tuple(
+        rv
+        if rv.verdict is not Verdict.PASS
+        else attrs.evolve(rv, verdict=Verdict.UNKNOWN, reason="not judged: a breadth-first kill")
+        for rv in _rule_verdicts(Recorder(), violations, None, caps, job.strict, job.rule)
+    )
+    return Result(
+        engine=job.engine,
+        client=job.client,
+        profile=job.profile,
+        seed=None,
+        verdict=Verdict.FAIL,
+        rules=rules,
+        violations=tuple(violations),
+        error="",
+        counterexample=x.counterexample,
+        steps=x.steps,
+        examples=0,
+        seconds=time.monotonic() - started,
+        warnings=(f"killed by breadth-first search (setup {x.setup}): a shortest counterexample",),
+    )
 
 
 def run_job(job: Job) -> Result:
-    """Run one job in this process (a worker of the pool calls it)."""
+    """Run one job in this process (a worker of the pool calls it): a focused job first
+    by breadth-first search (``first_kill``) when ``job.explore``, else (or when that
+    cannot say) the stateful search."""
+    if job.explore and job.rule is not None:
+        found = first_kill(job)
+        if found is not None:
+            return found
     return run_check(
         registry.engine(job.engine),
         registry.client(job.client),
@@ -80,12 +151,14 @@ def _systems(side: str, name: str) -> tuple[str, str]:
     return (name, "reference") if side == "engine" else ("reference", name)
 
 
-def mutant_job(m: Mutant, profile: str, out: Path, timeout: float, n: int | None) -> Job:
-    """The kill-matrix run of ``m``: focused on its rule, strict."""
+def mutant_job(
+    m: Mutant, profile: str, out: Path, timeout: float, n: int | None, explore: bool = True
+) -> Job:
+    """The kill-matrix run of ``m``: focused on its rule, strict; ``explore``: by
+    breadth-first search first (``first_kill``)."""
     engine, client = _systems(m.side, m.name)
-    return Job(
-        engine, client, m.name, m.rule, profile, out, timeout, n or FOCUSED_EXAMPLES[profile]
-    )
+    budget = n or FOCUSED_EXAMPLES[profile]
+    return Job(engine, client, m.name, m.rule, profile, out, timeout, budget, explore=explore)
 
 
 def design_job(d: Design, profile: str, out: Path, timeout: float, n: int | None) -> Job:
@@ -141,11 +214,14 @@ def run_matrices(
     timeout: float = 120.0,
     max_examples: int | None = None,
     jobs: int = os.cpu_count() or 1,
+    explore: bool = True,
 ) -> Matrices:
     """Run the pass matrix over ``designs`` and the kill matrix over ``mutants``, ``jobs``
-    runs at a time in separate processes. ``max_examples`` overrides every run's budget."""
+    runs at a time in separate processes. ``max_examples`` overrides every run's budget.
+    ``explore``: kill in-process mutants by breadth-first search first (``first_kill``);
+    False: by the stateful search only, as ``kvfence check --focus`` would."""
     todo = [design_job(d, profile, out, timeout, max_examples) for d in designs]
-    todo += [mutant_job(m, profile, out, timeout, max_examples) for m in mutants]
+    todo += [mutant_job(m, profile, out, timeout, max_examples, explore) for m in mutants]
     started = time.monotonic()
     if jobs > 1 and len(todo) > 1:
         # spawn, not fork: a forked child would inherit the parent's adapter-call worker
@@ -250,9 +326,11 @@ def select(only: Sequence[str] | None) -> tuple[list[Design], list[Mutant], list
 
 __all__ = [
     "FOCUSED_EXAMPLES",
+    "KILL_DEPTH",
     "Job",
     "Matrices",
     "design_job",
+    "first_kill",
     "kill_table",
     "killed",
     "mutant_job",

@@ -39,6 +39,7 @@ from .lockstep import (
     call_with_timeout,
     check_capabilities,
     client_table,
+    is_direct,
 )
 from .machine import build_machine
 from .replay import Replayed, shrink
@@ -380,7 +381,7 @@ def run_check(
     search = generate(engine, client, opts)
     run, best = minimise(engine, client, search, opts)
     try:
-        call_with_timeout(engine.close, timeout, "close")
+        call_with_timeout(engine.close, timeout, "close", is_direct(engine))
     except AdapterError as e:
         search.error = search.error or e
     seconds = time.monotonic() - started

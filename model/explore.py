@@ -16,13 +16,17 @@ lane, radix cache on and reported everywhere, client policy ``Policy()`` (mode a
 pause retract). ``kvfence explore`` with its defaults (2 endpoints, ``--prefixes 1
 --versions 2 --inflight 1 --depth 6``) visits 34,640 states over 1,060,845 transitions.
 
+``symmetry=True`` (on in ``kvfence explore``) keys the visited set on a canonical renaming of
+prefixes, request IDs and endpoints of equal config (``model.symmetry``); a counterexample
+found among representatives is re-derived as a concrete path (``_concrete``).
+
 Pure: standard library and attrs only. No I/O, clock or randomness; callers time it.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from attrs import frozen
 
@@ -31,6 +35,7 @@ from .candidates import actions
 from .checks import Violation, check_served, check_state
 from .semantics import step
 from .state import Bounds, Config, Policy, State, initial_state
+from .symmetry import canonical
 from .vocabulary import Lane
 
 
@@ -102,11 +107,34 @@ def explore(
     depth: int = 6,
     faults: bool = True,
     max_states: int | None = None,
+    symmetry: bool = False,
+    stop: Callable[[int], bool] | None = None,
 ) -> Exploration:
     """Breadth-first search from ``initial`` (one state, or several explored together) up
     to ``depth`` top-level actions; stops at the first violation, or when ``max_states``
-    distinct states have been seen (then ``complete`` is False)."""
+    distinct states have been seen (then ``complete`` is False).
+
+    ``symmetry``: deduplicate states up to renaming of prefixes, request IDs and endpoints
+    of equal config (``symmetry.canonical``); ``states`` then counts orbits, and the
+    ``trace`` of a violation is re-derived as a concrete path from ``initial`` in the full
+    space (``_concrete``). ``stop(level)``: called before the first state of each new
+    level is expanded (``level`` levels are complete); True ends the search there
+    (``complete`` False): how a caller bounds the search by time (the model reads no clock).
+    """
     roots = (initial,) if isinstance(initial, State) else tuple(initial)
+    if symmetry:
+        # Most transitions lead to a state seen before: its representative is looked up,
+        # not recomputed (the renamings cost more than the step itself).
+        reps: dict[State, State] = {}
+
+        def keyed(s: State) -> State:
+            bare = _bare(s)
+            rep = reps.get(bare)
+            if rep is None:
+                rep = reps[bare] = canonical(bare, bounds)
+            return rep
+    else:
+        keyed = _bare
     parent: dict[State, tuple[State, Action] | None] = {}
     root_of: dict[State, State] = {}
     queue: deque[tuple[State, int]] = deque()
@@ -116,21 +144,21 @@ def explore(
     def found(violations: list[Violation], at: State, last: Action | None) -> Exploration:
         path: list[Action] = [] if last is None else [last]
         node = at
+        keys = [at]
         while (link := parent[node]) is not None:
             node, action = link
             path.append(action)
+            keys.append(node)
+        path.reverse()
+        root = root_of[node]
+        if symmetry:
+            violations, path = _concrete(root, keys[::-1], path, last, bounds, faults, keyed)
         return Exploration(
-            len(parent),
-            transitions,
-            depth_reached,
-            False,
-            tuple(violations),
-            tuple(reversed(path)),
-            root_of[node],
+            len(parent), transitions, depth_reached, False, tuple(violations), tuple(path), root
         )
 
     for root in roots:
-        key = _bare(root)
+        key = keyed(root)
         if key in parent:
             continue
         parent[key] = None
@@ -141,14 +169,19 @@ def explore(
         queue.append((key, 0))
 
     truncated = False
+    level_done = -1
     while queue:
         state, level = queue.popleft()
         if level >= depth:
             continue
+        if level > level_done:
+            level_done = level
+            if stop is not None and stop(level):
+                return Exploration(len(parent), transitions, depth_reached, False)
         for action in actions(state, bounds, faults):
             for nxt, _ in step(state, action):
                 transitions += 1
-                key = _bare(nxt)
+                key = keyed(nxt)
                 new = key not in parent
                 # Stored states carry no ledger, so ``nxt.ledger`` is what this step served.
                 if new:
@@ -170,6 +203,45 @@ def explore(
                 depth_reached = max(depth_reached, level + 1)
                 queue.append((key, level + 1))
     return Exploration(len(parent), transitions, depth_reached, not truncated)
+
+
+def _concrete(
+    root: State,
+    keys: list[State],
+    path: list[Action],
+    last: Action | None,
+    bounds: Bounds,
+    faults: bool,
+    keyed: Callable[[State], State],
+) -> tuple[list[Violation], list[Action]]:
+    """A path found among representatives, as a real path from ``root``: at each step, the
+    action (and branch) from the concrete state whose successor has the representative
+    the search recorded; then the violating step itself. Returns the violations of the
+    concrete path (naming its own prefixes and endpoints) and its actions. Raises
+    ``AssertionError`` if no such path exists (the semantics would not be symmetric)."""
+    state = root
+    out: list[Action] = []
+    steps = len(path) - (last is not None)
+    for i in range(steps):
+        want, final = keys[i + 1], i == steps - 1 and last is None
+        state, action = next(
+            (nxt, a)
+            for a in actions(state, bounds, faults)
+            for nxt, _ in step(state, a)
+            if keyed(nxt) == want and (not final or check_state(nxt))
+        )
+        out.append(action)
+        if final:
+            return check_state(state), out
+        state = _bare(state)
+    if last is None:  # a violating initial state
+        return check_state(root), out
+    for a in actions(state, bounds, faults):
+        for nxt, _ in step(state, a):
+            bad = [v for served in nxt.ledger for v in check_served(served)]
+            if bad:
+                return bad, [*out, a]
+    raise AssertionError("no concrete step repeats the violation found among representatives")
 
 
 __all__ = [

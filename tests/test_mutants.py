@@ -7,7 +7,7 @@ import pytest
 
 from kvfence.adapters import registry
 from kvfence.adapters.mutants import MUTANTS
-from kvfence.conformance.matrix import killed, mutant_job, run_job
+from kvfence.conformance.matrix import KILL_DEPTH, first_kill, killed, mutant_job, run_job
 from kvfence.conformance.runner import run_check
 from kvfence.model.rules import BY_ID
 
@@ -24,7 +24,9 @@ def test_reference_passes_every_rule(name, out_dir):
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_mutant_killed_by_its_rule(mutant, out_dir):
-    result = run_job(mutant_job(mutant, "ci", out_dir, 60.0, None))
+    """By the stateful search alone (``kvfence check --focus``); the kill matrix's default
+    breadth-first kill is ``test_mutant_killed_by_breadth_first_search``."""
+    result = run_job(mutant_job(mutant, "ci", out_dir, 60.0, None, explore=False))
     assert killed(mutant, result), (result.verdict, result.caught(), result.error)
     assert result.exit_code == 1
     assert result.counterexample is not None and result.counterexample.exists()
@@ -52,3 +54,18 @@ def test_unfocused_check_of_a_mutant_fails(out_dir):
     )
     assert result.verdict == "FAIL"
     assert result.caught()
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_mutant_killed_by_breadth_first_search(mutant, out_dir):
+    """The kill matrix's first kill (issue 12): the product explorer's shortest
+    counterexample, replayed and written, breaks the mutant's rule."""
+    job = mutant_job(mutant, "ci", out_dir, 60.0, None)
+    result = first_kill(job)
+    assert result is not None, f"{mutant.name} not killed by breadth-first search"
+    assert killed(mutant, result) and result.exit_code == 1
+    assert result.counterexample is not None and result.counterexample.exists()
+    assert 1 <= result.steps <= KILL_DEPTH
+    verdicts = {r.rule.id: r.verdict for r in result.rules}
+    assert verdicts[mutant.rule] == "FAIL"
+    assert "PASS" not in {v for k, v in verdicts.items() if k != mutant.rule}  # no evidence

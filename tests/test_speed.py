@@ -1,0 +1,308 @@
+"""Issue 12's speed mechanisms keep their meaning: symmetry reduction merges only renamings
+and its counterexamples are concrete paths; the fast ``evolve`` is ``attrs.evolve``; a
+direct (in-process) adapter call is still stopped when it hangs; the bench runs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+import time
+import typing
+from collections import deque
+from pathlib import Path
+
+import attrs
+import pytest
+
+from kvfence.conformance import lockstep
+from kvfence.conformance.lockstep import AdapterError, call_with_timeout, is_direct
+from kvfence.model.candidates import actions
+from kvfence.model.checks import check_served, check_state
+from kvfence.model.explore import EXACT, STANDARD, explore, initial_states
+from kvfence.model.fast import evolve
+from kvfence.model.semantics import step
+from kvfence.model.state import (
+    Bounds,
+    Config,
+    Endpoint,
+    Entry,
+    Policy,
+    Request,
+    Served,
+    State,
+    Use,
+    initial_state,
+)
+from kvfence.model.symmetry import OPAQUE, canonical, images
+
+ROOT = Path(__file__).resolve().parents[1]
+TWO = Bounds(prefixes=("P", "Q"), rids=("r1", "r2"))
+"""Two prefixes and two request IDs: four renamings."""
+
+
+# ----- the fast evolve ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "changes"),
+    [
+        (Endpoint(), {"weights": 3, "cache": frozenset({Entry("P")})}),
+        (Config(), {"lane": "exact"}),  # the converter runs
+        (Policy(), {"mode": "none", "pause_mode": "in_place"}),
+        (Request("r1", "P"), {"retracted": True}),
+        (initial_state((EXACT, STANDARD)), {"trainer": 1}),
+        (Use("target", 0), {}),
+    ],
+)
+def test_fast_evolve_is_attrs_evolve(value, changes):
+    got, want = evolve(value, **changes), attrs.evolve(value, **changes)
+    assert got == want and hash(got) == hash(want) and type(got) is type(want)
+
+
+def test_fast_evolve_names_an_unknown_field():
+    with pytest.raises(TypeError, match="nonsense"):
+        evolve(Endpoint(), nonsense=1)
+
+
+# ----- symmetry ----------------------------------------------------------------------------
+
+
+def _attrs_classes(root: type) -> set[type]:
+    """Every attrs class reachable from ``root`` through its fields' type hints."""
+    seen: set[type] = set()
+    todo = [root]
+    while todo:
+        cls = todo.pop()
+        if cls in seen or not attrs.has(cls):
+            continue
+        seen.add(cls)
+        hints = typing.get_type_hints(cls)
+        for f in attrs.fields(cls):
+            stack = [hints.get(f.name)]
+            while stack:
+                t = stack.pop()
+                if isinstance(t, type) and attrs.has(t):
+                    todo.append(t)
+                stack += list(typing.get_args(t))
+    return seen
+
+
+def test_every_field_that_names_an_endpoint_is_renamed_or_stripped():
+    """Endpoints are renamed by their position in ``State.endpoints`` only. A new field
+    that names an endpoint (an index, a reference) must be renamed by ``model.symmetry``
+    too, or live in the ledger (which the explorer strips before canonicalising)."""
+    covered = {(State, "endpoints"), (Served, "endpoint")}  # Served: in the ledger only
+    naming = {
+        (cls, f.name)
+        for cls in _attrs_classes(State)
+        if cls not in OPAQUE
+        for f in attrs.fields(cls)
+        if "endpoint" in f.name.lower()
+    }
+    assert naming <= covered, (
+        f"fields {sorted((c.__name__, n) for c, n in naming - covered)} name an endpoint: "
+        "teach model.symmetry to rename them"
+    )
+
+
+def _reachable(initial: State, bounds: Bounds, depth: int) -> list[State]:
+    seen = {initial: 0}
+    todo = deque([initial])
+    while todo:
+        s = todo.popleft()
+        if seen[s] >= depth:
+            continue
+        for a in actions(s, bounds):
+            for nxt, _ in step(s, a):
+                bare = nxt.without_ledger()
+                if bare not in seen:
+                    seen[bare] = seen[s] + 1
+                    todo.append(bare)
+    return list(seen)
+
+
+def _successors(s: State, bounds: Bounds) -> set[State]:
+    return {
+        canonical(n.without_ledger(), bounds) for a in actions(s, bounds) for n, _ in step(s, a)
+    }
+
+
+def test_the_semantics_are_equivariant_under_renaming():
+    """Every renaming of a reachable state has the same successors up to renaming, and
+    breaks the same rules: what makes merging an orbit sound."""
+    initial = initial_state((STANDARD, STANDARD))
+    states = _reachable(initial, TWO, 2)
+    assert len(states) > 100
+    for s in states[::7]:
+        want = _successors(s, TWO)
+        rules = sorted(v.rule for v in check_state(s))
+        for image in images(s, TWO):
+            assert _successors(image, TWO) == want
+            assert sorted(v.rule for v in check_state(image)) == rules
+
+
+def test_canonical_is_one_state_per_orbit():
+    s = _reachable(initial_state((STANDARD, STANDARD)), TWO, 2)[-1]
+    reps = {canonical(image, TWO) for image in images(s, TWO)}
+    assert len(reps) == 1 and reps.pop() in set(images(s, TWO))
+
+
+def test_trivial_group_leaves_states_alone():
+    """The CLI's defaults (exact + standard, one prefix, one request ID) have no renaming
+    but the identity: the counts with and without symmetry are the same."""
+    b = Bounds(prefixes=("P",), rids=("r1",))
+    full, reduced = (
+        explore(initial_states(2), b, 3),
+        explore(initial_states(2), b, 3, symmetry=True),
+    )
+    assert (full.states, full.transitions) == (reduced.states, reduced.transitions)
+
+
+@pytest.mark.parametrize(
+    ("symmetry", "states", "transitions"),
+    [
+        # two standard-lane endpoints, prefixes P Q, request IDs r1 r2, depth 3: 8 renamings
+        (False, 3375, 20300),
+        # up to renaming: 4.3 times fewer states (orbits are smaller near the start, where
+        # most states are their own renamings)
+        (True, 777, 5695),
+    ],
+)
+def test_reduced_counts_are_pinned(symmetry, states, transitions):
+    x = explore(initial_state((STANDARD, STANDARD)), TWO, 3, symmetry=symmetry)
+    assert (x.states, x.transitions) == (states, transitions) and x.complete and x.ok
+
+
+def _stale(endpoint: int, prefix: str) -> State:
+    """Two standard-lane endpoints; ``endpoint`` is at version 1 holding version-0 KV of
+    ``prefix`` without a waiver: a hit on it is stale reuse (INV-001). Built, not reached."""
+    s = initial_state((STANDARD, STANDARD))
+    ep = evolve(
+        s.endpoint(endpoint),
+        weights=1,
+        draft=1,
+        scales=1,
+        label=1,
+        cache=frozenset({Entry(prefix)}),
+    )
+    return evolve(s.with_endpoint(endpoint, ep), trainer=1)
+
+
+def _replays(initial: State, trace: tuple, bounds: Bounds) -> set[str]:
+    """Follow ``trace`` from ``initial`` in the full space (every branch), each action
+    enabled where it is taken; the rules the last step can break."""
+    frontier = {initial}
+    broken: set[str] = set()
+    for i, a in enumerate(trace):
+        nxt = set()
+        for s in frontier:
+            if a not in actions(s, bounds):
+                continue
+            for n, _ in step(s, a):
+                if i == len(trace) - 1:
+                    broken |= {v.rule for v in check_state(n)}
+                    broken |= {v.rule for sv in n.ledger for v in check_served(sv)}
+                nxt.add(n.without_ledger())
+        assert nxt, f"{a!r} is not enabled after {trace[:i]}"
+        frontier = nxt
+    return broken
+
+
+@pytest.mark.parametrize(("endpoint", "prefix"), [(0, "P"), (0, "Q"), (1, "P"), (1, "Q")])
+def test_a_reduced_counterexample_replays_in_the_full_space(endpoint, prefix):
+    """The search among representatives finds the same violation at the same depth as the
+    full search, and its trace is a concrete path from the state it started in."""
+    initial = _stale(endpoint, prefix)
+    full = explore(initial, TWO, 3)
+    reduced = explore(initial, TWO, 3, symmetry=True)
+    assert not full.ok and not reduced.ok
+    assert [v.rule for v in reduced.violation] == [v.rule for v in full.violation] == ["INV-001"]
+    assert len(reduced.trace) == len(full.trace) and reduced.initial == initial
+    assert "INV-001" in _replays(initial, reduced.trace, TWO)
+    # the concrete trace names the endpoint and prefix of this initial state
+    assert reduced.violation[0].where == full.violation[0].where
+
+
+def test_cli_explore_has_a_no_symmetry_switch(capsys):
+    from kvfence.conformance.cli import main_explore
+
+    code, text = main_explore(2, 2, 1, 2, 2, None, None, symmetry=True)
+    code2, text2 = main_explore(2, 2, 1, 2, 2, None, None, symmetry=False)
+    assert code == code2 == 0
+    assert "up to symmetry" in text and "up to symmetry" not in text2
+    # exact + standard lanes: only prefixes and request IDs are renamed, and fewer
+    # states are counted
+    count = lambda t: int(t.split("distinct states: ")[1].split()[0].replace(",", ""))  # noqa: E731
+    assert count(text) < count(text2)
+
+
+# ----- direct adapter calls ----------------------------------------------------------------
+
+
+def test_in_process_adapters_are_called_directly():
+    from kvfence.adapters import registry
+
+    assert is_direct(registry.engine("reference")) and is_direct(registry.client("reference"))
+    seen = []
+    assert call_with_timeout(lambda: seen.append(threading.current_thread()), 5, "x", True) is None
+    assert seen == [threading.main_thread()]
+
+
+def test_a_hanging_direct_call_is_stopped_by_the_watchdog():
+    """No worker thread to abandon: the watchdog's SIGALRM interrupts the call (ADP-001),
+    and it is disarmed afterwards."""
+    t = time.monotonic()
+    with pytest.raises(AdapterError, match=r"did not answer within 0\.2 s"):
+        call_with_timeout(lambda: threading.Event().wait(), 0.2, "apply", direct=True)
+    assert time.monotonic() - t < 5
+    assert lockstep._DOG and lockstep._DOG[0].deadline is None  # disarmed
+    assert call_with_timeout(lambda: 7, 1, "after", direct=True) == 7
+
+
+def test_a_direct_call_that_swallows_the_alarm_is_stopped_by_the_next():
+    def stubborn():
+        for _ in range(3):
+            with contextlib.suppress(BaseException):
+                threading.Event().wait()
+        threading.Event().wait()
+
+    with pytest.raises(AdapterError, match="did not answer"):
+        call_with_timeout(stubborn, 0.1, "apply", direct=True)
+
+
+def test_direct_calls_off_the_main_thread_use_the_worker():
+    out = []
+
+    def run():
+        try:
+            call_with_timeout(lambda: threading.Event().wait(), 0.2, "apply", direct=True)
+        except AdapterError as e:
+            out.append(str(e))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(10)
+    assert out and "did not answer within 0.2 s" in out[0]
+
+
+# ----- the bench ---------------------------------------------------------------------------
+
+
+def test_bench_runs_with_tiny_bounds(tmp_path):
+    """A smoke test, not a timing: every figure asked for prints, with its ratio against a
+    given baseline, and ``--update-baseline`` writes one."""
+    base = tmp_path / "base.json"
+    figures = {"explore-d4": {"states_per_s": 1.0, "seconds": 100.0}}
+    base.write_text(json.dumps({"commit": "x", "figures": figures}))
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--baseline"]
+    cmd += [str(base), "--only", "explore-d4", "explore-60s", "vllm", "--update-baseline"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "explore-d4: " in proc.stdout and "states_per_s=" in proc.stdout
+    assert "(x" in proc.stdout  # a ratio against the baseline
+    assert "explore-60s: depth=" in proc.stdout and "vllm: " in proc.stdout
+    written = json.loads(base.read_text())
+    assert set(written["figures"]) == {"explore-d4", "explore-60s", "vllm"}
