@@ -40,7 +40,7 @@ from kvfence.model.actions import (
     TraceError,
     UpdateWeights,
 )
-from kvfence.model.capabilities import NEEDED_BY_ACTION, Capability, parse
+from kvfence.model.capabilities import NEEDED_BY_ACTION, Capability, needed, parse
 from kvfence.model.checks import (
     ColdBytes,
     SpecError,
@@ -443,8 +443,7 @@ class Lockstep:
             self.pool = [
                 a
                 for a in candidates.actions(first, bounds, faults=Capability.FAULTS in caps)
-                if (type(a) not in NEEDS or NEEDS[type(a)] in caps)
-                and all(spec.enabled(s, a, bounds) for s in rest)
+                if needed(a) <= caps and all(spec.enabled(s, a, bounds) for s in rest)
             ]
         return self.pool
 
