@@ -119,6 +119,11 @@ SETUPS: tuple[Setup, ...] = (
             "INV-004",
             "LIV-001",
             "LIV-002",
+            # issue 10: the colocated order and label-only publishing
+            "MEM-001",
+            "MEM-002",
+            "PUB-001",
+            "PUB-002",
         ),
     ),
     Setup(
@@ -143,7 +148,7 @@ SETUPS: tuple[Setup, ...] = (
         "tiers",
         (Config(draft=True, tiers=frozenset(Tier)),),
         Policy(),
-        _rules("ENG-003", "ENG-004", "ENG-008"),
+        _rules("ENG-003", "ENG-004", "ENG-008", "MEM-003"),
     ),
     Setup("encoder", (Config(encoder=True),), Policy(), _rules("ENG-003")),
     # The client opts out of the prefix flush, so that an update keeps the prefix cache and

@@ -440,7 +440,7 @@ def flush_cache(s: State, a: FlushCache) -> Branches:
     # MEM-001: with the KV released there is nothing on device to remove; the flush empties
     # the index (and lower tiers) and answers, it never touches the released pools.
     status = "MEM-001" if ep.kv_released else "LIV-001"
-    outcome = seen(ok(ep2, status, flushed="LIV-001", cache="FC-003"), flushed=True)
+    outcome = seen(ok(ep2, status, flushed=status, cache="FC-003"), flushed=True)
     done = (s.with_endpoint(a.endpoint, ep2), evolve(outcome, flushed_from=ep.cache))
     if ep.kv_released:  # or refused cleanly, changing nothing (MEM-001)
         refused = seen(rejected(ep, "MEM-001", flushed="FC-003"), flushed=False)
