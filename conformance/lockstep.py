@@ -74,6 +74,12 @@ NEEDS: dict[type[Action], Capability] = {
 """The capability an adapter must declare before an action type is drawn for it."""
 
 
+def _asleep(state: State, action: Action) -> bool:
+    """``action``'s endpoint is ASLEEP in ``state`` (for ``capabilities.needed``)."""
+    index = getattr(action, "endpoint", None)
+    return index is not None and state.endpoint(index).phase is Phase.ASLEEP
+
+
 class ConformanceFailure(AssertionError):
     """The SUT did something the spec forbids. ``violations`` name the rules."""
 
@@ -443,7 +449,8 @@ class Lockstep:
             self.pool = [
                 a
                 for a in candidates.actions(first, bounds, faults=Capability.FAULTS in caps)
-                if needed(a) <= caps and all(spec.enabled(s, a, bounds) for s in rest)
+                if needed(a, _asleep(first, a)) <= caps
+                and all(spec.enabled(s, a, bounds) for s in rest)
             ]
         return self.pool
 

@@ -100,7 +100,8 @@ TABLE: dict[Capability, Unlocks] = {
     # issue #10 lifecycle vocabulary
     C.MEMORY_TAGS: Unlocks(
         "Sleep and WakeUp take tags (kv_cache, weights): SGLang release/resume_memory_"
-        "occupation tags, vLLM /wake_up?tags=; the colocated order updates with KV released",
+        "occupation tags, vLLM /wake_up?tags=; the colocated order updates or flushes with "
+        "the KV released (UpdateWeights, FlushCache drawn asleep)",
         fields=(("Sleep", "tags"), ("WakeUp", "tags")),
     ),
     C.PUBLISH: Unlocks(
@@ -125,13 +126,22 @@ NEEDED_BY_FIELD: dict[tuple[str, str], Capability] = {
 """``(action type name, field)`` -> the capability a non-default value of it needs."""
 
 
-def needed(action: object) -> frozenset[Capability]:
+ASLEEP_NEEDS_TAGS = ("UpdateWeights", "FlushCache")
+"""Actions drawn on an ASLEEP endpoint only for adapters declaring ``memory_tags``: the
+colocated order (an update or flush with the KV released) is that capability's, so an
+adapter that only sleeps and wakes whole is never sent a flush while asleep."""
+
+
+def needed(action: object, asleep: bool = False) -> frozenset[Capability]:
     """Every capability an adapter must declare before ``action`` is drawn for it: its
-    type's, and that of each field holding a value other than the field's default."""
+    type's, that of each field holding a value other than the field's default, and
+    ``memory_tags`` for an update or flush of an endpoint that is ``asleep``."""
     from attrs import fields as attrs_fields
 
     name = type(action).__name__
     out = {NEEDED_BY_ACTION[name]} if name in NEEDED_BY_ACTION else set()
+    if asleep and name in ASLEEP_NEEDS_TAGS:
+        out.add(Capability.MEMORY_TAGS)
     for f in attrs_fields(type(action)):
         cap = NEEDED_BY_FIELD.get((name, f.name))
         if cap is not None and getattr(action, f.name) != f.default:
@@ -189,6 +199,7 @@ def parse(names: object) -> frozenset[Capability]:
 
 
 __all__ = [
+    "ASLEEP_NEEDS_TAGS",
     "CONFIG_FEATURES",
     "EVIDENCE",
     "NEEDED_BY_ACTION",

@@ -306,6 +306,8 @@ def test_new_vocabulary_is_drawn_only_with_its_capability():
     assert needed(PauseGeneration(0)) == {C.PAUSE}
     assert needed(PauseGeneration(0, clear_cache=True)) == {C.PAUSE, C.PAUSE_CLEAR}
     assert needed(PublishVersion(0, 0)) == {C.PUBLISH}
+    assert needed(FlushCache(0), asleep=True) == {C.MEMORY_TAGS}
+    assert needed(FlushCache(0)) == frozenset()
 
     class Plain:
         name = "plain"
@@ -323,3 +325,6 @@ def test_new_vocabulary_is_drawn_only_with_its_capability():
     assert not [a for a in pool if isinstance(a, PublishVersion)]
     assert not [a for a in pool if isinstance(a, Sleep) and a.tags != ALL_MEMORY]
     assert not [a for a in pool if isinstance(a, PauseGeneration) and a.clear_cache]
+    lock.states = frozenset(spec.step(s, Sleep(0))[0][0] for s in lock.states)
+    lock.pool = None
+    assert not [a for a in lock.enabled_actions() if isinstance(a, FlushCache)]
