@@ -163,11 +163,17 @@ SHORTEST: dict[str, int] = {
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 
-SHOWS_ANOTHER_RULE_FIRST = {"flush-spares-queued-requests", "flush-is-a-stub"}
+SHOWS_ANOTHER_RULE_FIRST = {
+    "flush-spares-queued-requests",
+    "flush-is-a-stub",
+    "kv-resumed-stale-after-weights-only-update",
+}
 """On an exact lane, a flush that spares every entry (all held by queued requests) looks
 exactly like no flush at all, so a path no longer than the focused one shows ENG-001. A stub
 reset on an empty cache keeps nothing it should not, so its one-step path shows only its
-missing result (LIV-001) before a cached prefix shows FC-003."""
+missing result (LIV-001) before a cached prefix shows FC-003. An engine that skips every
+flush while its KV is released does so for a plain FlushCache too: the host tier it keeps
+there is a forgotten tier (ENG-003), on a path as short as the update's (MEM-003)."""
 
 STATEFUL: dict[str, int] = {
     **{name: 1 for name in ("never-flush", "unreported-means-disabled", "fp8-only")},
