@@ -158,9 +158,12 @@ def _in_flight(s: State, a: FinishRequest) -> bool:
 
 def _newer_version(s: State, a: UpdateWeights | FaultUpdateFailsMidway) -> bool:
     """A version the trainer has (or is about to have) that this endpoint lacks, on weights
-    whose memory is resident: nothing writes released weights (SGLang's scheduler refuses a
-    weights release while an update is staged, and colocated trainers resume the weights
-    before every update; vLLM level-1 sleep keeps them offloaded until ``/wake_up``)."""
+    whose memory is resident: nothing writes released weights. SGLang's scheduler
+    ``release_memory_occupation`` stashes the model's static state and pauses the weights'
+    memory for the ``weights`` tag, so an update there would write into memory the resume
+    refills from the stash; colocated trainers resume the weights by tag before updating
+    (miles' ``SGLangEngine.resume_memory_occupation(tags)``); vLLM level-1 sleep keeps them
+    offloaded until ``/wake_up``."""
     ep = s.endpoint(a.endpoint)
     return (
         a.version in (s.trainer, s.trainer + 1)

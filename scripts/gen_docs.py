@@ -31,8 +31,8 @@ KIND_NOTES = {
         "resume, MEM-001 and MEM-003 the update or flush in between (the colocated order: "
         "Sleep(all); WakeUp(weights); UpdateWeights(flush_cache=True); WakeUp(kv_cache)). "
         "An update with the weights released is not enabled: nothing writes released "
-        "weights (trainers resume them first; SGLang refuses a weights release while an "
-        "update is staged)."
+        "weights (SGLang's release stashes the model's static state and its resume refills "
+        "the weights from that stash; colocated trainers resume the weights by tag first)."
     ),
     "PUB": (
         "PUB-001 is a new rule rather than INV-003 extended: INV-003 is an invariant over "
