@@ -492,7 +492,7 @@ class IndexKeptAcrossRelease(ReferenceEndpoint):
 
 
 class KvResumedStaleAfterWeightsOnlyUpdate(ReferenceEndpoint):
-    """Violates: MEM-003.
+    """Violates: ENG-003.
 
     While the KV memory is released an update is treated as weights-only: "the KV is
     released, there is nothing to flush", so the flush is skipped and success reported.
@@ -617,7 +617,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _engine(
         "kv-resumed-stale-after-weights-only-update",
         KvResumedStaleAfterWeightsOnlyUpdate,
-        "MEM-003",
+        "ENG-003",
     ),
     _engine("publish-label-without-weights", PublishLabelWithoutWeights, "PUB-001"),
     _engine("publish-aborts-kept-requests", PublishAbortsKeptRequests, "PUB-002"),

@@ -417,7 +417,7 @@ class ReferenceEndpoint:
     def _flush_while_released(self) -> Reply:
         """A flush while the KV memory is released: no device pool is touched (there is no
         KV on it), the index and the lower tiers are emptied, and it answers (MEM-001,
-        MEM-003). sgl-project/sglang PR #19029 (PF-19)."""
+        ENG-002/ENG-003 as any update's flush). sgl-project/sglang PR #19029 (PF-19)."""
         self._clear_cache()
         self.dirty = False
         return Reply(True)

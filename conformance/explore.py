@@ -148,7 +148,7 @@ SETUPS: tuple[Setup, ...] = (
         "tiers",
         (Config(draft=True, tiers=frozenset(Tier)),),
         Policy(),
-        _rules("ENG-003", "ENG-004", "ENG-008", "MEM-003"),
+        _rules("ENG-003", "ENG-004", "ENG-008"),
     ),
     Setup("encoder", (Config(encoder=True),), Policy(), _rules("ENG-003")),
     # The client opts out of the prefix flush, so that an update keeps the prefix cache and

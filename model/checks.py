@@ -126,10 +126,6 @@ def _cache_rule(outcome: Outcome, observed: frozenset) -> str:
         return rule
     partial = observed != before
     only_lower = not any(e.tier is Tier.DEVICE and e.kind is Kind.TARGET for e in observed)
-    if rule == "MEM-003":
-        # With the KV released only lower tiers can be left: keeping all of them is the
-        # skipped flush MEM-003 names, not a forgotten tier.
-        only_lower = False
     return "ENG-003" if partial or only_lower else rule
 
 

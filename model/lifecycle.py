@@ -47,7 +47,7 @@ TABLE: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("WakeUpPartly", (A,), None),
     ("PublishVersion", (S, P), None),
     ("Restart", (S, P, A, X), S),
-    ("EngineStops", (S, P), X),
+    ("EngineStops", (S, P, A), X),
 )
 """SyncWeights is the client's: it needs every endpoint SERVING and runs through
 PauseGeneration, UpdateWeights and ContinueGeneration on each."""

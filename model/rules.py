@@ -330,7 +330,7 @@ RULES: tuple[Rule, ...] = (
         "An update, or a flush, while the KV memory is released (Sleep with kv_cache, not "
         "yet resumed) answers: it succeeds (the device holds no KV to remove; the index and "
         "lower tiers are emptied) or is refused cleanly; the engine never stops or goes "
-        "silent there.",
+        "silent there (a refusal injected as a fault is FC-001's, as anywhere).",
         "The colocated order (release all, resume weights, update with flush_cache, resume "
         "KV) runs the flush while the KV pools are released; touching them kills the "
         "scheduler and the trainer loses the endpoint.",
@@ -347,18 +347,6 @@ RULES: tuple[Rule, ...] = (
         "with it attends to garbage.",
         "SGLang release_memory_occupation (flush_cache with the kv_cache tag); "
         "vllm-project/vllm #17103 (PF-02)",
-    ),
-    Rule(
-        "MEM-003",
-        "UpdateWhileReleasedInvalidates",
-        "MUST",
-        "An update made while the KV memory is released invalidates what it must exactly as "
-        "with the KV resident (ENG-001 guard, ENG-002 requested flush), on every tier that "
-        "outlived the release; 'the KV is released, so there is nothing to flush' is no "
-        "excuse: what survived (a host or storage tier) is resumed stale.",
-        "The tempting fix for PF-19 skips the flush while the KV is released; the KV that "
-        "comes back after the weights-only update is then old-policy KV.",
-        "sgl-project/sglang PR #19029 (PF-19); HiCache host tier (PF-09)",
     ),
     # ----- version publishing (issue #10 item 3) ----------------------------------------
     Rule(

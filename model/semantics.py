@@ -314,7 +314,9 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
     needless = must_flush and (ep.config.versioned_keys or not ep.config.radix)
     s = evolve(s, trainer=max(s.trainer, a.version))
     asleep = ep.kv_released  # the colocated order: KV released, weights resident
-    flush_rule = "MEM-003" if asleep else ("ENG-001" if guarded else "ENG-002")
+    # With the KV released the flush is judged as any update's (ENG-001/002, ENG-003 for
+    # a tier it left): the released device pool is no reason to skip it.
+    flush_rule = "ENG-001" if guarded else "ENG-002"
     blame = {
         "cache": flush_rule if must_flush else "ENG-012",
         "weights": "ENG-001" if guarded else "INV-003",
@@ -338,7 +340,7 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
             (kept, evolve(rejected(kept, "FC-001", **fail), completion=claimed)),
             (closed, evolve(rejected(closed, "FC-001", **fail), completion=claimed)),
         ]
-        if guarded and not asleep:  # MEM-001: never a stop while the KV is released
+        if guarded:  # an injected refusal is FC-001's, asleep or not (CD-07 may stop)
             branches += [(stop(ep), stopped(claimed)), (stop(loaded), stopped(claimed))]
         if needless:
             branches.append((flushed, done))

@@ -116,10 +116,11 @@ def test_colocated_order_is_enabled_and_serves_fresh_kv():
     assert s.ledger[-1].uses == frozenset(s.endpoint(0).current()) and not check_state(s)
 
 
-def test_no_stop_while_kv_released_even_on_an_exact_lane_with_a_refused_flush():
+def test_no_stop_while_kv_released_unless_a_refusal_is_injected():
     exact = Config(lane=Lane.EXACT)
     s = go(initial_state((exact,)), FaultRefuseFlush(0), Sleep(0, KV))
-    assert statuses(s, UpdateWeights(0, 1, T, False)) == {Status.REJECTED}
+    # an injected refusal is FC-001's, as on any exact lane: the engine may stop (CD-07)
+    assert statuses(s, UpdateWeights(0, 1, T, False)) == {Status.REJECTED, Status.STOPPED}
     s = go(initial_state((exact,)), Sleep(0, KV))
     assert statuses(s, FlushCache(0)) == {Status.OK, Status.REJECTED}
     for _, o in spec.step(s, UpdateWeights(0, 1, T, False)):
@@ -146,7 +147,7 @@ def test_update_while_kv_released_still_invalidates_lower_tiers():
     assert s.endpoint(0).cache == {Entry("P", tier=Tier.HOST)}  # host memory is not released
     (done, outcome), _ = spec.step(s, UpdateWeights(0, 1, T, True))
     assert done.endpoint(0).cache == frozenset()
-    assert outcome.because.cache == "MEM-003" and outcome.flushed_from
+    assert outcome.because.cache == "ENG-002" and outcome.flushed_from
 
 
 def test_resuming_kv_is_judged_by_mem_002():
@@ -178,7 +179,7 @@ def test_colocated_mistakes_named(engine, rule):
     assert r.kind == "FAIL" and rule in {v.rule for v in r.violations}, r.message
 
 
-def test_weights_only_update_while_released_is_mem_003():
+def test_weights_only_update_while_released_leaves_a_tier():
     actions = [
         ServeRequest(0, "P"),
         EvictPrefix(0, "P", Tier.HOST),
@@ -189,7 +190,7 @@ def test_weights_only_update_while_released_is_mem_003():
     ]
     assert replay("reference", actions, (HOST,)).kind == "PASS"
     r = replay("kv-resumed-stale-after-weights-only-update", actions, (HOST,))
-    assert r.kind == "FAIL" and {v.rule for v in r.violations} == {"MEM-003"}, r.message
+    assert r.kind == "FAIL" and {v.rule for v in r.violations} == {"ENG-003"}, r.message
 
 
 def test_flush_at_release_design_passes_the_colocated_order():
