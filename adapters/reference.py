@@ -548,10 +548,14 @@ class InProcessAdapter:
             UpdateWeights: lambda: ep.update_weights(a.version, a.funnel, a.flush_cache),
             FaultUpdateFailsMidway: lambda: ep.fail_update_midway(a.version),
             FlushCache: ep.flush_cache,
-            PauseGeneration: lambda: ep.pause_generation(a.mode, a.clear_cache),
+            # the new arguments are passed only when not their default, so an endpoint
+            # class written before them (overriding ``pause_generation(mode)``) still runs
+            PauseGeneration: lambda: (
+                ep.pause_generation(a.mode, True) if a.clear_cache else ep.pause_generation(a.mode)
+            ),
             ContinueGeneration: ep.continue_generation,
-            Sleep: lambda: ep.sleep(a.tags),
-            WakeUp: lambda: ep.wake_up(a.tags),
+            Sleep: lambda: ep.sleep(a.tags) if a.tags != ALL_MEMORY else ep.sleep(),
+            WakeUp: lambda: ep.wake_up(a.tags) if a.tags != ALL_MEMORY else ep.wake_up(),
             PublishVersion: lambda: ep.publish_version(a.version, a.abort_requests),
             Restart: lambda: ep.restart() or Reply(True),
             EvictPrefix: lambda: ep.evict(a.prefix, a.tier),
