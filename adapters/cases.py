@@ -1,7 +1,7 @@
 """The track record: public fault reports as minimal traces in the model's vocabulary.
 
 Each ``Case`` is one report from ``shared/cases/public-faults.md`` (PF-01..PF-18) or
-``shared/cases/more-faults.md`` (PF-21, PF-22 in two variants, PF-24): the
+``shared/cases/more-faults.md`` (PF-19, PF-21, PF-22 in two variants, PF-24): the
 endpoint configs and client policy, the smallest action list that shows the fault, the
 mutant that makes the general mistake, and the rule a checker must name. The regression
 tests replay every case against the reference (it must pass) and against its mutant (it
@@ -28,7 +28,7 @@ from kvfence.model.actions import (
     WakeUp,
 )
 from kvfence.model.state import Config, Policy
-from kvfence.model.vocabulary import CacheMode, Funnel, Lane, PauseMode, Tier
+from kvfence.model.vocabulary import ALL_MEMORY, CacheMode, Funnel, Lane, MemoryTag, PauseMode, Tier
 
 
 @frozen
@@ -338,10 +338,32 @@ CASES += (
     ),
 )
 
-DEFERRED: dict[str, int] = {"PF-19": 10, "PF-20": 10, "PF-23": 11}
+CASES += (
+    Case(
+        "PF-19",
+        "Update with flush while KV memory is released kills the scheduler",
+        "sgl-project/sglang PR #19029; regression PR #40480",
+        "crash-on-flush-while-kv-released",
+        "MEM-001",
+        (STANDARD,),
+        AUTO,
+        # The colocated order: release everything, train, resume the weights, update with
+        # a flush while the KV is still released, resume the KV, serve P again under v1.
+        (
+            ServeRequest(0, "P"),
+            Sleep(0, ALL_MEMORY),
+            WakeUp(0, frozenset({MemoryTag.WEIGHTS})),
+            UpdateWeights(0, 1, T, True),
+            WakeUp(0, frozenset({MemoryTag.KV_CACHE})),
+            ServeRequest(0, "P"),
+        ),
+    ),
+)
+
+DEFERRED: dict[str, int] = {"PF-20": 10, "PF-23": 11}
 """Public cases of ``shared/cases/more-faults.md`` that another issue expresses, by issue
-number: PF-19 and PF-20 need the lifecycle flows of issue 10 (sleep with tags, derived
-weight state), PF-23 a client written as a program (issue 11)."""
+number: PF-20 needs derived weight state (issue 10), PF-23 a client written as a program
+(issue 11)."""
 
 BY_ID: dict[str, Case] = {}
 """The first case of each ID (PF-22 has two variants, one per mutant: see ``BY_MUTANT``)."""

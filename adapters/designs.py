@@ -41,8 +41,8 @@ class PauseAbortClearsCache(ReferenceEndpoint):
     refused.
     """
 
-    def pause_generation(self, mode: PauseMode) -> Reply:
-        reply = super().pause_generation(mode)
+    def pause_generation(self, mode: PauseMode, clear_cache: bool = False) -> Reply:
+        reply = super().pause_generation(mode, clear_cache)
         if mode is PauseMode.ABORT:
             self.cache.clear()
         return reply

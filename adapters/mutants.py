@@ -454,6 +454,98 @@ class SessionPinnedNamespace(VersionKeyedCache):
 # ----- the catalog -----------------------------------------------------------------------
 
 
+# ----- engines: memory release and version publishing (issue #10) -----------------------
+
+
+class CrashOnFlushWhileKvReleased(ReferenceEndpoint):
+    """Violates: MEM-001.
+
+    A flush (an update's or a plain one) while the KV memory is released touches the
+    released pools and the scheduler process dies. sgl-project/sglang PR #19029, regression
+    PR #40480 (PF-19).
+    """
+
+    def _flush_while_released(self) -> Reply:
+        self.cache.clear()
+        return Reply(False, stopped=True, message="scheduler died: KV pool memory released")
+
+
+class IndexKeptAcrossRelease(ReferenceEndpoint):
+    """Violates: MEM-002.
+
+    Releasing the KV memory stashes the radix tree and resuming it puts the tree back, but
+    the pool came back without its contents: every restored entry points at garbage.
+    Mirrors SGLang's stash-and-restore of the model's static state on a weights release,
+    wrongly applied to the KV index (the contract of PF-02, vllm-project/vllm #17103, on
+    the resume side).
+    """
+
+    def _on_sleep(self) -> None:
+        self._stash = {k: kv for k, kv in self.cache.items() if kv.tier is Tier.DEVICE}
+        super()._on_sleep()
+
+    def _on_resume_kv(self) -> None:
+        for k, kv in getattr(self, "_stash", {}).items():
+            kv.version = GARBAGE
+            self.cache[k] = kv
+        self._stash = {}
+
+
+class KvResumedStaleAfterWeightsOnlyUpdate(ReferenceEndpoint):
+    """Violates: ENG-003.
+
+    While the KV memory is released an update is treated as weights-only: "the KV is
+    released, there is nothing to flush", so the flush is skipped and success reported.
+    The KV that outlived the release (a HiCache host or storage tier) is resumed as it was,
+    computed under the old weights. The tempting fix of PF-19 (sgl-project/sglang PR
+    #19029).
+    """
+
+    def _flush_while_released(self) -> Reply:
+        return Reply(True)
+
+
+class PublishLabelWithoutWeights(ReferenceEndpoint):
+    """Violates: PUB-001.
+
+    ``/update_weight_version`` sets the label it is given without looking at the weights
+    (as SGLang's and vLLM's handlers do): a label published ahead of its weights moves, the
+    weights do not.
+    """
+
+    def publish_version(self, version: int, abort_requests: bool) -> Reply:
+        aborted = self._publish_aborts(abort_requests)
+        for rid in aborted:
+            del self.requests[rid]
+        self.label = version
+        return Reply(True, aborted=aborted)
+
+
+class PublishAbortsKeptRequests(ReferenceEndpoint):
+    """Violates: PUB-002.
+
+    Every publish aborts every in-flight request, asked or not (SGLang's
+    ``UpdateWeightVersionReqInput.abort_all_requests`` defaults to aborting), including the
+    requests a retract or in-place pause promised to keep.
+    """
+
+    def _publish_aborts(self, abort_requests: bool) -> frozenset[str]:
+        return frozenset(self.requests)
+
+
+class PauseClearCacheIgnored(ReferenceEndpoint):
+    """Violates: FC-003.
+
+    ``/pause?clear_cache=true`` pauses and reports the clear done, but the prefix cache is
+    kept: a flush report that lies, and the flush-at-pause client then skips its own.
+    (vLLM ``AsyncLLM.pause_generation`` with ``clear_cache``; the class of
+    vllm-project/vllm PR #12284, PF-03.)
+    """
+
+    def _clear_on_pause(self) -> None:
+        """Claims the clear, keeps everything."""
+
+
 @frozen
 class Mutant:
     """One catalogued mutant: ``name``, the ``rule`` it must be killed by, whether it is a
@@ -519,6 +611,17 @@ MUTANTS: tuple[Mutant, ...] = (
     _engine("flush-is-a-stub", FlushIsAStub, "FC-003", "PF-22"),
     _engine("flush-stub-claims-success", FlushStubClaimsSuccess, "FC-003", "PF-22"),
     _engine("session-pinned-namespace", SessionPinnedNamespace, "INV-001", "PF-24"),
+    # issue #10: memory release tags, version publishing, pause(clear_cache)
+    _engine("crash-on-flush-while-kv-released", CrashOnFlushWhileKvReleased, "MEM-001", "PF-19"),
+    _engine("index-kept-across-release", IndexKeptAcrossRelease, "MEM-002"),
+    _engine(
+        "kv-resumed-stale-after-weights-only-update",
+        KvResumedStaleAfterWeightsOnlyUpdate,
+        "ENG-003",
+    ),
+    _engine("publish-label-without-weights", PublishLabelWithoutWeights, "PUB-001"),
+    _engine("publish-aborts-kept-requests", PublishAbortsKeptRequests, "PUB-002"),
+    _engine("pause-clear-cache-ignored", PauseClearCacheIgnored, "FC-003"),
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}

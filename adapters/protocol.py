@@ -25,6 +25,10 @@ adapter lacks is SKIP with that reason, never PASS:
 ``tiers``/``draft``/...   config features the SUT can be started with (``tiers``,
                           ``draft``, ``encoder``, ``fp8_kv``, ``lora``)
 ``namespaces``            requests may carry a namespace (``cache_salt`` / ``extra_key``)
+``memory_tags``           Sleep/WakeUp with ``tags`` (``kv_cache``, ``weights``): partial
+                          release and resume, and updates with the KV released
+``publish``               PublishVersion: a label-only ``/update_weight_version``
+``pause_clear``           PauseGeneration with ``clear_cache`` (vLLM ``/pause?clear_cache=``)
 ========================  ===============================================================
 
 Without ``pause``, a SyncWeights drives only UpdateWeights on each endpoint. An engine

@@ -32,6 +32,7 @@ from kvfence.model.actions import (
     FlushCache,
     LoadLora,
     PauseGeneration,
+    PublishVersion,
     Restart,
     ServeRequest,
     Sleep,
@@ -42,7 +43,16 @@ from kvfence.model.actions import (
 from kvfence.model.capabilities import Capability
 from kvfence.model.observation import Observation, Response, View
 from kvfence.model.state import Config, Entry, Use
-from kvfence.model.vocabulary import Funnel, Kind, PauseMode, Phase, Status, Tier
+from kvfence.model.vocabulary import (
+    ALL_MEMORY,
+    Funnel,
+    Kind,
+    MemoryTag,
+    PauseMode,
+    Phase,
+    Status,
+    Tier,
+)
 
 from .protocol import AdapterFailure, Unsupported
 
@@ -119,6 +129,7 @@ class ReferenceEndpoint:
         self.cache: dict[Key, CachedKV] = {}
         self.requests: dict[str, Request] = {}
         self.refuse_next_flush = False
+        self.released: set[MemoryTag] = set()
 
     # ----- probes ---------------------------------------------------------------------
 
@@ -231,6 +242,8 @@ class ReferenceEndpoint:
             return Reply(False, message="flush refused while requests hold KV; not updated")
         self._install(version, funnel)
         self._drop_derived()
+        if flush and MemoryTag.KV_CACHE in self.released:
+            return self._flush_while_released()
         if flush:
             self._clear_cache()
             self.dirty = False
@@ -245,6 +258,9 @@ class ReferenceEndpoint:
         if not self._can_flush():
             self.refuse_next_flush = False
             return Reply(False, flushed=False, message="requests hold KV")
+        if MemoryTag.KV_CACHE in self.released:
+            reply = self._flush_while_released()
+            return Reply(reply.ok, flushed=reply.ok, stopped=reply.stopped, message=reply.message)
         self._clear_cache()
         self.dirty = False
         return Reply(True, flushed=True)
@@ -264,8 +280,10 @@ class ReferenceEndpoint:
 
     # ----- lifecycle ------------------------------------------------------------------
 
-    def pause_generation(self, mode: PauseMode) -> Reply:
-        """SGLang ``POST /pause_generation`` with ``mode``."""
+    def pause_generation(self, mode: PauseMode, clear_cache: bool = False) -> Reply:
+        """SGLang ``POST /pause_generation`` with ``mode``; ``clear_cache`` as vLLM
+        ``POST /pause?clear_cache=true``: once the mode has dealt with the requests, the
+        prefix cache is flushed on every tier, and the result reported."""
         aborted: frozenset[str] = frozenset()
         if mode is PauseMode.ABORT:
             aborted = frozenset(self.requests)
@@ -274,6 +292,26 @@ class ReferenceEndpoint:
             for req in self.requests.values():
                 req.retracted, req.uses = True, set()
         self.phase = Phase.PAUSED
+        if not clear_cache:
+            return Reply(True, aborted=aborted)
+        if not self._can_flush():
+            self.refuse_next_flush = False
+            return Reply(False, aborted=aborted, flushed=False, message="clear refused")
+        self._clear_on_pause()
+        return Reply(True, aborted=aborted, flushed=True)
+
+    def publish_version(self, version: int, abort_requests: bool) -> Reply:
+        """SGLang/vLLM ``POST /update_weight_version`` with ``new_version`` (and SGLang's
+        ``abort_all_requests``), checked: the label must name the whole weights installed
+        (PUB-001); requests are aborted only when asked (PUB-002)."""
+        parts = {self.weights} | ({self.draft} if self.config.draft else set())
+        parts |= {self.scales} if self.config.fp8_kv else set()
+        if self.torn or parts != {version}:
+            return Reply(False, message=f"weights {sorted(parts)} are not version {version}")
+        aborted = self._publish_aborts(abort_requests)
+        for rid in aborted:
+            del self.requests[rid]
+        self.label = version
         return Reply(True, aborted=aborted)
 
     def continue_generation(self) -> Reply:
@@ -286,14 +324,24 @@ class ReferenceEndpoint:
                     req.retracted = False
         return Reply(True)
 
-    def sleep(self) -> Reply:
-        """vLLM ``POST /sleep?level=1``: KV memory is discarded; so is its index."""
-        self._on_sleep()
+    def sleep(self, tags: frozenset[MemoryTag] = ALL_MEMORY) -> Reply:
+        """SGLang ``POST /release_memory_occupation`` with ``tags`` (vLLM ``/sleep?level=1``
+        for every tag): released KV memory is discarded, and so is its index; released
+        weights are kept aside."""
+        if MemoryTag.KV_CACHE in tags and MemoryTag.KV_CACHE not in self.released:
+            self._on_sleep()
+        self.released |= set(tags)
         self.phase = Phase.ASLEEP
         return Reply(True)
 
-    def wake_up(self) -> Reply:
-        self.phase = Phase.SERVING
+    def wake_up(self, tags: frozenset[MemoryTag] = ALL_MEMORY) -> Reply:
+        """vLLM ``POST /wake_up?tags=``, SGLang ``/resume_memory_occupation``: serving again
+        once nothing is released."""
+        if MemoryTag.KV_CACHE in tags and MemoryTag.KV_CACHE in self.released:
+            self._on_resume_kv()
+        self.released -= set(tags)
+        if not self.released:
+            self.phase = Phase.SERVING
         return Reply(True)
 
     def restart(self) -> None:
@@ -365,6 +413,28 @@ class ReferenceEndpoint:
         """Device KV memory is gone; its index entries go with it (ENG-006)."""
         for k in [k for k, kv in self.cache.items() if kv.tier is Tier.DEVICE]:
             del self.cache[k]
+
+    # issue #10 lifecycle hooks
+
+    def _flush_while_released(self) -> Reply:
+        """A flush while the KV memory is released: no device pool is touched (there is no
+        KV on it), the index and the lower tiers are emptied, and it answers (MEM-001,
+        ENG-002/ENG-003 as any update's flush). sgl-project/sglang PR #19029 (PF-19)."""
+        self._clear_cache()
+        self.dirty = False
+        return Reply(True)
+
+    def _on_resume_kv(self) -> None:
+        """Resumed KV memory holds nothing reusable: no index entry comes back (MEM-002)."""
+
+    def _clear_on_pause(self) -> None:
+        """``/pause?clear_cache=true``: every tier and kind, as a flush (FC-003)."""
+        self._clear_cache()
+        self.dirty = False
+
+    def _publish_aborts(self, abort_requests: bool) -> frozenset[str]:
+        """The requests a publish aborts: all when asked, else none (PUB-002)."""
+        return frozenset(self.requests) if abort_requests else frozenset()
 
 
 class ClosingEndpoint(ReferenceEndpoint):
@@ -468,7 +538,8 @@ class InProcessAdapter:
             response = Response(reply.hit, reply.uses, reply.sampled, reply.output, cold)
         elif isinstance(action, FinishRequest) and reply.ok:
             response = Response(hit=reply.hit, uses=reply.uses, sampled=reply.sampled)
-        aborted = reply.aborted if isinstance(action, (PauseGeneration, FinishRequest)) else None
+        aborting = (PauseGeneration, FinishRequest, PublishVersion)
+        aborted = reply.aborted if isinstance(action, aborting) else None
         return Observation(
             status=_reply_status(reply),
             response=response,
@@ -486,10 +557,15 @@ class InProcessAdapter:
             UpdateWeights: lambda: ep.update_weights(a.version, a.funnel, a.flush_cache),
             FaultUpdateFailsMidway: lambda: ep.fail_update_midway(a.version),
             FlushCache: ep.flush_cache,
-            PauseGeneration: lambda: ep.pause_generation(a.mode),
+            # the new arguments are passed only when not their default, so an endpoint
+            # class written before them (overriding ``pause_generation(mode)``) still runs
+            PauseGeneration: lambda: (
+                ep.pause_generation(a.mode, True) if a.clear_cache else ep.pause_generation(a.mode)
+            ),
             ContinueGeneration: ep.continue_generation,
-            Sleep: ep.sleep,
-            WakeUp: ep.wake_up,
+            Sleep: lambda: ep.sleep(a.tags) if a.tags != ALL_MEMORY else ep.sleep(),
+            WakeUp: lambda: ep.wake_up(a.tags) if a.tags != ALL_MEMORY else ep.wake_up(),
+            PublishVersion: lambda: ep.publish_version(a.version, a.abort_requests),
             Restart: lambda: ep.restart() or Reply(True),
             EvictPrefix: lambda: ep.evict(a.prefix, a.tier),
             LoadLora: ep.load_lora,

@@ -119,6 +119,11 @@ SETUPS: tuple[Setup, ...] = (
             "INV-004",
             "LIV-001",
             "LIV-002",
+            # issue 10: the colocated order and label-only publishing
+            "MEM-001",
+            "MEM-002",
+            "PUB-001",
+            "PUB-002",
         ),
     ),
     Setup(

@@ -43,7 +43,7 @@ from kvfence.model.actions import (
     TraceError,
     UpdateWeights,
 )
-from kvfence.model.capabilities import NEEDED_BY_ACTION, Capability, parse
+from kvfence.model.capabilities import NEEDED_BY_ACTION, Capability, needed, parse
 from kvfence.model.checks import (
     ColdBytes,
     SpecError,
@@ -75,6 +75,12 @@ NEEDS: dict[type[Action], Capability] = {
     t: NEEDED_BY_ACTION[t.__name__] for t in ACTION_TYPES if t.__name__ in NEEDED_BY_ACTION
 }
 """The capability an adapter must declare before an action type is drawn for it."""
+
+
+def _asleep(state: State, action: Action) -> bool:
+    """``action``'s endpoint is ASLEEP in ``state`` (for ``capabilities.needed``)."""
+    index = getattr(action, "endpoint", None)
+    return index is not None and state.endpoint(index).phase is Phase.ASLEEP
 
 
 class ConformanceFailure(AssertionError):
@@ -542,7 +548,7 @@ class Lockstep:
             self.pool = [
                 a
                 for a in candidates.actions(first, bounds, faults=Capability.FAULTS in caps)
-                if (type(a) not in NEEDS or NEEDS[type(a)] in caps)
+                if needed(a, _asleep(first, a)) <= caps
                 and all(spec.enabled(s, a, bounds) for s in rest)
             ]
         return self.pool

@@ -26,6 +26,7 @@ from kvfence.model.actions import (
     FlushCache,
     LoadLora,
     PauseGeneration,
+    PublishVersion,
     Restart,
     ServeRequest,
     Sleep,
@@ -55,6 +56,7 @@ DRAW_FREQUENCY: dict[type[Action], int] = {
     LoadLora: 1,
     FaultRefuseFlush: 1,
     FaultUpdateFailsMidway: 1,
+    PublishVersion: 1,
 }
 """How often each action type is drawn when enabled: traffic and syncs dominate, so that
 requests live long enough to span an update; disruptions stay rare."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from attrs import NOTHING, fields, frozen
+from attrs import NOTHING, field, fields, frozen
 
-from .vocabulary import Funnel, PauseMode, Tier
+from .vocabulary import ALL_MEMORY, Funnel, MemoryTag, PauseMode, Tier
 
 
 class TraceError(ValueError):
@@ -32,8 +32,20 @@ class Action:
         out: dict[str, Any] = {"action": self.name}
         for f in fields(type(self)):
             value = getattr(self, f.name)
+            if isinstance(value, frozenset):  # memory tags: a sorted list of words
+                value = sorted(v.value for v in value)
             out[f.name] = value.value if hasattr(value, "value") else value
         return out
+
+
+def memory_tags(value: Any) -> frozenset[MemoryTag]:
+    """Tags of a Sleep or WakeUp as a frozenset of ``MemoryTag``; an empty collection means
+    every tag, as in SGLang (``tags`` None or empty: ``GPU_MEMORY_ALL_TYPES``). ``ValueError``
+    names a word that is not a tag."""
+    if isinstance(value, str):
+        value = (value,)
+    tags = frozenset(MemoryTag(v) for v in value)
+    return tags or ALL_MEMORY
 
 
 @frozen
@@ -108,10 +120,18 @@ class FlushCache(Action):
 
 @frozen
 class PauseGeneration(Action):
-    """SGLang ``/pause_generation`` with ``mode``; vLLM ``/pause`` (abort/wait/keep)."""
+    """SGLang ``/pause_generation`` with ``mode``; vLLM ``/pause`` (abort/wait/keep).
+
+    ``clear_cache``: the prefix cache is flushed as part of the pause, once the mode has
+    dealt with in-flight requests (vLLM ``POST /pause?clear_cache=``,
+    vllm/entrypoints/serve/rlhf/api_router.py, passed to ``AsyncLLM.pause_generation``,
+    vllm/v1/engine/async_llm.py). Not drawn with ``in_place``: requests paused in place pin
+    their KV, so the clear could not complete (LIV-001).
+    """
 
     endpoint: int
     mode: PauseMode = PauseMode.RETRACT
+    clear_cache: bool = False
 
 
 @frozen
@@ -123,16 +143,33 @@ class ContinueGeneration(Action):
 
 @frozen
 class Sleep(Action):
-    """vLLM ``/sleep?level=1``: weights offloaded, KV memory discarded."""
+    """Release the device memory named by ``tags`` (a frozenset of ``MemoryTag``; default
+    every tag, which is vLLM ``/sleep?level=1``: weights offloaded, KV memory discarded).
+
+    Mirrors SGLang ``POST /release_memory_occupation`` with
+    ``ReleaseMemoryOccupationReqInput.tags`` (python/sglang/srt/managers/
+    scheduler_update_weights_mixin.py ``release_memory_occupation``). Released KV memory is
+    garbage: its prefix index goes with it (ENG-006). Released weights are restored as they
+    were by WakeUp (SGLang stashes the model's static state; vLLM level 1 offloads to CPU).
+    """
 
     endpoint: int
+    tags: frozenset[MemoryTag] = field(
+        default=ALL_MEMORY, converter=memory_tags, repr=lambda t: repr(sorted(x.value for x in t))
+    )
 
 
 @frozen
 class WakeUp(Action):
-    """vLLM ``/wake_up``."""
+    """Resume the device memory named by ``tags`` (default every tag released); the
+    endpoint serves again once nothing is released. vLLM ``POST /wake_up?tags=``, SGLang
+    ``POST /resume_memory_occupation`` with ``tags``. Resumed KV memory holds no reusable
+    KV (MEM-002)."""
 
     endpoint: int
+    tags: frozenset[MemoryTag] = field(
+        default=ALL_MEMORY, converter=memory_tags, repr=lambda t: repr(sorted(x.value for x in t))
+    )
 
 
 @frozen
@@ -156,6 +193,26 @@ class LoadLora(Action):
     """Reload the LoRA adapter in place under the same name with new bytes."""
 
     endpoint: int
+
+
+# ----- version publishing (issue #10 item 3) ----------------------------------------------
+
+
+@frozen
+class PublishVersion(Action):
+    """Publish the weight-version label ``version`` without touching the weights.
+
+    ``abort_requests``: abort every in-flight request as part of the publish. Mirrors SGLang
+    ``POST /update_weight_version`` (``UpdateWeightVersionReqInput``: ``new_version``,
+    ``abort_all_requests``) and vLLM ``POST /update_weight_version`` (``new_version`` only,
+    vllm/entrypoints/serve/dev/rlhf/api_router.py: never aborts). PUB-001: the label names
+    the whole weights installed, so a publish of another version is refused; PUB-002: it
+    aborts nothing unless ``abort_requests``.
+    """
+
+    endpoint: int
+    version: int
+    abort_requests: bool = False
 
 
 @frozen
@@ -191,6 +248,8 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     LoadLora,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
+    # issue #10 lifecycle vocabulary
+    PublishVersion,
 )
 BY_NAME: dict[str, type[Action]] = {t.__name__: t for t in ACTION_TYPES}
 
@@ -198,6 +257,17 @@ _ENUM_FIELDS = {"funnel": Funnel, "mode": PauseMode, "tier": Tier}
 
 
 def _check(name: str, field_name: str, value: Any, expected: Any) -> Any:
+    if expected == "frozenset[MemoryTag]":
+        words = ", ".join(m.value for m in MemoryTag)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise TraceError(
+                f"{name}.{field_name}: expected a list of tags ({words}), got {value!r}"
+            )
+        try:
+            return memory_tags(value)
+        except ValueError:
+            bad = [v for v in value if v not in {m.value for m in MemoryTag}]
+            raise TraceError(f"{name}.{field_name}: {bad!r} not tags; known: {words}") from None
     if field_name in _ENUM_FIELDS:
         enum = _ENUM_FIELDS[field_name]
         try:

@@ -19,6 +19,7 @@ from .actions import (
     FlushCache,
     LoadLora,
     PauseGeneration,
+    PublishVersion,
     Restart,
     ServeRequest,
     Sleep,
@@ -29,7 +30,14 @@ from .actions import (
 )
 from .semantics import asked_to_flush, enabled, plan_for
 from .state import Bounds, State
-from .vocabulary import Funnel, PauseMode, Tier
+from .vocabulary import ALL_MEMORY, Funnel, MemoryTag, PauseMode, Tier
+
+TAG_SETS: tuple[frozenset[MemoryTag], ...] = (
+    ALL_MEMORY,
+    frozenset({MemoryTag.KV_CACHE}),
+    frozenset({MemoryTag.WEIGHTS}),
+)
+"""The tags a Sleep or WakeUp is drawn with: everything first (the plain call), then each."""
 
 
 def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> Iterator[Action]:
@@ -63,10 +71,16 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
         yield FlushCache(i)
         for mode in PauseMode:
             yield PauseGeneration(i, mode)
+            yield PauseGeneration(i, mode, clear_cache=True)
         yield ContinueGeneration(i)
-        yield Sleep(i)
-        yield WakeUp(i)
+        for tags in TAG_SETS:
+            yield Sleep(i, tags)
+            yield WakeUp(i, tags)
         yield Restart(i)
+        # A publish of the weights installed, and one ahead of them (to be refused, PUB-001).
+        for v in sorted({state.endpoint(i).weights, state.trainer + 1}):
+            for abort in (False, True):
+                yield PublishVersion(i, v, abort)
         if state.endpoint(i).lora < bounds.lora_revisions:
             yield LoadLora(i)
         if faults:
@@ -78,14 +92,19 @@ def conforming(state: State, action: Action) -> bool:
 
     The engine API accepts any ``flush_cache``, and ``step`` judges any call. But a raw
     UpdateWeights that skips the flush on an unguarded endpoint where the spec's client
-    would flush breaks the client contract (CLI-001/002/004): the explorer and the stateful
-    machine draw only conforming calls, and reach off-contract ones only through a client
+    would flush breaks the client contract (CLI-001/002/004), unless the endpoint is paused
+    after a pause that cleared its cache (nothing computed since): the explorer and the
+    stateful machine draw only conforming calls, and reach off-contract ones only through a client
     under test that makes them.
     """
     if not isinstance(action, UpdateWeights):
         return True
     ep = state.endpoint(action.endpoint)
     if ep.config.guarded or asked_to_flush(ep, action.flush_cache):
+        return True
+    if ep.cleared:
+        # Flush at pause (vLLM /pause?clear_cache=true): the cache was emptied by this
+        # pause and PAUSED admits no prefill, so the update's own flush has nothing to do.
         return True
     return not plan_for(state, action.endpoint).flush
 

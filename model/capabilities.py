@@ -41,6 +41,10 @@ class Capability(str, Enum):
     FP8_KV = "fp8_kv"
     LORA = "lora"
     NAMESPACES = "namespaces"
+    # issue #10 lifecycle vocabulary
+    MEMORY_TAGS = "memory_tags"
+    PUBLISH = "publish"
+    PAUSE_CLEAR = "pause_clear"
 
 
 @frozen
@@ -55,6 +59,9 @@ class Unlocks:
     text: str
     actions: tuple[str, ...] = ()
     config: bool = False
+    fields: tuple[tuple[str, str], ...] = ()
+    """``(action type name, field)``: a value other than the field's default is drawn only
+    for adapters declaring it (a partial Sleep, a pause that clears the cache)."""
 
 
 C = Capability
@@ -90,6 +97,21 @@ TABLE: dict[Capability, Unlocks] = {
         "requests may carry a namespace (vLLM cache_salt, SGLang extra_key) and are drawn "
         "pinned to any version up to the one in force"
     ),
+    # issue #10 lifecycle vocabulary
+    C.MEMORY_TAGS: Unlocks(
+        "Sleep and WakeUp take tags (kv_cache, weights): SGLang release/resume_memory_"
+        "occupation tags, vLLM /wake_up?tags=; the colocated order updates or flushes with "
+        "the KV released (UpdateWeights, FlushCache drawn asleep)",
+        fields=(("Sleep", "tags"), ("WakeUp", "tags")),
+    ),
+    C.PUBLISH: Unlocks(
+        "a label-only version publish (/update_weight_version), with its abort option",
+        actions=("PublishVersion",),
+    ),
+    C.PAUSE_CLEAR: Unlocks(
+        "pause clears the prefix cache on request (vLLM /pause?clear_cache=)",
+        fields=(("PauseGeneration", "clear_cache"),),
+    ),
 }
 """Capability -> what it unlocks: the single source."""
 
@@ -97,6 +119,35 @@ NEEDED_BY_ACTION: dict[str, Capability] = {
     name: cap for cap, unlocks in TABLE.items() for name in unlocks.actions
 }
 """Action type name -> the capability an adapter must declare before it is drawn."""
+
+NEEDED_BY_FIELD: dict[tuple[str, str], Capability] = {
+    f: cap for cap, unlocks in TABLE.items() for f in unlocks.fields
+}
+"""``(action type name, field)`` -> the capability a non-default value of it needs."""
+
+
+ASLEEP_NEEDS_TAGS = ("UpdateWeights", "FlushCache")
+"""Actions drawn on an ASLEEP endpoint only for adapters declaring ``memory_tags``: the
+colocated order (an update or flush with the KV released) is that capability's, so an
+adapter that only sleeps and wakes whole is never sent a flush while asleep."""
+
+
+def needed(action: object, asleep: bool = False) -> frozenset[Capability]:
+    """Every capability an adapter must declare before ``action`` is drawn for it: its
+    type's, that of each field holding a value other than the field's default, and
+    ``memory_tags`` for an update or flush of an endpoint that is ``asleep``."""
+    from attrs import fields as attrs_fields
+
+    name = type(action).__name__
+    out = {NEEDED_BY_ACTION[name]} if name in NEEDED_BY_ACTION else set()
+    if asleep and name in ASLEEP_NEEDS_TAGS:
+        out.add(Capability.MEMORY_TAGS)
+    for f in attrs_fields(type(action)):
+        cap = NEEDED_BY_FIELD.get((name, f.name))
+        if cap is not None and getattr(action, f.name) != f.default:
+            out.add(cap)
+    return frozenset(out)
+
 
 EVIDENCE: dict[str, tuple[Capability, ...]] = {
     "ENG-001": (C.EXACT_LANE, C.CACHE_PROBE),
@@ -119,6 +170,10 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     "INV-003": (C.WEIGHTS_PROBE,),
     "INV-004": (C.BYTE_ORACLE, C.EXACT_LANE),
     "LIV-001": (C.INFLIGHT,),
+    "MEM-001": (C.SLEEP, C.MEMORY_TAGS),
+    "MEM-002": (C.SLEEP, C.CACHE_PROBE),
+    "PUB-001": (C.PUBLISH, C.WEIGHTS_PROBE),
+    "PUB-002": (C.PUBLISH, C.INFLIGHT),
     "REACH-002": (C.EXACT_LANE,),
     "REACH-003": (C.INFLIGHT,),
 }
@@ -143,11 +198,14 @@ def parse(names: object) -> frozenset[Capability]:
 
 
 __all__ = [
+    "ASLEEP_NEEDS_TAGS",
     "CONFIG_FEATURES",
     "EVIDENCE",
     "NEEDED_BY_ACTION",
+    "NEEDED_BY_FIELD",
     "TABLE",
     "Capability",
     "Unlocks",
+    "needed",
     "parse",
 ]

@@ -5,7 +5,9 @@ data invariants stay in plain code in ``semantics.py``. A ``transitions`` guard 
 returns False silently, so this module uses no guards at all: ``allows`` asks the table,
 ``next_phase`` reads it, and both raise nothing.
 
-Phases: SERVING, PAUSED (``/pause_generation``), ASLEEP (vLLM ``/sleep``), STOPPED (the
+Phases: SERVING, PAUSED (``/pause_generation``), ASLEEP (some device memory released by
+``Sleep``: vLLM ``/sleep``, SGLang ``/release_memory_occupation``; *what* is released, KV
+and/or weights, is the endpoint's ``released`` set, not a phase), STOPPED (the
 engine process exited: ``EngineStops`` is not an action anyone draws but an outcome of an
 update whose mandatory flush was refused on an exact lane). Being *closed* (FC-002) is not a
 phase: a closed endpoint is in any phase and refuses to serve.
@@ -27,18 +29,25 @@ TABLE: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("ServeRequest", (S,), None),
     ("StartRequest", (S,), None),
     ("FinishRequest", (S,), None),
-    ("UpdateWeights", (S, P), None),
+    # ASLEEP: the colocated order updates with the KV released (only with the weights
+    # resident: the guard in semantics.py), and a flush there must not crash (MEM-001).
+    ("UpdateWeights", (S, P, A), None),
     ("FaultUpdateFailsMidway", (S, P), None),
-    ("FlushCache", (S, P), None),
+    ("FlushCache", (S, P, A), None),
     ("FaultRefuseFlush", (S, P), None),
     ("EvictPrefix", (S,), None),
     ("LoadLora", (S, P), None),
     ("PauseGeneration", (S,), P),
     ("ContinueGeneration", (P,), S),
-    ("Sleep", (S,), A),
+    # Sleep may release more while asleep; WakeUp serves again only once nothing stays
+    # released, else its outcome is "WakeUpPartly" (an outcome, not an action, like
+    # EngineStops: the same call, whose effect picks the row).
+    ("Sleep", (S, A), A),
     ("WakeUp", (A,), S),
+    ("WakeUpPartly", (A,), None),
+    ("PublishVersion", (S, P), None),
     ("Restart", (S, P, A, X), S),
-    ("EngineStops", (S, P), X),
+    ("EngineStops", (S, P, A), X),
 )
 """SyncWeights is the client's: it needs every endpoint SERVING and runs through
 PauseGeneration, UpdateWeights and ContinueGeneration on each."""

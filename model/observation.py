@@ -141,6 +141,8 @@ class Outcome:
     flushed_from: frozenset[Entry] | None = None
     dropped: bool = False
     note: str = ""
+    at_risk: bool = False
+    """Requests were in flight that a wrong abort would have ended (PUB-002's evidence)."""
 
     def rule_for(self, field_name: str, default: str) -> str:
         return self.because.rule_for(field_name, default)

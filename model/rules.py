@@ -9,6 +9,8 @@ An ID is ``KIND-NNN``; it never changes meaning once published. Kinds:
 * LIV: progress (the spec never forces a deadlock).
 * ADP: the adapter contract (a checker that cannot see is never a pass).
 * REACH: scenarios a run must reach, so that a pass is never vacuous.
+* MEM: memory release and resume (Sleep and WakeUp with tags, the colocated order).
+* PUB: version publishing (the label-only PublishVersion).
 
 Levels follow RFC 2119: a MUST violation is FAIL; a SHOULD violation is FAIL only under
 ``--strict`` and is otherwise reported as a warning.
@@ -319,6 +321,57 @@ RULES: tuple[Rule, ...] = (
         "(serving, pausing, resuming, sleeping, waking, evicting).",
         "A system that refuses everything would otherwise pass every safety rule.",
         "STYLE: stateright 'eventually' properties",
+    ),
+    # ----- memory release and resume (issue #10 item 1-2) ------------------------------
+    Rule(
+        "MEM-001",
+        "NoCrashWhileKvReleased",
+        "MUST",
+        "An update, or a flush, while the KV memory is released (Sleep with kv_cache, not "
+        "yet resumed) answers: it succeeds (the device holds no KV to remove; the index and "
+        "lower tiers are emptied) or is refused cleanly; the engine never stops or goes "
+        "silent there (a refusal injected as a fault is FC-001's, as anywhere).",
+        "The colocated order (release all, resume weights, update with flush_cache, resume "
+        "KV) runs the flush while the KV pools are released; touching them kills the "
+        "scheduler and the trainer loses the endpoint.",
+        "sgl-project/sglang PR #19029, regression PR #40480 (PF-19)",
+    ),
+    Rule(
+        "MEM-002",
+        "ResumedKvHoldsNoIndex",
+        "MUST",
+        "Resuming KV memory (WakeUp with kv_cache) brings back no prefix-index entry for the "
+        "KV that was released: released KV memory is garbage, and an index stashed at "
+        "release and restored on resume must never be hit.",
+        "torch_memory_saver gives the pool back without its contents; an index that returns "
+        "with it attends to garbage.",
+        "SGLang release_memory_occupation (flush_cache with the kv_cache tag); "
+        "vllm-project/vllm #17103 (PF-02)",
+    ),
+    # ----- version publishing (issue #10 item 3) ----------------------------------------
+    Rule(
+        "PUB-001",
+        "PublishedLabelMatchesWeights",
+        "MUST",
+        "A label-only publish (PublishVersion) of version v succeeds only when the whole "
+        "weights installed (target, draft, KV scales, not torn) are v; any other publish is "
+        "refused and leaves the label as it was.",
+        "INV-003 judges the label an update leaves; a separate publish call can move the "
+        "label without any weights, and the trainer then attributes old-policy tokens to "
+        "the new version.",
+        "SGLang /update_weight_version (UpdateWeightVersionReqInput.new_version); vLLM "
+        "/update_weight_version (vllm/entrypoints/serve/dev/rlhf/api_router.py)",
+    ),
+    Rule(
+        "PUB-002",
+        "PublishKeepsRequests",
+        "MUST",
+        "A publish aborts in-flight requests only when asked (abort_requests); otherwise "
+        "every request stays, including those a pause kept (retract, in place).",
+        "A pause mode promised to keep those requests; an abort the caller did not ask for "
+        "silently throws away rollouts (one tenant's publish kills another's sampling).",
+        "SGLang UpdateWeightVersionReqInput.abort_all_requests; radixark/miles "
+        "multi-LoRA publish (abort_all_requests=False)",
     ),
     # ----- adapter contract -------------------------------------------------------------
     Rule(

@@ -37,6 +37,7 @@ from .actions import (
     FlushCache,
     LoadLora,
     PauseGeneration,
+    PublishVersion,
     Restart,
     ServeRequest,
     Sleep,
@@ -58,7 +59,7 @@ from .cache import (
 from .client import Plan, resolve_plan
 from .observation import Blame, Observation, Outcome, Response, View
 from .state import Bounds, Endpoint, Policy, Request, Served, ServerInfo, State
-from .vocabulary import PauseMode, Phase, Status, Tier
+from .vocabulary import MemoryTag, PauseMode, Phase, Status, Tier
 
 Branch = tuple[State, Outcome]
 Branches = tuple[Branch, ...]
@@ -156,8 +157,19 @@ def _in_flight(s: State, a: FinishRequest) -> bool:
 
 
 def _newer_version(s: State, a: UpdateWeights | FaultUpdateFailsMidway) -> bool:
-    """A version the trainer has (or is about to have) that this endpoint lacks."""
-    return a.version in (s.trainer, s.trainer + 1) and s.endpoint(a.endpoint).weights < a.version
+    """A version the trainer has (or is about to have) that this endpoint lacks, on weights
+    whose memory is resident: nothing writes released weights. SGLang's scheduler
+    ``release_memory_occupation`` stashes the model's static state and pauses the weights'
+    memory for the ``weights`` tag, so an update there would write into memory the resume
+    refills from the stash; colocated trainers resume the weights by tag before updating
+    (miles' ``SGLangEngine.resume_memory_occupation(tags)``); vLLM level-1 sleep keeps them
+    offloaded until ``/wake_up``."""
+    ep = s.endpoint(a.endpoint)
+    return (
+        a.version in (s.trainer, s.trainer + 1)
+        and ep.weights < a.version
+        and (not ep.weights_released)
+    )
 
 
 def _next_sync(s: State, a: SyncWeights) -> bool:
@@ -179,8 +191,26 @@ def _no_fault_pending(s: State, a: FaultRefuseFlush) -> bool:
     return not s.endpoint(a.endpoint).refuse_flush
 
 
-def _no_requests(s: State, a: Sleep) -> bool:
-    return not s.endpoint(a.endpoint).requests
+def _releases_more(s: State, a: Sleep) -> bool:
+    """Nothing in flight (SGLang asserts the scheduler is idle before a release) and some
+    tag not yet released."""
+    ep = s.endpoint(a.endpoint)
+    return not ep.requests and bool(a.tags - ep.released)
+
+
+def _resumes_some(s: State, a: WakeUp) -> bool:
+    """Some of ``a.tags`` is released (a resume of resident memory is not drawn)."""
+    return bool(a.tags & s.endpoint(a.endpoint).released)
+
+
+def _clear_can_complete(s: State, a: PauseGeneration) -> bool:
+    """``clear_cache`` is not drawn with ``in_place``: those requests pin their KV."""
+    return not (a.clear_cache and a.mode is PauseMode.IN_PLACE)
+
+
+def _known_version(s: State, a: PublishVersion) -> bool:
+    """A label of a version that exists or is about to (the trainer's next)."""
+    return 0 <= a.version <= s.trainer + 1
 
 
 # ----- actions: one registration each (type, guard), the body is the effect ---------------
@@ -283,8 +313,12 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
     # refused (CD-06, CD-03); it may still try one and honestly report the refusal.
     needless = must_flush and (ep.config.versioned_keys or not ep.config.radix)
     s = evolve(s, trainer=max(s.trainer, a.version))
+    asleep = ep.kv_released  # the colocated order: KV released, weights resident
+    # With the KV released the flush is judged as any update's (ENG-001/002, ENG-003 for
+    # a tier it left): the released device pool is no reason to skip it.
+    flush_rule = "ENG-001" if guarded else "ENG-002"
     blame = {
-        "cache": ("ENG-001" if guarded else "ENG-002") if must_flush else "ENG-012",
+        "cache": flush_rule if must_flush else "ENG-012",
         "weights": "ENG-001" if guarded else "INV-003",
         "draft": "ENG-004",
         "scales": "ENG-005",
@@ -296,7 +330,7 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
         # No prefix cache: only in-flight requests' own KV can cross the update, and no
         # flush protects it (a pause does, the client's CLI-007); INV-001 waives it.
         flushed = evolve(flushed, waived=not ep.config.misreports)
-    done = evolve(ok(flushed, "LIV-001", **blame), flushed_from=ep.cache)
+    done = evolve(ok(flushed, "MEM-001" if asleep else "LIV-001", **blame), flushed_from=ep.cache)
     if must_flush and (ep.kv_held or ep.refuse_flush):
         claimed = done
         kept = evolve(ep, refuse_flush=False)
@@ -306,11 +340,18 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
             (kept, evolve(rejected(kept, "FC-001", **fail), completion=claimed)),
             (closed, evolve(rejected(closed, "FC-001", **fail), completion=claimed)),
         ]
-        if guarded:
+        if guarded:  # an injected refusal is FC-001's, asleep or not (CD-07 may stop)
             branches += [(stop(ep), stopped(claimed)), (stop(loaded), stopped(claimed))]
         if needless:
             branches.append((flushed, done))
         return tuple((s.with_endpoint(a.endpoint, e), o) for e, o in branches)
+    if must_flush and asleep:
+        # MEM-001: with the KV released the flush succeeds (nothing on device to remove,
+        # the index and lower tiers emptied) or the whole update is refused cleanly.
+        refused = evolve(
+            rejected(ep, "MEM-001", weights="MEM-001", label="INV-003"), completion=done
+        )
+        return ((s.with_endpoint(a.endpoint, flushed), done), (s, refused))
     if not must_flush:
         # INV-001's waiver: only where the spec's own client would skip the flush too, and
         # never for an engine declared to misreport its radix cache.
@@ -324,7 +365,16 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
 def stop(ep: Endpoint) -> Endpoint:
     """The engine process exited: no cache, no requests, nothing served until Restart."""
     phase = lifecycle.next_phase(ep.phase, "EngineStops")
-    return evolve(ep, phase=phase, cache=frozenset(), requests=(), pause=None, refuse_flush=False)
+    return evolve(
+        ep,
+        phase=phase,
+        cache=frozenset(),
+        requests=(),
+        pause=None,
+        refuse_flush=False,
+        released=frozenset(),
+        cleared=False,
+    )
 
 
 def stopped(claimed: Outcome) -> Outcome:
@@ -392,8 +442,15 @@ def flush_cache(s: State, a: FlushCache) -> Branches:
         outcome = seen(rejected(ep2, "FC-003", flushed="FC-003"), flushed=False)
         return ((s.with_endpoint(a.endpoint, ep2), outcome),)
     ep2 = emptied(ep)
-    outcome = seen(ok(ep2, "LIV-001", flushed="LIV-001", cache="FC-003"), flushed=True)
-    return ((s.with_endpoint(a.endpoint, ep2), evolve(outcome, flushed_from=ep.cache)),)
+    # MEM-001: with the KV released there is nothing on device to remove; the flush empties
+    # the index (and lower tiers) and answers, it never touches the released pools.
+    status = "MEM-001" if ep.kv_released else "LIV-001"
+    outcome = seen(ok(ep2, status, flushed=status, cache="FC-003"), flushed=True)
+    done = (s.with_endpoint(a.endpoint, ep2), evolve(outcome, flushed_from=ep.cache))
+    if ep.kv_released:  # or refused cleanly, changing nothing (MEM-001)
+        refused = seen(rejected(ep, "MEM-001", flushed="FC-003"), flushed=False)
+        return (done, (s, refused))
+    return (done,)
 
 
 @action(EvictPrefix, when=_lower_tier_holds)
@@ -421,9 +478,16 @@ def fault_refuse_flush(s: State, a: FaultRefuseFlush) -> Branches:
     return ((s.with_endpoint(a.endpoint, ep2), ok(ep2)),)
 
 
-@action(PauseGeneration, when=_always)
+@action(PauseGeneration, when=_clear_can_complete)
 def pause_generation(s: State, a: PauseGeneration) -> Branches:
-    """ENG-009: abort ends requests; retract frees their KV; in_place keeps it."""
+    """ENG-009: abort ends requests; retract frees their KV; in_place keeps it.
+
+    ``clear_cache`` (vLLM ``/pause?clear_cache=true``): then the prefix cache is flushed on
+    every tier, and honestly reported (FC-003: a pause that claims the clear but keeps KV
+    is a flush report that lies). An injected refusal makes the pause report failure
+    (still paused, nothing removed). A completed clear marks the endpoint ``cleared``:
+    PAUSED admits no prefill, so no KV is computed between this pause and an update, and
+    that update may skip its own flush (the flush-at-pause design)."""
     ep = s.endpoint(a.endpoint)
     aborted: frozenset[str] = frozenset()
     requests = ep.requests
@@ -434,7 +498,16 @@ def pause_generation(s: State, a: PauseGeneration) -> Branches:
     phase = lifecycle.next_phase(ep.phase, a.name)
     ep2 = evolve(ep, phase=phase, pause=a.mode, requests=requests)
     outcome = seen(ok(ep2, aborted="ENG-009"), aborted=aborted)
-    return ((s.with_endpoint(a.endpoint, ep2), outcome),)
+    if not a.clear_cache:
+        return ((s.with_endpoint(a.endpoint, ep2), outcome),)
+    if ep2.refuse_flush:
+        ep3 = evolve(ep2, refuse_flush=False)
+        refused = rejected(ep3, "FC-003", flushed="FC-003", aborted="ENG-009")
+        return ((s.with_endpoint(a.endpoint, ep3), seen(refused, flushed=False, aborted=aborted)),)
+    ep3 = evolve(emptied(ep2), cleared=True)
+    done = ok(ep3, "LIV-001", flushed="LIV-001", cache="FC-003", aborted="ENG-009")
+    done = evolve(seen(done, flushed=True, aborted=aborted), flushed_from=ep.cache)
+    return ((s.with_endpoint(a.endpoint, ep3), done),)
 
 
 @action(ContinueGeneration, when=_always)
@@ -442,7 +515,7 @@ def continue_generation(s: State, a: ContinueGeneration) -> Branches:
     """Retracted requests recompute their prefix under the weights now in force (each
     recompute may hit or miss, as any prefill)."""
     ep = s.endpoint(a.endpoint)
-    ep = evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name), pause=None)
+    ep = evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name), pause=None, cleared=False)
     frontier = [(evolve(ep, requests=()), False)]
     for r in ep.requests:
         nxt = []
@@ -460,21 +533,53 @@ def continue_generation(s: State, a: ContinueGeneration) -> Branches:
     )
 
 
-@action(Sleep, when=_no_requests)
+@action(Sleep, when=_releases_more)
 def sleep(s: State, a: Sleep) -> Branches:
-    """ENG-006: device KV memory is discarded, and its index entries with it."""
+    """Release the memory of ``a.tags``. ENG-006: released device KV memory is discarded,
+    and its index entries with it (lower tiers live in host memory and stay); released
+    weights are kept aside and come back unchanged."""
     ep = s.endpoint(a.endpoint)
-    kept = frozenset(e for e in ep.cache if e.tier is not Tier.DEVICE)
-    ep2 = evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name), cache=kept)
+    cache_ = ep.cache
+    if MemoryTag.KV_CACHE in a.tags:
+        cache_ = frozenset(e for e in ep.cache if e.tier is not Tier.DEVICE)
+    phase = lifecycle.next_phase(ep.phase, a.name)
+    ep2 = evolve(ep, phase=phase, cache=cache_, released=ep.released | a.tags)
     return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-006")),)
 
 
-@action(WakeUp, when=_always)
+@action(WakeUp, when=_resumes_some)
 def wake_up(s: State, a: WakeUp) -> Branches:
-    """The endpoint serves again; nothing discarded by Sleep comes back (ENG-006)."""
+    """Resume the released memory of ``a.tags``; the endpoint serves again once nothing is
+    released. MEM-002: resumed KV memory holds no reusable KV, so no index entry comes back
+    with it (an index stashed at release and restored here points at garbage)."""
     ep = s.endpoint(a.endpoint)
-    ep2 = evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name))
-    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-006")),)
+    left = ep.released - a.tags
+    phase = lifecycle.next_phase(ep.phase, "WakeUp" if not left else "WakeUpPartly")
+    ep2 = evolve(ep, phase=phase, released=left)
+    rule = "MEM-002" if MemoryTag.KV_CACHE in (a.tags & ep.released) else "ENG-006"
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache=rule)),)
+
+
+@action(PublishVersion, when=_known_version)
+def publish_version(s: State, a: PublishVersion) -> Branches:
+    """PUB-001: the label names the whole weights installed. A publish of any other version
+    (ahead of the weights, behind them, or on torn weights) is refused and changes nothing:
+    a label the weights do not back is a lie (the engine checks; SGLang and vLLM set it
+    unchecked). PUB-002: it aborts in-flight requests only when ``abort_requests`` (SGLang
+    ``abort_all_requests``); requests a pause kept (retract, in place) stay kept."""
+    ep = s.endpoint(a.endpoint)
+    parts = {ep.weights, *((ep.draft,) if ep.config.draft else ())}
+    parts |= {ep.scales} if ep.config.fp8_kv else set()
+    whole = not ep.torn and parts == {a.version}
+    at_risk = bool(ep.requests)
+    if not whole:
+        out = seen(rejected(ep, "PUB-001", label="PUB-001", aborted="PUB-002"), aborted=frozenset())
+        return ((s, evolve(out, at_risk=at_risk)),)
+    aborted = frozenset(r.rid for r in ep.requests) if a.abort_requests else frozenset()
+    requests = () if a.abort_requests else ep.requests
+    ep2 = evolve(ep, label=a.version, requests=requests)
+    out = seen(ok(ep2, label="PUB-001", aborted="PUB-002"), aborted=aborted)
+    return ((s.with_endpoint(a.endpoint, ep2), evolve(out, at_risk=at_risk)),)
 
 
 @action(Restart, when=_always)
@@ -482,7 +587,16 @@ def restart(s: State, a: Restart) -> Branches:
     """ENG-010: cold start from the last whole checkpoint (also after a stop)."""
     ep = s.endpoint(a.endpoint)
     ep2 = load(evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name), pause=None), ep.weights)
-    ep2 = evolve(ep2, cache=frozenset(), requests=(), dirty=False, waived=False, refuse_flush=False)
+    ep2 = evolve(
+        ep2,
+        cache=frozenset(),
+        requests=(),
+        dirty=False,
+        waived=False,
+        refuse_flush=False,
+        released=frozenset(),
+        cleared=False,
+    )
     return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-010", weights="ENG-010")),)
 
 

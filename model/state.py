@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from attrs import evolve, field, frozen
 
-from .vocabulary import GARBAGE, CacheMode, Kind, Lane, PauseMode, Phase, Tier
+from .vocabulary import GARBAGE, CacheMode, Kind, Lane, MemoryTag, PauseMode, Phase, Tier
 
 ServerInfo = tuple[tuple[str, object], ...] | None
 """What ``/get_server_info`` returned, as sorted ``(key, value)`` pairs; ``None`` when the
@@ -209,6 +209,13 @@ class Endpoint:
     closes the endpoint). ``waived``: the last
     completed update skipped the flush at the caller's request on a standard lane.
     ``refuse_flush``: an injected fault, consumed by the next flush attempt.
+
+    Memory release (issue #10): ``released`` is the device memory a Sleep released and no
+    WakeUp resumed yet (``MemoryTag``s); the phase is ASLEEP while it is not empty.
+    ``cleared``: the endpoint is paused by a PauseGeneration with ``clear_cache`` and nothing
+    was computed since (PAUSED admits no prefill), so its cache holds nothing an update
+    could make stale: an update may then skip its own flush (flush at pause, vLLM
+    ``/pause?clear_cache=true``).
     """
 
     config: Config = Config()
@@ -225,6 +232,18 @@ class Endpoint:
     dirty: bool = False
     waived: bool = False
     refuse_flush: bool = False
+    released: frozenset[MemoryTag] = frozenset()
+    cleared: bool = False
+
+    @property
+    def kv_released(self) -> bool:
+        """The KV memory is released: the flush of an update has no pool to touch."""
+        return MemoryTag.KV_CACHE in self.released
+
+    @property
+    def weights_released(self) -> bool:
+        """The weights' memory is released: nothing may write them (no update)."""
+        return MemoryTag.WEIGHTS in self.released
 
     @property
     def closed(self) -> bool:

@@ -103,6 +103,27 @@ class Status(str, Enum):
     INDETERMINATE = "indeterminate"
 
 
+# ----- memory release tags (issue #10 item 1) ---------------------------------------------
+
+
+class MemoryTag(str, Enum):
+    """What a memory release (Sleep) or resume (WakeUp) covers.
+
+    Mirrors SGLang ``ReleaseMemoryOccupationReqInput.tags`` /
+    ``ResumeMemoryOccupationReqInput.tags`` (``GPU_MEMORY_TYPE_KV_CACHE``,
+    ``GPU_MEMORY_TYPE_WEIGHTS``; no tags means all) and vLLM ``/wake_up?tags=``
+    (``kv_cache``, ``weights``). SGLang's third tag, ``cuda_graph``, holds neither KV nor
+    weights, so nothing in this spec depends on it and it is not modelled.
+    """
+
+    KV_CACHE = "kv_cache"
+    WEIGHTS = "weights"
+
+
+ALL_MEMORY: frozenset[MemoryTag] = frozenset(MemoryTag)
+"""Every tag: what a Sleep or WakeUp without tags means (vLLM ``/sleep?level=1``)."""
+
+
 GARBAGE = -1
 """Version tag of a cache entry whose index survived but whose KV memory did not (PF-02):
 whatever it holds was computed under no weight version at all."""

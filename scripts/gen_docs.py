@@ -19,6 +19,35 @@ KINDS = {
     "LIV": "Progress",
     "ADP": "Adapter contract",
     "REACH": "Reachability (a pass is never vacuous)",
+    "MEM": "Memory release and resume",
+    "PUB": "Version publishing",
+}
+
+KIND_NOTES = {
+    "MEM": (
+        "Sleep and WakeUp take tags (`kv_cache`, `weights`; none means all). What is "
+        "released is the endpoint's `released` set; the phase is ASLEEP while it is not "
+        "empty. ENG-006 judges the release (the index goes with the KV memory), MEM-002 the "
+        "resume, MEM-001 the update or flush in between (the colocated order: "
+        "Sleep(all); WakeUp(weights); UpdateWeights(flush_cache=True); WakeUp(kv_cache)). "
+        "There is no separate rule for what that flush must remove: it is any update's "
+        "flush, judged by ENG-001/ENG-002, and a tier it leaves (only lower tiers outlive "
+        "a KV release) by ENG-003; 'the KV is released, nothing to flush' is no excuse "
+        "(mutant kv-resumed-stale-after-weights-only-update). A separate MEM rule would "
+        "also go unexercised on every design that flushes at release, since its evidence "
+        "needs a lower-tier entry that outlived the release. "
+        "An update with the weights released is not enabled: nothing writes released "
+        "weights (SGLang's release stashes the model's static state and its resume refills "
+        "the weights from that stash; colocated trainers resume the weights by tag first)."
+    ),
+    "PUB": (
+        "PUB-001 is a new rule rather than INV-003 extended: INV-003 is an invariant over "
+        "every state (the label an update leaves must name whole weights), and its remedy is "
+        "in the update funnel; PUB-001 judges one call, a label-only publish, and its remedy "
+        "is to refuse that call. A publish the engine refuses changes nothing, so INV-003 "
+        "keeps holding; a publish it accepts against other weights breaks both, and is "
+        "named PUB-001 because that call is where the fix goes."
+    ),
 }
 
 
@@ -31,7 +60,9 @@ def rules_md() -> str:
         "",
     ]
     for kind, title in KINDS.items():
-        out += [f"## {kind}: {title}", "", "| ID | Name | Level | Requirement | Why | Source |"]
+        out += [f"## {kind}: {title}", ""]
+        out += [KIND_NOTES[kind], ""] if kind in KIND_NOTES else []
+        out += ["| ID | Name | Level | Requirement | Why | Source |"]
         out += ["|---|---|---|---|---|---|"]
         for r in RULES:
             if r.kind == kind:
@@ -53,6 +84,13 @@ def lifecycle_md() -> str:
             "Generated from `model/lifecycle.py` by `scripts/gen_docs.py`; do not edit by hand.",
             "Being *closed* (FC-002) is not a phase: a closed endpoint refuses to serve in any",
             "phase until a flush completes on whole weights.",
+            "",
+            "What an ASLEEP endpoint has released (`kv_cache`, `weights`, or both) is its",
+            "`released` set, not a phase: Sleep adds its tags, WakeUp removes its tags and",
+            "leads back to serving only when nothing stays released (otherwise its outcome is",
+            "`WakeUpPartly`, which stays asleep). UpdateWeights and FlushCache are allowed",
+            "asleep: the update only while the weights are resident (the colocated order),",
+            "and with the KV released they must answer, never crash (MEM-001).",
             "",
             "```mermaid",
             lifecycle.diagram().strip(),

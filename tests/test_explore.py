@@ -37,10 +37,16 @@ CLI_DEFAULT = Bounds(prefixes=("P",), rids=("r1",), versions=2)
         # Each count moves when a branch is added or removed: spec 0.2 added the miss branch
         # of every prefill that finds an entry (any entry may have been evicted) and the two
         # stop branches of a refused mandatory flush on the exact lane (also inside a sync).
-        (2, CLI_DEFAULT, 4, 5659, 94476, 4),
-        (2, Bounds(), 3, 3454, 34746, 3),
-        # one exact-lane endpoint: the frontier runs dry at depth 9
-        (1, CLI_DEFAULT, 12, 519, 27969, 9),
+        # Spec 0.3 (issue 10) re-pinned them: Sleep/WakeUp with three tag sets and partial
+        # states in between (released kv_cache / weights), UpdateWeights and FlushCache
+        # while asleep (each with its clean-refusal branch), PauseGeneration(clear_cache),
+        # PublishVersion (accepted and refused, with and without abort), the exact-lane
+        # stop branches of an injected refusal while asleep. The one-endpoint
+        # frontier now runs dry a step earlier: a clearing pause does pause + flush in one.
+        (2, CLI_DEFAULT, 4, 11222, 194382, 4),
+        (2, Bounds(), 3, 5296, 53118, 3),
+        # one exact-lane endpoint: the frontier runs dry at depth 8
+        (1, CLI_DEFAULT, 12, 689, 37776, 8),
     ],
     ids=["cli-bounds-depth4", "default-bounds-depth3", "one-endpoint-exhausted"],
 )
@@ -98,8 +104,9 @@ def test_cli_bounds():
 def test_main_explore_model_only():
     code, text = main_explore(2, 1, 2, 1, 3, None, None)
     assert code == 0, text
-    # moves with the model's branches (spec 0.2: miss branches, exact-lane stop branches)
-    assert "distinct states: 1,329" in text and "transitions: 14,867" in text
+    # moves with the model's branches (spec 0.2: miss branches, exact-lane stop branches;
+    # spec 0.3: memory tags, publish, pause clear_cache, as in the pinned counts above)
+    assert "distinct states: 2,443" in text and "transitions: 27,087" in text
     assert "states/s" in text and "PASS" in text
     with pytest.raises(ValueError, match="--endpoints >= 1"):
         main_explore(0, 1, 2, 1, 3, None, None)
@@ -147,10 +154,20 @@ SHORTEST: dict[str, int] = {
     "flush-is-a-stub": 2,
     "flush-stub-claims-success": 2,
     "session-pinned-namespace": 3,  # serve, sync, serve again: the session's second turn
+    # issue 10 (spec 0.3): memory tags, label-only publish, pause clear_cache
+    "crash-on-flush-while-kv-released": 2,  # Sleep(kv_cache), then a flush or an update
+    "index-kept-across-release": 3,  # serve, release, resume: the index comes back
+    "kv-resumed-stale-after-weights-only-update": 4,  # serve, evict to host, release, update
+    "publish-label-without-weights": 1,  # publish the trainer's next version at once
+    "publish-aborts-kept-requests": 2,  # start a request, publish without abort
+    "pause-clear-cache-ignored": 2,  # serve, pause with clear_cache
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 
-SHOWS_ANOTHER_RULE_FIRST = {"flush-spares-queued-requests", "flush-is-a-stub"}
+SHOWS_ANOTHER_RULE_FIRST = {
+    "flush-spares-queued-requests",
+    "flush-is-a-stub",
+}
 """On an exact lane, a flush that spares every entry (all held by queued requests) looks
 exactly like no flush at all, so a path no longer than the focused one shows ENG-001. A stub
 reset on an empty cache keeps nothing it should not, so its one-step path shows only its
@@ -168,6 +185,11 @@ STATEFUL: dict[str, int] = {
     "labels-with-final-version": 3,
     "flush-spares-queued-requests": 3,
     "session-pinned-namespace": 3,
+    # issue 10 (spec 0.3)
+    "index-kept-across-release": 3,
+    "kv-resumed-stale-after-weights-only-update": 4,
+    "publish-label-without-weights": 1,
+    "publish-aborts-kept-requests": 4,
 }
 """``run_check(..., focus=mutant.rule).steps`` at the ci profile (derandomized); every
 mutant not listed took 2 steps. ``test_no_longer_than_the_stateful_run`` re-measures."""

@@ -47,7 +47,7 @@ def test_rule_ids_are_stable_unique_and_well_formed():
     assert len(BY_ID) == len(RULES)
     assert len({r.name for r in RULES}) == len(RULES)
     for r in RULES:
-        assert re.fullmatch(r"(CLI|ENG|FC|INV|LIV|ADP|REACH)-\d{3}", r.id), r.id
+        assert re.fullmatch(r"(CLI|ENG|FC|INV|LIV|ADP|REACH|MEM|PUB)-\d{3}", r.id), r.id
         assert re.fullmatch(r"[A-Z][A-Za-z0-9]+", r.name), r.name
         assert r.level in ("MUST", "SHOULD")
         assert r.text and r.rationale and r.source
@@ -63,7 +63,9 @@ def test_every_rule_cited_in_the_model_exists():
     cited = set()
     for module in (semantics, checks, client):
         cited |= set(
-            re.findall(r'"((?:CLI|ENG|FC|INV|LIV|ADP|REACH)-\d{3})"', inspect.getsource(module))
+            re.findall(
+                r'"((?:CLI|ENG|FC|INV|LIV|ADP|REACH|MEM|PUB)-\d{3})"', inspect.getsource(module)
+            )
         )
     assert cited <= set(BY_ID), cited - set(BY_ID)
 
@@ -72,7 +74,11 @@ def test_lifecycle_table():
     assert lifecycle.allows(Phase.SERVING, "ServeRequest")
     assert not lifecycle.allows(Phase.PAUSED, "ServeRequest")
     assert lifecycle.allows(Phase.PAUSED, "UpdateWeights")
-    assert not lifecycle.allows(Phase.ASLEEP, "UpdateWeights")
+    # issue #10: the colocated order updates while asleep (a guard keeps released weights
+    # unwritten), but nothing is served there.
+    assert lifecycle.allows(Phase.ASLEEP, "UpdateWeights")
+    assert not lifecycle.allows(Phase.ASLEEP, "PublishVersion")
+    assert lifecycle.next_phase(Phase.ASLEEP, "WakeUpPartly") is Phase.ASLEEP
     assert lifecycle.next_phase(Phase.SERVING, "PauseGeneration") is Phase.PAUSED
     assert lifecycle.next_phase(Phase.ASLEEP, "Restart") is Phase.SERVING
     with pytest.raises(ValueError, match="not allowed in phase asleep"):
