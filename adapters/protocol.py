@@ -25,6 +25,12 @@ adapter lacks is SKIP with that reason, never PASS:
 ``tiers``/``draft``/...   config features the SUT can be started with (``tiers``,
                           ``draft``, ``encoder``, ``fp8_kv``, ``lora``)
 ``namespaces``            requests may carry a namespace (``cache_salt`` / ``extra_key``)
+``two_phase``             BeginWeightUpdate, UpdateWeightChunk, FinishWeightUpdate and
+                          AbortWeightUpdate (FaultChunkFails with ``faults``)
+``derived``               a config feature: state derived from the weights at load time
+                          (``View.derived`` when the engine can show it)
+``restart_oracle``        ``Response.fresh``: the same prompt's output from an engine freshly
+                          started at the version the endpoint claims (its label)
 ========================  ===============================================================
 
 Without ``pause``, a SyncWeights drives only UpdateWeights on each endpoint. An engine

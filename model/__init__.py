@@ -19,11 +19,11 @@ from .rules import BY_ID, RULES, Rule, rule
 from .semantics import enabled, plan_for, step, sync_actions, view
 from .state import Bounds, Config, Endpoint, Entry, Policy, State, Use, initial_state, server_info
 
-SPEC_VERSION = "0.2"
+SPEC_VERSION = "0.3"
 """Bumped whenever a rule's meaning or a trace field changes. 0.2: namespaces on entries
 and requests, engine profile fields, STOPPED, ENG-002 narrowed, ENG-011/012."""
 
-READABLE_SPECS = ("0.1", "0.2")
+READABLE_SPECS = ("0.1", "0.2", "0.3")
 """Spec versions whose traces this spec reads: 0.2 only added fields with defaults."""
 
 __all__ = [

@@ -41,6 +41,9 @@ class Capability(str, Enum):
     FP8_KV = "fp8_kv"
     LORA = "lora"
     NAMESPACES = "namespaces"
+    TWO_PHASE = "two_phase"
+    DERIVED = "derived"
+    RESTART_ORACLE = "restart_oracle"
 
 
 @frozen
@@ -68,7 +71,8 @@ TABLE: dict[Capability, Unlocks] = {
     C.BYTE_ORACLE: Unlocks("Response.output and Response.cold (a cold prefill's bytes)"),
     C.FLUSH_RESULT: Unlocks("Observation.flushed: the flush call's reported result"),
     C.FAULTS: Unlocks(
-        "faults can be injected", actions=("FaultRefuseFlush", "FaultUpdateFailsMidway")
+        "faults can be injected",
+        actions=("FaultRefuseFlush", "FaultUpdateFailsMidway", "FaultChunkFails"),
     ),
     C.INFLIGHT: Unlocks("requests can stay in flight", actions=("StartRequest", "FinishRequest")),
     C.PAUSE: Unlocks(
@@ -89,6 +93,25 @@ TABLE: dict[Capability, Unlocks] = {
     C.NAMESPACES: Unlocks(
         "requests may carry a namespace (vLLM cache_salt, SGLang extra_key) and are drawn "
         "pinned to any version up to the one in force"
+    ),
+    # two-phase updates, derived weight state, restart oracle (issue 10)
+    C.TWO_PHASE: Unlocks(
+        "two-phase updates: begin, chunks, finish (publishing the version) and abort",
+        actions=(
+            "BeginWeightUpdate",
+            "UpdateWeightChunk",
+            "FinishWeightUpdate",
+            "AbortWeightUpdate",
+        ),
+    ),
+    C.DERIVED: Unlocks(
+        "state derived from the weights at load time (post-load caches, repacked operands), "
+        "shown as View.derived when the engine can",
+        config=True,
+    ),
+    C.RESTART_ORACLE: Unlocks(
+        "Response.fresh: the output of the same prompt from an engine freshly started at the "
+        "version the endpoint claims to serve"
     ),
 }
 """Capability -> what it unlocks: the single source."""
@@ -121,6 +144,10 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     "LIV-001": (C.INFLIGHT,),
     "REACH-002": (C.EXACT_LANE,),
     "REACH-003": (C.INFLIGHT,),
+    "WIN-001": (C.TWO_PHASE, C.WEIGHTS_PROBE),
+    "WIN-002": (C.TWO_PHASE, C.CACHE_PROBE),
+    "WIN-003": (C.TWO_PHASE, C.FAULTS),
+    "DER-001": (C.DERIVED,),
 }
 """Rule ID -> the capabilities its evidence needs; an adapter lacking one gets SKIP."""
 
