@@ -324,9 +324,13 @@ class ReferenceEndpoint:
         self._drop_window_kv()
 
     def _drop_window_kv(self) -> None:
-        """WIN-002: KV computed under mixed weights never outlives the window."""
+        """WIN-002: KV computed under mixed weights never outlives the window: cached KV
+        goes, and in-flight requests holding such KV are retracted (they recompute)."""
         for k in [k for k, kv in self.cache.items() if kv.version == MIXED]:
             del self.cache[k]
+        for req in self.requests.values():
+            if any(u.version == MIXED for u in req.uses):
+                req.retracted, req.uses = True, set()
 
     def flush_cache(self) -> Reply:
         """SGLang ``POST /flush_cache``: refused while requests hold KV (LIV-001)."""

@@ -103,8 +103,17 @@ def load(ep: Endpoint, version: int) -> Endpoint:
 
 
 def window_dropped(ep: Endpoint) -> Endpoint:
-    """WIN-002: KV computed under the mixed weights of a window never outlives it."""
-    return evolve(ep, cache=frozenset(e for e in ep.cache if e.version != MIXED))
+    """WIN-002: KV computed under the mixed weights of a window never outlives it: cached
+    entries go, and in-flight requests holding such KV are retracted (their KV freed; they
+    recompute under the weights then in force)."""
+    requests = tuple(
+        evolve(r, uses=frozenset(), retracted=True)
+        if any(u.version == MIXED for u in r.uses)
+        else r
+        for r in ep.requests
+    )
+    cache = frozenset(e for e in ep.cache if e.version != MIXED)
+    return evolve(ep, cache=cache, requests=requests)
 
 
 def emptied(ep: Endpoint) -> Endpoint:

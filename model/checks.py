@@ -19,7 +19,7 @@ from .capabilities import Capability
 from .client import parse_radix
 from .observation import Observation, Outcome
 from .state import Config, Served, State, Use
-from .vocabulary import Kind, Status, Tier
+from .vocabulary import MIXED, Kind, Status, Tier
 
 
 class SpecError(AssertionError):
@@ -283,6 +283,8 @@ def _judge_bytes(
     got = obs.response
     assert got is not None and got.output is not None and got.cold is not None
     how = divergence(got.output, got.cold)
+    if served.weights == MIXED:
+        return []  # served under a window's mixed weights: no version to hold bytes to
     if not got.hit:
         return [Violation("ADP-002", "a miss equals a cold prefill", how, where)]
     if served.hit and not served.unwaived and served.stale:
@@ -318,6 +320,8 @@ class ColdBytes:
         self.fresh: dict[tuple[str, bool], dict[int, str]] = {}
 
     def record(self, served: Served, lora: bool, cold: tuple[Any, ...]) -> None:
+        if served.weights == MIXED:
+            return  # mixed weights are no version: they tell no two versions apart
         self.seen.setdefault((served.prefix, lora), {})[served.weights] = repr(cold)
 
     def distinguishes(self, prefix: str, lora: bool) -> bool:
@@ -391,7 +395,7 @@ def evidence(
         if bytes_seen and Capability.BYTE_ORACLE in capabilities:
             if oracle is not None and oracle.distinguishes(served.prefix, lora):
                 rules.add("INV-001")
-            if served.exact and not served.stale:
+            if served.exact and not served.stale and served.weights != MIXED:
                 rules.add("INV-004")
     return rules
 

@@ -415,7 +415,14 @@ def fault_update_fails_midway(s: State, a: FaultUpdateFailsMidway) -> Branches:
 # ----- two-phase updates (WIN-001..003) ----------------------------------------------------
 
 
-@action(BeginWeightUpdate, when=_newer_version)
+def _whole_and_newer(s: State, a: BeginWeightUpdate) -> bool:
+    """A newer version, on an endpoint whose weights are whole: a torn endpoint is repaired
+    by a one-shot update or a restart, not by a window (a rollback returns to whole
+    weights)."""
+    return _newer_version(s, a) and not s.endpoint(a.endpoint).torn
+
+
+@action(BeginWeightUpdate, when=_whole_and_newer)
 def begin_weight_update(s: State, a: BeginWeightUpdate) -> Branches:
     """Open the window: nothing lands yet, the endpoint serves its old weights as before."""
     ep = evolve(s.endpoint(a.endpoint), update=OpenUpdate(a.version))

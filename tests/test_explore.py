@@ -37,12 +37,16 @@ CLI_DEFAULT = Bounds(prefixes=("P",), rids=("r1",), versions=2)
         # Each count moves when a branch is added or removed: spec 0.2 added the miss branch
         # of every prefill that finds an entry (any entry may have been evicted) and the two
         # stop branches of a refused mandatory flush on the exact lane (also inside a sync).
-        (2, CLI_DEFAULT, 4, 5659, 94476, 4),
-        (2, Bounds(), 3, 3454, 34746, 3),
-        # one exact-lane endpoint: the frontier runs dry at depth 9
-        (1, CLI_DEFAULT, 12, 519, 27969, 9),
+        # Spec 0.3 (two-phase windows) added the window states: open, a chunk landed (mixed
+        # weights: serve or refuse), a chunk set to fail, rolled back or closed; the serve
+        # and start branches inside it; and the finish's and abort's branches.
+        (2, CLI_DEFAULT, 4, 9951, 144827, 4),
+        (2, Bounds(), 3, 4597, 45812, 3),
+        # one exact-lane endpoint: before spec 0.3 the frontier ran dry at depth 9; the
+        # windows (and requests retracted at their close) keep it going past depth 12
+        (1, CLI_DEFAULT, 12, 3733, 115311, 12),
     ],
-    ids=["cli-bounds-depth4", "default-bounds-depth3", "one-endpoint-exhausted"],
+    ids=["cli-bounds-depth4", "default-bounds-depth3", "one-endpoint-depth12"],
 )
 def test_model_state_counts_are_pinned(endpoints, bounds, depth, states, transitions, reached):
     x = explore(initial_states(endpoints), bounds, depth)
@@ -98,8 +102,9 @@ def test_cli_bounds():
 def test_main_explore_model_only():
     code, text = main_explore(2, 1, 2, 1, 3, None, None)
     assert code == 0, text
-    # moves with the model's branches (spec 0.2: miss branches, exact-lane stop branches)
-    assert "distinct states: 1,329" in text and "transitions: 14,867" in text
+    # moves with the model's branches (spec 0.2: miss branches, exact-lane stop branches;
+    # spec 0.3: two-phase windows)
+    assert "distinct states: 1,970" in text and "transitions: 21,081" in text
     assert "states/s" in text and "PASS" in text
     with pytest.raises(ValueError, match="--endpoints >= 1"):
         main_explore(0, 1, 2, 1, 3, None, None)
@@ -147,6 +152,11 @@ SHORTEST: dict[str, int] = {
     "flush-is-a-stub": 2,
     "flush-stub-claims-success": 2,
     "session-pinned-namespace": 3,  # serve, sync, serve again: the session's second turn
+    # two-phase windows, derived state, restart oracle (issue 10)
+    "p2p-prepare-writes-live": 2,  # begin, a chunk: the probe still says v0
+    "finish-publishes-after-failed-chunk": 4,  # begin, fault, chunk, finish
+    "derived-skipped-on-tensor-funnel": 1,  # a tensor sync: the probe shows derived v0
+    "relabel-without-loading": 2,  # a sync, then a serve the restart oracle judges
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 
@@ -168,6 +178,9 @@ STATEFUL: dict[str, int] = {
     "labels-with-final-version": 3,
     "flush-spares-queued-requests": 3,
     "session-pinned-namespace": 3,
+    "finish-publishes-after-failed-chunk": 4,
+    "relabel-without-loading": 3,
+    "derived-skipped-on-tensor-funnel": 1,
 }
 """``run_check(..., focus=mutant.rule).steps`` at the ci profile (derandomized); every
 mutant not listed took 2 steps. ``test_no_longer_than_the_stateful_run`` re-measures."""
