@@ -1,7 +1,7 @@
 """The track record: public fault reports as minimal traces in the model's vocabulary.
 
 Each ``Case`` is one report from ``shared/cases/public-faults.md`` (PF-01..PF-18) or
-``shared/cases/more-faults.md`` (PF-19, PF-21, PF-22 in two variants, PF-24): the
+``shared/cases/more-faults.md`` (PF-19, PF-20, PF-21, PF-22 in two variants, PF-24): the
 endpoint configs and client policy, the smallest action list that shows the fault, the
 mutant that makes the general mistake, and the rule a checker must name. The regression
 tests replay every case against the reference (it must pass) and against its mutant (it
@@ -358,12 +358,24 @@ CASES += (
             ServeRequest(0, "P"),
         ),
     ),
+    Case(
+        "PF-20",
+        "Derived weight state not rebuilt on one funnel",
+        "sgl-project/sglang PR #31937, issue #14158",
+        "derived-skipped-on-tensor-funnel",
+        "DER-001",
+        (Config(derived=True),),
+        AUTO,
+        # A prompt never seen before: no KV is reused at all, and still the forward mixes
+        # v1 parameters with v0 derived tensors.
+        (UpdateWeights(0, 1, T, True), ServeRequest(0, "Q")),
+    ),
 )
 
-DEFERRED: dict[str, int] = {"PF-20": 10, "PF-23": 11}
+DEFERRED: dict[str, int] = {"PF-23": 11}
 """Public cases of ``shared/cases/more-faults.md`` that another issue expresses, by issue
-number: PF-20 needs derived weight state (issue 10), PF-23 a client written as a program
-(issue 11)."""
+number: PF-23 a client written as a program (issue 11; its engine-level trace is drawn in
+``tests/test_twophase.py``)."""
 
 BY_ID: dict[str, Case] = {}
 """The first case of each ID (PF-22 has two variants, one per mutant: see ``BY_MUTANT``)."""

@@ -12,8 +12,9 @@ from collections.abc import Callable, Mapping
 
 from attrs import frozen
 
-from kvfence.model.state import Config, Policy
-from kvfence.model.vocabulary import GARBAGE, Funnel, Kind, PauseMode, Tier
+from kvfence.model.observation import View
+from kvfence.model.state import Config, Policy, Use
+from kvfence.model.vocabulary import GARBAGE, MIXED, Funnel, Kind, PauseMode, Tier
 
 from .clients import NeverFlushClient, ReferenceClient
 from .designs import VersionKeyedCache
@@ -451,6 +452,109 @@ class SessionPinnedNamespace(VersionKeyedCache):
         return super()._keys(prefix, lora, namespace)
 
 
+# ----- two-phase updates, derived weight state, restart oracle (issue 10) -----------------
+
+
+class P2pPrepareWritesLive(ReferenceEndpoint):
+    """Violates: WIN-001.
+
+    The P2P prepare step writes the received chunks straight into the live parameters but
+    the engine believes them staged: it keeps serving between prepare and finish as the
+    old version (probe, label and attribution say v0, its KV is filed as v0 KV), so a
+    finish that skips the flush reuses KV of the mixed weights. Issue 10 item 2 (SGLang P2P
+    prepare/complete weight update); vLLM's layerwise reload writes live parameters too
+    (``vllm/model_executor/model_loader/reload``).
+    """
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.mixed = False
+
+    def update_weight_chunk(self) -> Reply:
+        window = self.window
+        if window is None or window.failed or self.fail_next_chunk:
+            return super().update_weight_chunk()
+        window.landed, self.mixed = True, True  # written live, believed staged
+        return Reply(True)
+
+    def _install(self, version: int, funnel: Funnel) -> None:
+        super()._install(version, funnel)
+        self.mixed = False
+
+    def abort_weight_update(self) -> Reply:
+        self.mixed = False  # believes there is nothing to roll back
+        return super().abort_weight_update()
+
+    def _numerics(self, prefix: str, uses: set[Use], hit: bool) -> tuple[object, ...]:
+        if self.mixed:  # what really computes: the mixed parameters
+            uses = {Use(u.component, MIXED) if u.component == "target" else u for u in uses}
+        return super()._numerics(prefix, uses, hit)
+
+
+class FinishPublishesAfterFailedChunk(ReferenceEndpoint):
+    """Violates: WIN-003.
+
+    The finish of a window whose chunk failed still publishes the target version: the
+    failure was logged per chunk and never reached the commit. Issue 10 item 2; FC-004 for
+    bucketed transfers.
+    """
+
+    def finish_weight_update(self, flush_cache: bool | None) -> Reply:
+        if self.window is not None:
+            self.window.failed = False
+        return super().finish_weight_update(flush_cache)
+
+
+class DerivedSkippedOnTensorFunnel(ReferenceEndpoint):
+    """Violates: DER-001.
+
+    The tensor (direct load) funnel copies the new parameters but skips the post-load hook
+    that rebuilds state derived from them (a transposed router gate, repacked quantized
+    operands): every forward mixes v1 parameters with v0 derived tensors, cached or cold,
+    while the label says v1. sgl-project/sglang PR #31937, issue #14158 (PF-20).
+    """
+
+    def _install(self, version: int, funnel: Funnel) -> None:
+        derived = self.derived
+        super()._install(version, funnel)
+        if funnel is Funnel.TENSOR:
+            self.derived = derived
+
+
+class DerivedHiddenSkippedOnTensorFunnel(DerivedSkippedOnTensorFunnel):
+    """The same fault behind a probe that cannot show derived state: only the restart
+    oracle sees it (not catalogued: ``tests/test_twophase.py`` runs it)."""
+
+    def weight_info(self) -> View:
+        from attrs import evolve
+
+        return evolve(super().weight_info(), derived=None)
+
+
+class RelabelWithoutLoading(ReferenceEndpoint):
+    """Violates: INV-003.
+
+    An update records the new version (label and weights probe say v1) but the tensors are
+    written into a detached copy of the parameters: the forward still computes v0. Its cold
+    prefill runs on the same stale forward, so the byte oracle agrees with itself; only an
+    engine freshly started at v1 (the restart oracle) shows the difference. Issue 10 item 4
+    (the known false PASS of a same-engine oracle).
+    """
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.computing = 0
+
+    def _install(self, version: int, funnel: Funnel) -> None:
+        super()._install(version, funnel)
+        if funnel is Funnel.DISK:  # a start or restart loads the checkpoint for real
+            self.computing = version
+
+    def _numerics(self, prefix: str, uses: set[Use], hit: bool) -> tuple[object, ...]:
+        uses = {Use(u.component, self.computing) if u.component == "target" else u for u in uses}
+        return super()._numerics(prefix, uses, hit)
+
+
 # ----- the catalog -----------------------------------------------------------------------
 
 
@@ -622,6 +726,11 @@ MUTANTS: tuple[Mutant, ...] = (
     _engine("publish-label-without-weights", PublishLabelWithoutWeights, "PUB-001"),
     _engine("publish-aborts-kept-requests", PublishAbortsKeptRequests, "PUB-002"),
     _engine("pause-clear-cache-ignored", PauseClearCacheIgnored, "FC-003"),
+    # two-phase updates, derived weight state, restart oracle (issue 10)
+    _engine("p2p-prepare-writes-live", P2pPrepareWritesLive, "WIN-001"),
+    _engine("finish-publishes-after-failed-chunk", FinishPublishesAfterFailedChunk, "WIN-003"),
+    _engine("derived-skipped-on-tensor-funnel", DerivedSkippedOnTensorFunnel, "DER-001", "PF-20"),
+    _engine("relabel-without-loading", RelabelWithoutLoading, "INV-003"),
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}

@@ -29,6 +29,12 @@ adapter lacks is SKIP with that reason, never PASS:
                           release and resume, and updates with the KV released
 ``publish``               PublishVersion: a label-only ``/update_weight_version``
 ``pause_clear``           PauseGeneration with ``clear_cache`` (vLLM ``/pause?clear_cache=``)
+``two_phase``             BeginWeightUpdate, UpdateWeightChunk, FinishWeightUpdate and
+                          AbortWeightUpdate (FaultChunkFails with ``faults``)
+``derived``               a config feature: state derived from the weights at load time
+                          (``View.derived`` when the engine can show it)
+``restart_oracle``        ``Response.fresh``: the same prompt's output from an engine freshly
+                          started at the version the endpoint claims (its label)
 ========================  ===============================================================
 
 Without ``pause``, a SyncWeights drives only UpdateWeights on each endpoint. An engine

@@ -23,12 +23,16 @@ from typing import Any, ClassVar
 from attrs import define, field
 
 from kvfence.model.actions import (
+    AbortWeightUpdate,
     Action,
+    BeginWeightUpdate,
     ContinueGeneration,
     EvictPrefix,
+    FaultChunkFails,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FinishRequest,
+    FinishWeightUpdate,
     FlushCache,
     LoadLora,
     PauseGeneration,
@@ -37,6 +41,7 @@ from kvfence.model.actions import (
     ServeRequest,
     Sleep,
     StartRequest,
+    UpdateWeightChunk,
     UpdateWeights,
     WakeUp,
 )
@@ -45,6 +50,7 @@ from kvfence.model.observation import Observation, Response, View
 from kvfence.model.state import Config, Entry, Use
 from kvfence.model.vocabulary import (
     ALL_MEMORY,
+    MIXED,
     Funnel,
     Kind,
     MemoryTag,
@@ -83,6 +89,17 @@ class Request:
 
 
 @define
+class Window:
+    """An open two-phase update: its target ``version`` and ``funnel``, whether a chunk
+    ``landed`` in the live parameters, and whether one ``failed``."""
+
+    version: int
+    funnel: Funnel
+    landed: bool = False
+    failed: bool = False
+
+
+@define
 class Reply:
     """What one call returned: ``ok`` (HTTP 200 and success), and the call's payload."""
 
@@ -107,7 +124,9 @@ class ReferenceEndpoint:
 
     State: ``weights``/``draft``/``scales``/``lora_rev`` versions, ``label``, ``torn``,
     ``dirty`` (failed closed), ``phase``, ``cache`` (key -> ``CachedKV``), ``requests``
-    (rid -> ``Request``), ``refuse_next_flush`` (an injected fault).
+    (rid -> ``Request``), ``refuse_next_flush`` (an injected fault), ``derived`` (version
+    of the state derived from the weights at load time), ``window`` (an open two-phase
+    update) and ``fail_next_chunk`` (an injected fault).
     """
 
     exact_cache: ClassVar[bool] = False
@@ -130,6 +149,9 @@ class ReferenceEndpoint:
         self.requests: dict[str, Request] = {}
         self.refuse_next_flush = False
         self.released: set[MemoryTag] = set()
+        self.derived = 0
+        self.window: Window | None = None
+        self.fail_next_chunk = False
 
     # ----- probes ---------------------------------------------------------------------
 
@@ -149,23 +171,34 @@ class ReferenceEndpoint:
             scales=self.scales if self.config.fp8_kv else None,
             label=self.label,
             cache=entries,
+            derived=self.derived if self.config.derived else None,
         )
 
     @property
+    def in_window(self) -> bool:
+        return self.window is not None and not self.window.failed
+
+    @property
     def closed(self) -> bool:
-        return self.torn or self.dirty
+        """Torn weights outside a window, or a stale tree: nothing is served (FC-002).
+        Inside a window the reference serves under the mixed weights (WIN-001)."""
+        return (self.torn and not self.in_window) or self.dirty
+
+    def live(self) -> int:
+        """The target version a forward computes with: ``MIXED`` once a chunk landed."""
+        return MIXED if self.torn and self.in_window else self.weights
 
     # ----- requests -------------------------------------------------------------------
 
     def current_uses(self, lora: bool = False) -> set[Use]:
         """What freshly computed tokens depend on right now."""
-        uses = {Use("target", self.weights)}
+        uses = {Use("target", self.live())}
         if self.config.draft:
             uses.add(Use("draft", self.draft))
         if self.config.fp8_kv:
-            uses.add(Use("scales", self.scales))
+            uses.add(Use("scales", MIXED if self.live() == MIXED else self.scales))
         if self.config.encoder:
-            uses.add(Use("encoder", self.weights))
+            uses.add(Use("encoder", self.live()))
         if lora:
             uses.add(Use("lora", self.lora_rev))
         return uses
@@ -194,7 +227,7 @@ class ReferenceEndpoint:
     def _insert(self, keys: list[Key], lora: bool) -> None:
         """Cache freshly computed KV (and encoder output) under ``keys``."""
         for k in keys:
-            version = self.draft if k[1] is Kind.DRAFT else self.weights
+            version = self.draft if k[1] is Kind.DRAFT else self.live()
             self.cache[k] = CachedKV(version, lora=self.lora_rev if lora else None, namespace=k[3])
 
     def generate(self, prefix: str, lora: bool = False, namespace: int | None = None) -> Reply:
@@ -203,7 +236,7 @@ class ReferenceEndpoint:
             return Reply(False, message="endpoint closed: stale cache or torn weights")
         uses, hit = self._prefill(prefix, lora, namespace)
         output = self._numerics(prefix, uses, hit)
-        return Reply(True, hit, frozenset(uses), frozenset({self.weights}), output=output)
+        return Reply(True, hit, frozenset(uses), frozenset({self.live()}), output=output)
 
     def cold_output(self, prefix: str, lora: bool = False) -> tuple[object, ...]:
         """The bytes a cold prefill of ``prefix`` gives under the weights in force."""
@@ -216,7 +249,7 @@ class ReferenceEndpoint:
         if self.closed:
             return Reply(False, message="endpoint closed")
         uses, hit = self._prefill(prefix, lora, namespace)
-        self.requests[rid] = Request(prefix, lora, {self.weights}, uses, namespace=namespace)
+        self.requests[rid] = Request(prefix, lora, {self.live()}, uses, namespace=namespace)
         return Reply(True, hit=hit)
 
     def finish(self, rid: str) -> Reply:
@@ -224,7 +257,7 @@ class ReferenceEndpoint:
         req = self.requests.pop(rid)
         if self.closed:
             return Reply(False, aborted=frozenset({rid}), message="aborted: endpoint closed")
-        req.sampled.add(self.weights)
+        req.sampled.add(self.live())
         uses = req.uses | self.current_uses(req.lora)
         return Reply(True, uses=frozenset(uses), sampled=frozenset(self._attribute(req)))
 
@@ -252,6 +285,68 @@ class ReferenceEndpoint:
     def fail_update_midway(self, version: int) -> Reply:
         """A bucketed update that breaks after some buckets: roll back (FC-004)."""
         return Reply(False, message="bucket 3/8 failed; rolled back")
+
+    # ----- two-phase updates -----------------------------------------------------------
+
+    def begin_weight_update(self, version: int, funnel: Funnel) -> Reply:
+        """vLLM ``POST /start_weight_update`` (``initialize_layerwise_reload``): open the
+        window; nothing lands yet."""
+        self.window = Window(version, funnel)
+        return Reply(True)
+
+    def update_weight_chunk(self) -> Reply:
+        """vLLM ``POST /update_weights``, SGLang a non-final ``update_weights_from_tensor``
+        chunk: the chunk lands in the live parameters, which are mixed from now on, so the
+        probe shows no whole version and no label (WIN-001). A chunk that fails rolls the
+        window back (WIN-003)."""
+        window = self.window
+        assert window is not None
+        if window.failed:
+            return Reply(False, message="an earlier chunk failed; the window is dead")
+        if self.fail_next_chunk:
+            self.fail_next_chunk = False
+            window.failed = True
+            self._chunk_failed()
+            return Reply(False, message="chunk failed; rolled back to the old weights")
+        window.landed = True
+        self.torn, self.label = True, None
+        return Reply(True)
+
+    def finish_weight_update(self, flush_cache: bool | None) -> Reply:
+        """vLLM ``POST /finish_weight_update`` (``finalize_layerwise_reload``, then the
+        ``weight_version`` label), SGLang's last chunk with ``flush_cache``: KV computed under
+        the mixed weights goes whatever was asked (WIN-002), then the update completes as a
+        one-shot one; after a failed chunk nothing is published (WIN-003)."""
+        window, self.window = self.window, None
+        assert window is not None
+        self.fail_next_chunk = False
+        self._drop_window_kv()
+        if window.failed:
+            return Reply(False, message="a chunk of this update failed; version not published")
+        return self.update_weights(window.version, window.funnel, flush_cache)
+
+    def abort_weight_update(self) -> Reply:
+        """Give the window up: back to the old weights, whole (WIN-003)."""
+        self.window = None
+        self.fail_next_chunk = False
+        self._chunk_failed()
+        return Reply(True)
+
+    def _chunk_failed(self) -> None:
+        """Roll back: the old tensors were kept aside, so the old weights are whole again,
+        with their label; KV of the mixed weights goes (WIN-002)."""
+        if self.torn:
+            self.torn, self.label = False, self.weights
+        self._drop_window_kv()
+
+    def _drop_window_kv(self) -> None:
+        """WIN-002: KV computed under mixed weights never outlives the window: cached KV
+        goes, and in-flight requests holding such KV are retracted (they recompute)."""
+        for k in [k for k, kv in self.cache.items() if kv.version == MIXED]:
+            del self.cache[k]
+        for req in self.requests.values():
+            if any(u.version == MIXED for u in req.uses):
+                req.retracted, req.uses = True, set()
 
     def flush_cache(self) -> Reply:
         """SGLang ``POST /flush_cache``: refused while requests hold KV (LIV-001)."""
@@ -377,8 +472,10 @@ class ReferenceEndpoint:
         return not held and not self.refuse_next_flush
 
     def _install(self, version: int, funnel: Funnel) -> None:
-        """Load every tensor of ``version``: target, draft (ENG-004), scales (ENG-005)."""
+        """Load every tensor of ``version``: target, draft (ENG-004), scales (ENG-005), and
+        rebuild the state derived from them (DER-001)."""
         self.weights = self.draft = self.scales = self.label = version
+        self.derived = version  # the post-load hook rebuilds derived state (DER-001)
         self.torn = False
 
     def _clear_cache(self) -> None:
@@ -403,7 +500,10 @@ class ReferenceEndpoint:
     def _numerics(self, prefix: str, uses: set[Use], hit: bool) -> tuple[object, ...]:
         """Stand-in output bytes: a pure function of the prompt and every version the
         computation depended on, so stale KV changes them and a fresh hit does not."""
-        return (prefix, *sorted((u.component, u.version) for u in uses))
+        out = (prefix, *sorted((u.component, u.version) for u in uses))
+        if self.config.derived:  # the forward also reads the derived tensors
+            out += (("derived", self.derived),)
+        return out
 
     def _attribute(self, req: Request) -> set[int]:
         """Every version that sampled the response's tokens (INV-002)."""
@@ -460,6 +560,18 @@ class ClosingEndpoint(ReferenceEndpoint):
         self.torn, self.label = True, None
         return Reply(False, message="bucket 3/8 failed; weights torn, endpoint closed")
 
+    @property
+    def closed(self) -> bool:
+        """Refuses to serve on mixed weights inside a window too (WIN-001's other branch)."""
+        return self.torn or self.dirty
+
+    def _chunk_failed(self) -> None:
+        """A failed chunk or an abort leaves the mixed weights in place: closed (WIN-003)."""
+        if self.window is not None and not self.window.landed:
+            return  # nothing landed: the old weights are whole
+        if self.torn or (self.window is not None and self.window.failed):
+            self.torn, self.label = True, None
+
 
 def _reply_status(reply: Reply) -> Status:
     if reply.stopped:
@@ -489,6 +601,7 @@ class InProcessAdapter:
         self.endpoint_cls = endpoint_cls
         self.name = name
         self.endpoints: list[ReferenceEndpoint] = []
+        self.fresh_engines: dict[tuple[Config, int], ReferenceEndpoint] = {}
         exact = endpoint_cls.exact_cache if exact is None else exact
         if exact:
             self.capabilities = type(self).capabilities | {Capability.EXACT_CACHE}
@@ -535,7 +648,8 @@ class InProcessAdapter:
         response = None
         if isinstance(action, ServeRequest) and reply.ok:
             cold = ep.cold_output(action.prefix, action.lora)
-            response = Response(reply.hit, reply.uses, reply.sampled, reply.output, cold)
+            fresh = self.fresh_output(ep, action.prefix, action.lora)
+            response = Response(reply.hit, reply.uses, reply.sampled, reply.output, cold, fresh)
         elif isinstance(action, FinishRequest) and reply.ok:
             response = Response(hit=reply.hit, uses=reply.uses, sampled=reply.sampled)
         aborting = (PauseGeneration, FinishRequest, PublishVersion)
@@ -548,6 +662,21 @@ class InProcessAdapter:
             view=ep.weight_info(),
             detail=reply.message,
         )
+
+    def fresh_output(self, ep: ReferenceEndpoint, prefix: str, lora: bool) -> tuple | None:
+        """The restart oracle: the cold output of ``prefix`` from an engine of the same class
+        freshly started (loaded from its checkpoint) at the version ``ep`` claims by its
+        label, with the same LoRA revision; ``None`` when it claims none. One fresh engine
+        per (config, version), kept."""
+        if ep.label is None:
+            return None
+        key = (ep.config, ep.label)
+        fresh = self.fresh_engines.get(key)
+        if fresh is None:
+            fresh = self.fresh_engines[key] = self.endpoint_cls(ep.config)
+            fresh._install(ep.label, Funnel.DISK)
+        fresh.lora_rev = ep.lora_rev
+        return fresh.cold_output(prefix, lora)
 
     def _call(self, ep: ReferenceEndpoint, a: Action) -> Reply:
         calls: dict[type, Any] = {
@@ -570,6 +699,11 @@ class InProcessAdapter:
             EvictPrefix: lambda: ep.evict(a.prefix, a.tier),
             LoadLora: ep.load_lora,
             FaultRefuseFlush: lambda: setattr(ep, "refuse_next_flush", True) or Reply(True),
+            BeginWeightUpdate: lambda: ep.begin_weight_update(a.version, a.funnel),
+            UpdateWeightChunk: ep.update_weight_chunk,
+            FinishWeightUpdate: lambda: ep.finish_weight_update(a.flush_cache),
+            AbortWeightUpdate: ep.abort_weight_update,
+            FaultChunkFails: lambda: setattr(ep, "fail_next_chunk", True) or Reply(True),
         }
         if type(a) not in calls:
             raise Unsupported(f"{a.name} is not an engine action")
@@ -583,4 +717,5 @@ __all__ = [
     "ReferenceEndpoint",
     "Reply",
     "Request",
+    "Window",
 ]

@@ -335,7 +335,7 @@ def _trace_text(trace: Sequence[Action], violations: Sequence[Violation]) -> lis
 
 def _config_text(c: Config) -> str:
     words = [c.lane.value, "radix on" if c.radix else "radix off"]
-    words += [f for f in ("draft", "encoder", "fp8_kv", "lora") if getattr(c, f)]
+    words += [f for f in ("draft", "encoder", "fp8_kv", "lora", "derived") if getattr(c, f)]
     if c.tiers != frozenset({Tier.DEVICE}):
         words.append("tiers " + "+".join(sorted(t.value for t in c.tiers)))
     return "(" + ", ".join(words) + ")"

@@ -27,6 +27,8 @@ encoder    one endpoint with a multimodal encoder cache    ENG-003; its twin enc
            (client mode none) makes ENG-012 reachable
 fp8        one endpoint with FP8 KV (reported)             ENG-005
 lora       one endpoint serving a LoRA adapter             ENG-007
+two-phase  one standard endpoint; mode none                WIN-001/002/003
+derived    one endpoint with derived weight state          DER-001
 ========== ============================================== ==================================
 
 Every endpoint runs with the radix cache on and honestly reported (except where the
@@ -170,6 +172,15 @@ SETUPS: tuple[Setup, ...] = (
         _rules("ENG-005"),
     ),
     Setup("lora", (Config(lora=True),), Policy(), _rules("ENG-007")),
+    # Two-phase windows on one standard endpoint whose client opts out of the flush, so a
+    # finish keeps what the engine must drop itself (WIN-002); derived state on its own.
+    Setup(
+        "two-phase",
+        (STANDARD,),
+        Policy(mode=CacheMode.NONE),
+        _rules("WIN-001", "WIN-002", "WIN-003"),
+    ),
+    Setup("derived", (Config(derived=True),), Policy(), _rules("DER-001")),
 )
 """The default starting points (see the module table)."""
 

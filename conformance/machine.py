@@ -17,12 +17,16 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 from kvfence.model.actions import (
+    AbortWeightUpdate,
     Action,
+    BeginWeightUpdate,
     ContinueGeneration,
     EvictPrefix,
+    FaultChunkFails,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FinishRequest,
+    FinishWeightUpdate,
     FlushCache,
     LoadLora,
     PauseGeneration,
@@ -32,6 +36,7 @@ from kvfence.model.actions import (
     Sleep,
     StartRequest,
     SyncWeights,
+    UpdateWeightChunk,
     UpdateWeights,
     WakeUp,
 )
@@ -57,6 +62,12 @@ DRAW_FREQUENCY: dict[type[Action], int] = {
     FaultRefuseFlush: 1,
     FaultUpdateFailsMidway: 1,
     PublishVersion: 1,
+    # two-phase windows: once open, chunks and traffic inside the window dominate
+    BeginWeightUpdate: 2,
+    UpdateWeightChunk: 3,
+    FinishWeightUpdate: 2,
+    AbortWeightUpdate: 1,
+    FaultChunkFails: 1,
 }
 """How often each action type is drawn when enabled: traffic and syncs dominate, so that
 requests live long enough to span an update; disruptions stay rare."""

@@ -18,6 +18,7 @@ from attrs import evolve, frozen
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
 from kvfence.model.actions import (
     Action,
+    BeginWeightUpdate,
     FaultUpdateFailsMidway,
     SyncWeights,
     TraceError,
@@ -27,6 +28,7 @@ from kvfence.model.capabilities import NEEDED_BY_ACTION, Capability
 from kvfence.model.checks import Violation
 from kvfence.model.client import Plan
 from kvfence.model.observation import Observation
+from kvfence.model.semantics import enabled
 from kvfence.model.state import Bounds, Config, Policy
 from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
 
@@ -44,7 +46,7 @@ from .lockstep import (
 from .trace import Step, Trace
 from .verdict import ReplayKind
 
-VERSIONED = (SyncWeights, UpdateWeights, FaultUpdateFailsMidway)
+VERSIONED = (SyncWeights, UpdateWeights, FaultUpdateFailsMidway, BeginWeightUpdate)
 
 
 @frozen
@@ -95,6 +97,9 @@ def replay_actions(
             if deltas is not None and isinstance(action, VERSIONED):
                 trainer = next(iter(lock.states)).trainer
                 action = evolve(action, version=trainer + deltas[i])
+                if deltas[i] == 0 and not all(enabled(s, action, bounds) for s in lock.states):
+                    # The action that pushed the version it reused was shrunk away: push it.
+                    action = evolve(action, version=trainer + 1)
             lock.run(action)
             lock.check_model()
     except ConformanceFailure as e:
@@ -282,6 +287,8 @@ def recorded_capabilities(steps: list[Step]) -> frozenset[Capability]:
         caps.add(C.BYTE_ORACLE)
     if any(o.flushed is not None for o in obs):
         caps.add(C.FLUSH_RESULT)
+    if any(r.fresh is not None for r in responses):
+        caps.add(C.RESTART_ORACLE)
     return frozenset(caps)
 
 

@@ -49,6 +49,7 @@ def configs(draw, capabilities: frozenset[str] = frozenset(), endpoints: int = 2
                 encoder=feature(C.ENCODER),
                 fp8_kv=fp8,
                 lora=feature(C.LORA),
+                derived=feature(C.DERIVED),
             )
         )
     return tuple(out)

@@ -108,6 +108,7 @@ def config_json(c: Config) -> dict[str, Any]:
         "flush_default": c.flush_default,
         "versioned_keys": c.versioned_keys,
         "misreports": c.misreports,
+        "derived": c.derived,
     }
 
 
@@ -135,6 +136,8 @@ def observation_json(o: Observation) -> dict[str, Any]:
             "output": _jsonable(r.output),
             "cold": _jsonable(r.cold),
         }
+        if r.fresh is not None:  # spec 0.3: the restart oracle
+            out["response"]["fresh"] = _jsonable(r.fresh)
     if o.flushed is not None:
         out["flushed"] = o.flushed
     if o.aborted is not None:
@@ -148,6 +151,8 @@ def observation_json(o: Observation) -> dict[str, Any]:
             "label": v.label,
             "cache": None if v.cache is None else [entry_json(e) for e in sorted(v.cache, key=str)],
         }
+        if v.derived is not None:  # spec 0.3: derived weight state
+            out["view"]["derived"] = v.derived
     if o.detail:
         out["detail"] = str(o.detail)
     return out
@@ -307,7 +312,10 @@ def config_from_json(obj: Any, where: str) -> Config:
     tiers = obj.get("tiers", ["device"])
     if not isinstance(tiers, list):
         raise TraceError(f"{where}: field 'tiers' must be a list")
-    names = ("draft", "encoder", "fp8_kv", "lora", "flush_default", "versioned_keys", "misreports")
+    names = (
+        *("draft", "encoder", "fp8_kv", "lora", "flush_default", "versioned_keys", "misreports"),
+        "derived",  # spec 0.3
+    )
     flags = {k: obj.get(k, False) for k in names}
     for k, v in flags.items():
         if not isinstance(v, bool):
@@ -368,7 +376,7 @@ def observation_from_json(obj: Any, where: str) -> Observation:
         sampled = r.get("sampled")
         if sampled is not None and not all(isinstance(x, int) for x in sampled):
             raise TraceError(f"{w}.sampled: expected a list of versions")
-        for name in ("output", "cold"):
+        for name in ("output", "cold", "fresh"):
             if r.get(name) is not None and not isinstance(r[name], (list, str)):
                 raise TraceError(f"{w}.{name}: expected a list or null, got {r[name]!r:.40}")
         response = Response(
@@ -377,6 +385,7 @@ def observation_from_json(obj: Any, where: str) -> Observation:
             sampled=None if sampled is None else frozenset(sampled),
             output=_tuplify(r.get("output")),
             cold=_tuplify(r.get("cold")),
+            fresh=_tuplify(r.get("fresh")),
         )
     view = None
     if obj.get("view") is not None:
@@ -384,7 +393,7 @@ def observation_from_json(obj: Any, where: str) -> Observation:
         w = f"{where}.view"
         if not isinstance(v, dict):
             raise TraceError(f"{w}: must be an object")
-        for k in ("weights", "draft", "scales", "label"):
+        for k in ("weights", "draft", "scales", "label", "derived"):
             if v.get(k) is not None and (not isinstance(v[k], int) or isinstance(v[k], bool)):
                 raise TraceError(f"{w}.{k}: expected a version or null, got {v[k]!r}")
         cache = v.get("cache")
@@ -392,7 +401,14 @@ def observation_from_json(obj: Any, where: str) -> Observation:
             parsed = None if cache is None else frozenset(entry_from_json(e) for e in cache)
         except (KeyError, TypeError, ValueError) as e:
             raise TraceError(f"{w}.cache: malformed entry ({e})") from None
-        view = View(v.get("weights"), v.get("draft"), v.get("scales"), v.get("label"), parsed)
+        view = View(
+            v.get("weights"),
+            v.get("draft"),
+            v.get("scales"),
+            v.get("label"),
+            parsed,
+            v.get("derived"),
+        )
     aborted = obj.get("aborted")
     if aborted is not None and not all(isinstance(x, str) for x in aborted):
         raise TraceError(f"{where}.aborted: expected a list of request IDs")

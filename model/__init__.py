@@ -23,7 +23,7 @@ SPEC_VERSION = "0.3"
 """Bumped whenever a rule's meaning or a trace field changes. 0.2: namespaces on entries
 and requests, engine profile fields, STOPPED, ENG-002 narrowed, ENG-011/012.
 0.3 (issue #10): Sleep/WakeUp tags, PauseGeneration.clear_cache, PublishVersion, MEM and
-PUB rules."""
+PUB rules; two-phase windows (WIN), derived weight state (DER), restart oracle."""
 
 READABLE_SPECS = ("0.1", "0.2", "0.3")
 """Spec versions whose traces this spec reads: 0.2 and 0.3 only added fields with defaults

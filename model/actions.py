@@ -232,6 +232,66 @@ class FaultUpdateFailsMidway(Action):
     version: int
 
 
+# ----- two-phase updates (WIN-001..003) ----------------------------------------------------
+
+
+@frozen
+class BeginWeightUpdate(Action):
+    """Open a two-phase update of ``endpoint`` to ``version`` through ``funnel``: nothing
+    lands yet. Mirrors vLLM ``POST /start_weight_update`` (vllm/entrypoints/serve/dev/rlhf/
+    api_router.py; ``initialize_layerwise_reload``), SGLang ``/init_weights_update_group``
+    and the P2P prepare step."""
+
+    endpoint: int
+    version: int
+    funnel: Funnel = Funnel.TENSOR
+
+
+@frozen
+class UpdateWeightChunk(Action):
+    """One chunk (bucket) of the open update lands in the live parameters. Mirrors vLLM
+    ``POST /update_weights`` and SGLang ``/update_weights_from_tensor`` for a non-final
+    chunk."""
+
+    endpoint: int
+
+
+@frozen
+class FinishWeightUpdate(Action):
+    """Close the open update and publish its version; ``flush_cache`` as for UpdateWeights
+    (``None``: not sent). Mirrors vLLM ``POST /finish_weight_update`` (with
+    ``weight_version``; ``finalize_layerwise_reload``) and SGLang's last chunk of
+    ``/update_weights_from_tensor`` with ``flush_cache``."""
+
+    endpoint: int
+    flush_cache: bool | None = None
+
+
+@frozen
+class AbortWeightUpdate(Action):
+    """Give up the open update: the endpoint rolls back to its old weights or closes."""
+
+    endpoint: int
+
+
+@frozen
+class FaultChunkFails(Action):
+    """Fault: the next chunk of the open update on ``endpoint`` fails (like
+    FaultUpdateFailsMidway, inside a two-phase window)."""
+
+    fault: ClassVar[bool] = True
+    endpoint: int
+
+
+TWO_PHASE_ACTIONS: tuple[type[Action], ...] = (
+    BeginWeightUpdate,
+    UpdateWeightChunk,
+    FinishWeightUpdate,
+    AbortWeightUpdate,
+    FaultChunkFails,
+)
+
+
 ACTION_TYPES: tuple[type[Action], ...] = (
     ServeRequest,
     StartRequest,
@@ -250,6 +310,7 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     FaultUpdateFailsMidway,
     # issue #10 lifecycle vocabulary
     PublishVersion,
+    *TWO_PHASE_ACTIONS,
 )
 BY_NAME: dict[str, type[Action]] = {t.__name__: t for t in ACTION_TYPES}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from attrs import evolve, frozen
 
 from .state import Endpoint, Entry, Use
-from .vocabulary import Kind, Tier
+from .vocabulary import MIXED, Kind, Tier
 
 
 def key_namespace(ep: Endpoint, namespace: int | None) -> int | None:
@@ -35,9 +35,9 @@ def lookup(ep: Endpoint, prefix: str, lora: bool, namespace: int | None = None) 
 def computed(ep: Endpoint, prefix: str, lora: bool, namespace: int | None) -> frozenset[Entry]:
     """The entries a cold prefill of ``prefix`` inserts, one per kind the endpoint has."""
     rev, ns = (ep.lora if lora else None), key_namespace(ep, namespace)
-    kinds = [(Kind.TARGET, ep.weights)]
+    kinds = [(Kind.TARGET, ep.live)]
     kinds += [(Kind.DRAFT, ep.draft)] if ep.config.draft else []
-    kinds += [(Kind.ENCODER, ep.weights)] if ep.config.encoder else []
+    kinds += [(Kind.ENCODER, ep.live)] if ep.config.encoder else []
     return frozenset(Entry(prefix, k, Tier.DEVICE, v, rev, ns) for k, v in kinds)
 
 
@@ -89,8 +89,31 @@ def cache_rule(reused: frozenset[Entry]) -> str:
 
 
 def load(ep: Endpoint, version: int) -> Endpoint:
-    """Install ``version`` completely: target, draft (ENG-004), scales (ENG-005), label."""
-    return evolve(ep, weights=version, torn=False, draft=version, scales=version, label=version)
+    """Install ``version`` completely: target, draft (ENG-004), scales (ENG-005), derived
+    state (DER-001), label."""
+    return evolve(
+        ep,
+        weights=version,
+        torn=False,
+        draft=version,
+        scales=version,
+        derived=version,
+        label=version,
+    )
+
+
+def window_dropped(ep: Endpoint) -> Endpoint:
+    """WIN-002: KV computed under the mixed weights of a window never outlives it: cached
+    entries go, and in-flight requests holding such KV are retracted (their KV freed; they
+    recompute under the weights then in force)."""
+    requests = tuple(
+        evolve(r, uses=frozenset(), retracted=True)
+        if any(u.version == MIXED for u in r.uses)
+        else r
+        for r in ep.requests
+    )
+    cache = frozenset(e for e in ep.cache if e.version != MIXED)
+    return evolve(ep, cache=cache, requests=requests)
 
 
 def emptied(ep: Endpoint) -> Endpoint:

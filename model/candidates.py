@@ -10,12 +10,16 @@ from collections.abc import Iterator
 from functools import lru_cache
 
 from .actions import (
+    AbortWeightUpdate,
     Action,
+    BeginWeightUpdate,
     ContinueGeneration,
     EvictPrefix,
+    FaultChunkFails,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FinishRequest,
+    FinishWeightUpdate,
     FlushCache,
     LoadLora,
     PauseGeneration,
@@ -25,6 +29,7 @@ from .actions import (
     Sleep,
     StartRequest,
     SyncWeights,
+    UpdateWeightChunk,
     UpdateWeights,
     WakeUp,
 )
@@ -85,6 +90,16 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
             yield LoadLora(i)
         if faults:
             yield FaultRefuseFlush(i)
+        # two-phase updates: the funnel only matters to the system (derived state, drafts)
+        for v in versions:
+            for funnel in Funnel:
+                yield BeginWeightUpdate(i, v, funnel)
+        yield UpdateWeightChunk(i)
+        for flush in (None, False, True):
+            yield FinishWeightUpdate(i, flush)
+        yield AbortWeightUpdate(i)
+        if faults:
+            yield FaultChunkFails(i)
 
 
 def conforming(state: State, action: Action) -> bool:
@@ -92,12 +107,13 @@ def conforming(state: State, action: Action) -> bool:
 
     The engine API accepts any ``flush_cache``, and ``step`` judges any call. But a raw
     UpdateWeights that skips the flush on an unguarded endpoint where the spec's client
-    would flush breaks the client contract (CLI-001/002/004), unless the endpoint is paused
-    after a pause that cleared its cache (nothing computed since): the explorer and the
-    stateful machine draw only conforming calls, and reach off-contract ones only through a client
+    would flush (or a FinishWeightUpdate that does) breaks the client contract
+    (CLI-001/002/004), unless the endpoint is paused after a pause that cleared its cache
+    (nothing computed since): the explorer and the stateful machine draw only conforming
+    calls, and reach off-contract ones only through a client
     under test that makes them.
     """
-    if not isinstance(action, UpdateWeights):
+    if not isinstance(action, (UpdateWeights, FinishWeightUpdate)):
         return True
     ep = state.endpoint(action.endpoint)
     if ep.config.guarded or asked_to_flush(ep, action.flush_cache):

@@ -45,6 +45,9 @@ class Capability(str, Enum):
     MEMORY_TAGS = "memory_tags"
     PUBLISH = "publish"
     PAUSE_CLEAR = "pause_clear"
+    TWO_PHASE = "two_phase"
+    DERIVED = "derived"
+    RESTART_ORACLE = "restart_oracle"
 
 
 @frozen
@@ -75,7 +78,8 @@ TABLE: dict[Capability, Unlocks] = {
     C.BYTE_ORACLE: Unlocks("Response.output and Response.cold (a cold prefill's bytes)"),
     C.FLUSH_RESULT: Unlocks("Observation.flushed: the flush call's reported result"),
     C.FAULTS: Unlocks(
-        "faults can be injected", actions=("FaultRefuseFlush", "FaultUpdateFailsMidway")
+        "faults can be injected",
+        actions=("FaultRefuseFlush", "FaultUpdateFailsMidway", "FaultChunkFails"),
     ),
     C.INFLIGHT: Unlocks("requests can stay in flight", actions=("StartRequest", "FinishRequest")),
     C.PAUSE: Unlocks(
@@ -111,6 +115,25 @@ TABLE: dict[Capability, Unlocks] = {
     C.PAUSE_CLEAR: Unlocks(
         "pause clears the prefix cache on request (vLLM /pause?clear_cache=)",
         fields=(("PauseGeneration", "clear_cache"),),
+    ),
+    # two-phase updates, derived weight state, restart oracle (issue 10)
+    C.TWO_PHASE: Unlocks(
+        "two-phase updates: begin, chunks, finish (publishing the version) and abort",
+        actions=(
+            "BeginWeightUpdate",
+            "UpdateWeightChunk",
+            "FinishWeightUpdate",
+            "AbortWeightUpdate",
+        ),
+    ),
+    C.DERIVED: Unlocks(
+        "state derived from the weights at load time (post-load caches, repacked operands), "
+        "shown as View.derived when the engine can",
+        config=True,
+    ),
+    C.RESTART_ORACLE: Unlocks(
+        "Response.fresh: the output of the same prompt from an engine freshly started at the "
+        "version the endpoint claims to serve"
     ),
 }
 """Capability -> what it unlocks: the single source."""
@@ -176,6 +199,10 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     "PUB-002": (C.PUBLISH, C.INFLIGHT),
     "REACH-002": (C.EXACT_LANE,),
     "REACH-003": (C.INFLIGHT,),
+    "WIN-001": (C.TWO_PHASE, C.WEIGHTS_PROBE),
+    "WIN-002": (C.TWO_PHASE, C.CACHE_PROBE),
+    "WIN-003": (C.TWO_PHASE, C.FAULTS),
+    "DER-001": (C.DERIVED,),
 }
 """Rule ID -> the capabilities its evidence needs; an adapter lacking one gets SKIP."""
 

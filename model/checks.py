@@ -19,7 +19,7 @@ from .capabilities import Capability
 from .client import parse_radix
 from .observation import Observation, Outcome
 from .state import Config, Served, State, Use
-from .vocabulary import Kind, Status, Tier
+from .vocabulary import MIXED, Kind, Status, Tier
 
 
 class SpecError(AssertionError):
@@ -85,9 +85,11 @@ def check_state(state: State, ledger: bool = True) -> list[Violation]:
             whole.add(ep.draft)
         if ep.config.fp8_kv:
             whole.add(ep.scales)
+        if ep.config.derived:
+            whole.add(ep.derived)
         if ep.label is not None and (ep.torn or whole != {ep.label}):
             out.append(Violation("INV-003", sorted(whole), ep.label, f"endpoint {i} label"))
-        if ep.config.guarded and not ep.closed:
+        if ep.config.guarded and not ep.closed and ep.live == ep.weights:
             current = {u.component: u.version for u in ep.current(lora=True)}
             for e in ep.cache:
                 reachable = e.namespace is None or e.namespace == ep.weights
@@ -160,10 +162,12 @@ def compare(
     # (a false claim of success is judged against ``completion`` below).
     view_seen = exp.view is not None and obs.view is not None and not status_differs
     if view_seen and Capability.WEIGHTS_PROBE in capabilities:
-        for name in ("weights", "draft", "scales", "label"):
+        for name in ("weights", "draft", "scales", "label", "derived"):
             e, a = getattr(exp.view, name), getattr(obs.view, name)
+            if name == "derived" and a is None:
+                continue  # an engine that cannot show its derived state: the oracle's job
             if e != a:
-                miss(f"view.{name}", e, a, "INV-003")
+                miss(f"view.{name}", e, a, "DER-001" if name == "derived" else "INV-003")
     cache_seen = view_seen and obs.view.cache is not None and Capability.CACHE_PROBE in capabilities
     if cache_seen:
         allowed, got = exp.view.cache or frozenset(), obs.view.cache
@@ -221,7 +225,30 @@ def _compare_response(
     )
     if bytes_seen and got.output != got.cold and not out:
         out += _judge_bytes(served, obs, capabilities, where)
+    own = _restart_compared(got, capabilities)
+    if own is not None and own != got.fresh and not out:
+        rule = outcome.rule_for("response.fresh", "INV-003")
+        how = divergence(own, got.fresh)
+        out.append(
+            Violation(
+                rule,
+                "the output of an engine started fresh at that version",
+                how,
+                f"{where} response.fresh".strip(),
+            )
+        )
     return out
+
+
+def _restart_compared(got: Any, capabilities: Collection[str]) -> tuple[Any, ...] | None:
+    """What the restart oracle judges: the engine's own cold computation (its cold prefill,
+    or a miss's output), never a hit (whose bytes are the byte oracle's: INV-001/004).
+    ``None`` when there is nothing to compare."""
+    if got.fresh is None or Capability.RESTART_ORACLE not in capabilities:
+        return None
+    if got.cold is not None and Capability.BYTE_ORACLE in capabilities:
+        return got.cold
+    return None if got.hit or got.output is None else got.output
 
 
 def divergence(output: tuple[Any, ...], cold: tuple[Any, ...]) -> str:
@@ -256,6 +283,8 @@ def _judge_bytes(
     got = obs.response
     assert got is not None and got.output is not None and got.cold is not None
     how = divergence(got.output, got.cold)
+    if served.weights == MIXED:
+        return []  # served under a window's mixed weights: no version to hold bytes to
     if not got.hit:
         return [Violation("ADP-002", "a miss equals a cold prefill", how, where)]
     if served.hit and not served.unwaived and served.stale:
@@ -288,12 +317,23 @@ class ColdBytes:
 
     def __init__(self) -> None:
         self.seen: dict[tuple[str, bool], dict[int, str]] = {}
+        self.fresh: dict[tuple[str, bool], dict[int, str]] = {}
 
     def record(self, served: Served, lora: bool, cold: tuple[Any, ...]) -> None:
+        if served.weights == MIXED:
+            return  # mixed weights are no version: they tell no two versions apart
         self.seen.setdefault((served.prefix, lora), {})[served.weights] = repr(cold)
 
     def distinguishes(self, prefix: str, lora: bool) -> bool:
         return len(set(self.seen.get((prefix, lora), {}).values())) > 1
+
+    def record_fresh(self, served: Served, lora: bool, fresh: tuple[Any, ...]) -> None:
+        """The restart oracle's bytes for a prompt at the version the model says is served
+        (the same principle: evidence once two versions' fresh bytes differ)."""
+        self.fresh.setdefault((served.prefix, lora), {})[served.weights] = repr(fresh)
+
+    def fresh_distinguishes(self, prefix: str, lora: bool) -> bool:
+        return len(set(self.fresh.get((prefix, lora), {}).values())) > 1
 
 
 def evidence(
@@ -328,6 +368,10 @@ def evidence(
         and Capability.CACHE_PROBE in capabilities
         and something_to_remove,
         "response.hit": obs.response is not None and Capability.EXACT_CACHE in capabilities,
+        "view.derived": view_seen
+        and Capability.WEIGHTS_PROBE in capabilities
+        and exp.view.derived is not None
+        and obs.view.derived is not None,
         "response.sampled": obs.response is not None
         and obs.response.sampled is not None
         and Capability.ATTRIBUTION in capabilities
@@ -339,6 +383,11 @@ def evidence(
     if seen["view.cache"] and Capability.EXACT_CACHE in capabilities and exp.view.cache:
         rules.add("ENG-011")  # a listing that could have shown an entry dropped unasked
     got, served = obs.response, outcome.served
+    fresh_rule = outcome.because.fresh
+    if got is not None and served is not None and fresh_rule is not None:
+        compared = _restart_compared(got, capabilities) is not None
+        if compared and oracle is not None and oracle.fresh_distinguishes(served.prefix, lora):
+            rules.add(fresh_rule)
     if got is not None and served is not None and served.hit:
         if got.uses is not None and Capability.PROVENANCE in capabilities:
             rules.add("INV-001")
@@ -346,7 +395,7 @@ def evidence(
         if bytes_seen and Capability.BYTE_ORACLE in capabilities:
             if oracle is not None and oracle.distinguishes(served.prefix, lora):
                 rules.add("INV-001")
-            if served.exact and not served.stale:
+            if served.exact and not served.stale and served.weights != MIXED:
                 rules.add("INV-004")
     return rules
 
@@ -365,6 +414,11 @@ UNKNOWN_BECAUSE: dict[str, str] = {
     "ENG-003": "no cache listing after a flush that had something to remove",
     "ENG-011": "the adapter does not declare exact_cache, so a dropped entry is no evidence",
     "ENG-012": "no cache listing after an update of an endpoint with an encoder cache",
+    "WIN-001": "no chunk of a two-phase update landed while the endpoint was probed",
+    "WIN-002": "no window closed with KV of its mixed weights to drop under a cache listing",
+    "WIN-003": "no chunk of a two-phase update failed",
+    "DER-001": "no update of an endpoint with derived state was probed, and no restart "
+    "oracle had told two versions apart for the same prompt",
 }
 """Why a rule with no discriminating evidence is UNKNOWN, in words (for the report)."""
 

@@ -48,6 +48,12 @@ TABLE: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("PublishVersion", (S, P), None),
     ("Restart", (S, P, A, X), S),
     ("EngineStops", (S, P, A), X),
+    # two-phase updates (WIN-001..003): the window is endpoint data, not a phase
+    ("BeginWeightUpdate", (S, P), None),
+    ("UpdateWeightChunk", (S, P), None),
+    ("FinishWeightUpdate", (S, P), None),
+    ("AbortWeightUpdate", (S, P), None),
+    ("FaultChunkFails", (S, P), None),
 )
 """SyncWeights is the client's: it needs every endpoint SERVING and runs through
 PauseGeneration, UpdateWeights and ContinueGeneration on each."""

@@ -23,7 +23,8 @@ class View:
     ``weights``: the whole target version, ``None`` while torn. ``draft``/``scales``: draft
     model and FP8 KV-scale versions (``None`` when the endpoint has none). ``label``: the
     reported weight-version label. ``cache``: every entry on every tier, ``None`` when the
-    system cannot list its cache.
+    system cannot list its cache. ``derived``: version of the state derived from the
+    weights at load time (``None`` when the endpoint keeps none, or cannot show it).
     """
 
     weights: int | None
@@ -31,6 +32,7 @@ class View:
     scales: int | None = None
     label: int | None = None
     cache: frozenset[Entry] | None = None
+    derived: int | None = None
 
 
 @frozen
@@ -41,7 +43,10 @@ class Response:
     under (only in-process systems can say). ``sampled``: the weight versions the system
     attributes to the response. ``output``: token ids and logprobs, for the byte oracle.
     ``cold``: the bytes a cold prefill of the same prompt under the same weights gives,
-    when the adapter can compute it.
+    when the adapter can compute it. ``fresh``: the restart oracle (capability
+    ``restart_oracle``): the output of the same prompt from an engine freshly started at the
+    version the endpoint claims to serve (its label), same shape as ``output``; ``None``
+    when the endpoint claims no version or the adapter has no such oracle.
     """
 
     hit: bool
@@ -49,6 +54,7 @@ class Response:
     sampled: frozenset[int] | None = None
     output: tuple[Any, ...] | None = None
     cold: tuple[Any, ...] | None = None
+    fresh: tuple[Any, ...] | None = None
 
 
 @frozen
@@ -90,6 +96,8 @@ class Blame:
     cache: str | None = None
     hit: str | None = None
     sampled: str | None = None
+    derived: str | None = None
+    fresh: str | None = None
 
     def __iter__(self):
         for name, dotted in _FIELD_NAMES.items():
@@ -113,6 +121,8 @@ _FIELD_NAMES = {
     "cache": "view.cache",
     "hit": "response.hit",
     "sampled": "response.sampled",
+    "derived": "view.derived",
+    "fresh": "response.fresh",
 }
 _ATTRIBUTE = {dotted: name for name, dotted in _FIELD_NAMES.items()}
 
@@ -164,7 +174,7 @@ def malformed(obs: object) -> str | None:
     if v is not None:
         if not isinstance(v, View):
             return f"view {v!r:.80} is not a View"
-        for name in ("weights", "draft", "scales", "label"):
+        for name in ("weights", "draft", "scales", "label", "derived"):
             x = getattr(v, name)
             if x is not None and (not isinstance(x, int) or isinstance(x, bool)):
                 return f"view.{name} {x!r} is not a version or None"
@@ -184,7 +194,7 @@ def malformed(obs: object) -> str | None:
             isinstance(r.sampled, frozenset) and all(isinstance(x, int) for x in r.sampled)
         ):
             return f"response.sampled {r.sampled!r:.80} is not a frozenset of versions"
-        for name in ("output", "cold"):
+        for name in ("output", "cold", "fresh"):
             x = getattr(r, name)
             if x is not None and not isinstance(x, tuple):
                 return f"response.{name} {x!r:.80} is not a tuple"

@@ -11,6 +11,8 @@ An ID is ``KIND-NNN``; it never changes meaning once published. Kinds:
 * REACH: scenarios a run must reach, so that a pass is never vacuous.
 * MEM: memory release and resume (Sleep and WakeUp with tags, the colocated order).
 * PUB: version publishing (the label-only PublishVersion).
+* WIN: two-phase update windows (begin, chunks, finish, abort).
+* DER: state derived from the weights at load time.
 
 Levels follow RFC 2119: a MUST violation is FAIL; a SHOULD violation is FAIL only under
 ``--strict`` and is otherwise reported as a warning.
@@ -390,6 +392,56 @@ RULES: tuple[Rule, ...] = (
         "An observation carries a status and only fields of the right type.",
         "A garbled observation is not evidence either way.",
         "kvfence adapter guide",
+    ),
+    # ----- two-phase update windows and derived weight state (issue 10) --------------------
+    Rule(
+        "WIN-001",
+        "WindowNeverClaimsNewVersion",
+        "MUST",
+        "Inside an open two-phase update window, once a chunk has landed, the live weights "
+        "are mixed: the endpoint either refuses to serve, or serves under them with a weights "
+        "probe that shows no whole version, no label, and responses attributed to no version; "
+        "nothing is labelled with the new version before the finish.",
+        "A window that serves mixed weights as the old (or the new) version hides torn "
+        "numerics behind a clean label; P2P prepare writing live parameters does exactly that.",
+        "vLLM /start_weight_update, /update_weights, /finish_weight_update "
+        "(vllm/entrypoints/serve/dev/rlhf/api_router.py); SGLang update_weights_from_tensor "
+        "chunks, P2P prepare (issue 10)",
+    ),
+    Rule(
+        "WIN-002",
+        "WindowKvNeverOutlivesWindow",
+        "MUST",
+        "KV computed under the mixed weights of a window is never reused after the window "
+        "closes (finish, abort, or a failed chunk rolled back), whatever flush_cache asked; "
+        "KV of the old whole weights is the ordinary update question (ENG-001/002, INV-001's "
+        "waiver), and a client that resets the cache before the finish breaks a client rule, "
+        "not this one (PF-23).",
+        "Only the engine knows it served under mixed weights; the caller's opt-out covers KV "
+        "of a real older version, not of weights that never existed.",
+        "huggingface/trl PR #6765 review (PF-23); issue 10",
+    ),
+    Rule(
+        "WIN-003",
+        "FailedChunkRollsBackOrCloses",
+        "MUST",
+        "A chunk that fails reports failure and leaves the endpoint rolled back (old weights "
+        "whole, its label) or closed; later chunks and the finish of that window report "
+        "failure and never publish its version; an abort rolls back or closes.",
+        "A finish that publishes after a failed chunk labels torn weights as the new version.",
+        "FC-004 for bucketed updates; SGLang update_weights_from_distributed two-step",
+    ),
+    Rule(
+        "DER-001",
+        "DerivedStateFollowsWeights",
+        "MUST",
+        "State derived from the weights at load time (transposed router gates, repacked "
+        "quantized operands, caches built by a post-load hook) follows the target weights "
+        "after every completed update, on every funnel, and after a restart: the output "
+        "equals that of an engine freshly started at the same version.",
+        "New parameters mixed with old derived tensors compute under no weight version, "
+        "cached or cold, while the label says the new one.",
+        "sgl-project/sglang PR #31937, issue #14158 (PF-20)",
     ),
     # ----- reachability -----------------------------------------------------------------
     Rule(

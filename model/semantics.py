@@ -28,12 +28,16 @@ from attrs import evolve
 
 from . import lifecycle
 from .actions import (
+    AbortWeightUpdate,
     Action,
+    BeginWeightUpdate,
     ContinueGeneration,
     EvictPrefix,
+    FaultChunkFails,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FinishRequest,
+    FinishWeightUpdate,
     FlushCache,
     LoadLora,
     PauseGeneration,
@@ -43,6 +47,7 @@ from .actions import (
     Sleep,
     StartRequest,
     SyncWeights,
+    UpdateWeightChunk,
     UpdateWeights,
     WakeUp,
 )
@@ -55,11 +60,12 @@ from .cache import (
     invalidated,
     load,
     prefills,
+    window_dropped,
 )
 from .client import Plan, resolve_plan
 from .observation import Blame, Observation, Outcome, Response, View
-from .state import Bounds, Endpoint, Policy, Request, Served, ServerInfo, State
-from .vocabulary import MemoryTag, PauseMode, Phase, Status, Tier
+from .state import Bounds, Endpoint, Entry, OpenUpdate, Policy, Request, Served, ServerInfo, State
+from .vocabulary import MIXED, MemoryTag, PauseMode, Phase, Status, Tier
 
 Branch = tuple[State, Outcome]
 Branches = tuple[Branch, ...]
@@ -76,6 +82,7 @@ def view(ep: Endpoint) -> View:
         scales=ep.scales if ep.config.fp8_kv else None,
         label=ep.label,
         cache=ep.cache,
+        derived=ep.derived if ep.config.derived else None,
     )
 
 
@@ -117,7 +124,7 @@ def _served(s: State, index: int, a, p: Prefill, sampled, rid=None) -> Served:
     return Served(
         endpoint=index,
         prefix=a.prefix,
-        weights=ep.weights,
+        weights=ep.live,
         uses=frozenset(p.uses),
         current=ep.current(a.lora),
         sampled=frozenset(sampled),
@@ -158,7 +165,8 @@ def _in_flight(s: State, a: FinishRequest) -> bool:
 
 def _newer_version(s: State, a: UpdateWeights | FaultUpdateFailsMidway) -> bool:
     """A version the trainer has (or is about to have) that this endpoint lacks, on weights
-    whose memory is resident: nothing writes released weights. SGLang's scheduler
+    whose memory is resident, with no two-phase window open on it (a one-shot update does
+    not run inside one). Nothing writes released weights: SGLang's scheduler
     ``release_memory_occupation`` stashes the model's static state and pauses the weights'
     memory for the ``weights`` tag, so an update there would write into memory the resume
     refills from the stash; colocated trainers resume the weights by tag before updating
@@ -168,12 +176,15 @@ def _newer_version(s: State, a: UpdateWeights | FaultUpdateFailsMidway) -> bool:
     return (
         a.version in (s.trainer, s.trainer + 1)
         and ep.weights < a.version
-        and (not ep.weights_released)
+        and not ep.weights_released
+        and not ep.update
     )
 
 
 def _next_sync(s: State, a: SyncWeights) -> bool:
-    return a.version == s.trainer + 1 and all(ep.phase is Phase.SERVING for ep in s.endpoints)
+    return a.version == s.trainer + 1 and all(
+        ep.phase is Phase.SERVING and ep.update is None for ep in s.endpoints
+    )
 
 
 def _lower_tier_holds(s: State, a: EvictPrefix) -> bool:
@@ -192,10 +203,10 @@ def _no_fault_pending(s: State, a: FaultRefuseFlush) -> bool:
 
 
 def _releases_more(s: State, a: Sleep) -> bool:
-    """Nothing in flight (SGLang asserts the scheduler is idle before a release) and some
-    tag not yet released."""
+    """Nothing in flight (SGLang asserts the scheduler is idle before a release), no
+    two-phase window open, and some tag not yet released."""
     ep = s.endpoint(a.endpoint)
-    return not ep.requests and bool(a.tags - ep.released)
+    return not ep.requests and ep.update is None and bool(a.tags - ep.released)
 
 
 def _resumes_some(s: State, a: WakeUp) -> bool:
@@ -211,6 +222,16 @@ def _clear_can_complete(s: State, a: PauseGeneration) -> bool:
 def _known_version(s: State, a: PublishVersion) -> bool:
     """A label of a version that exists or is about to (the trainer's next)."""
     return 0 <= a.version <= s.trainer + 1
+
+
+def _window_open(s: State, a: Action) -> bool:
+    return s.endpoint(a.endpoint).update is not None  # type: ignore[attr-defined]
+
+
+def _window_healthy(s: State, a: Action) -> bool:
+    """A window is open and no chunk of it has failed (nor is set to fail)."""
+    ep = s.endpoint(a.endpoint)  # type: ignore[attr-defined]
+    return ep.in_window and not ep.fail_chunk
 
 
 # ----- actions: one registration each (type, guard), the body is the effect ---------------
@@ -238,15 +259,33 @@ def serve_request(s: State, a: ServeRequest) -> Branches:
     ep = s.endpoint(a.endpoint)
     if ep.closed:
         return ((s, rejected(ep, "FC-002")),)
-    out = []
+    out = list(_window_refusal(s, ep))
     for p in prefills(ep, a.prefix, a.lora, a.namespace):
-        served = _served(s, a.endpoint, a, p, {ep.weights})
+        served = _served(s, a.endpoint, a, p, {ep.live})
         response = Response(hit=served.hit, uses=served.uses, sampled=served.sampled)
         s2 = evolve(s.with_endpoint(a.endpoint, p.ep), ledger=(*s.ledger, served))
-        outcome = ok(p.ep, cache=cache_rule(p.reused), hit="INV-001")
+        outcome = ok(p.ep, cache=cache_rule(p.reused), hit="INV-001", **_window_blame(ep))
         outcome = evolve(seen(outcome, response=response), served=served, dropped=p.dropped)
         out.append((s2, outcome))
     return tuple(out)
+
+
+def _window_refusal(s: State, ep: Endpoint) -> Branches:
+    """WIN-001: inside a window whose chunks have made the weights mixed, an endpoint may
+    refuse to serve (changing nothing) instead of serving under them."""
+    # A refusal that a cache listing confirms is evidence that no KV of the mixed weights
+    # exists to outlive the window (WIN-002).
+    return ((s, rejected(ep, "WIN-001", cache="WIN-002")),) if ep.live != ep.weights else ()
+
+
+def _window_blame(ep: Endpoint) -> dict[str, str]:
+    """Who answers for a response's probe, attribution and restart-oracle bytes: inside a
+    window with mixed weights, WIN-001 (never labelled with the new version); the restart
+    oracle otherwise names DER-001 where derived state could explain the difference, else
+    INV-003 (the claimed version is not what computes)."""
+    if ep.live != ep.weights:
+        return {"weights": "WIN-001", "label": "WIN-001", "sampled": "WIN-001"}
+    return {"fresh": "DER-001" if ep.config.derived else "INV-003"}
 
 
 @action(StartRequest, when=_rid_free)
@@ -255,9 +294,9 @@ def start_request(s: State, a: StartRequest) -> Branches:
     ep = s.endpoint(a.endpoint)
     if ep.closed:
         return ((s, rejected(ep, "FC-002")),)
-    out = []
+    out = list(_window_refusal(s, ep))
     for p in prefills(ep, a.prefix, a.lora, a.namespace):
-        req = Request(a.rid, a.prefix, a.lora, frozenset({ep.weights}), p.uses, a.namespace)
+        req = Request(a.rid, a.prefix, a.lora, frozenset({ep.live}), p.uses, a.namespace)
         ep2 = evolve(p.ep, requests=(*p.ep.requests, req))
         outcome = evolve(ok(ep2, cache=cache_rule(p.reused)), dropped=p.dropped)
         out.append((s.with_endpoint(a.endpoint, ep2), outcome))
@@ -270,16 +309,29 @@ def finish_request(s: State, a: FinishRequest) -> Branches:
     ep = s.endpoint(a.endpoint)
     req = ep.request(a.rid)
     ep2 = evolve(ep, requests=tuple(r for r in ep.requests if r.rid != a.rid))
+    aborted = seen(rejected(ep2, "FC-002", aborted="FC-002"), aborted=frozenset({a.rid}))
     if ep.closed:
-        outcome = seen(rejected(ep2, "FC-002", aborted="FC-002"), aborted=frozenset({a.rid}))
-        return ((s.with_endpoint(a.endpoint, ep2), outcome),)
+        return ((s.with_endpoint(a.endpoint, ep2), aborted),)
+    # WIN-001: inside a window with mixed weights the request may be aborted instead.
+    refused = (
+        [
+            (
+                s.with_endpoint(a.endpoint, ep2),
+                evolve(
+                    aborted, because=evolve(aborted.because, status="WIN-001", aborted="WIN-001")
+                ),
+            )
+        ]
+        if ep.live != ep.weights
+        else []
+    )
     served = Served(
         endpoint=a.endpoint,
         prefix=req.prefix,
-        weights=ep.weights,
+        weights=ep.live,
         uses=req.uses | ep.current(req.lora),
         current=ep.current(req.lora),
-        sampled=req.sampled | {ep.weights},
+        sampled=req.sampled | {ep.live},
         hit=False,
         exact=ep.config.guarded,
         waived=ep.waived,
@@ -289,8 +341,10 @@ def finish_request(s: State, a: FinishRequest) -> Branches:
     )
     response = Response(hit=False, uses=served.uses, sampled=served.sampled)
     s2 = evolve(s.with_endpoint(a.endpoint, ep2), ledger=(*s.ledger, served))
-    outcome = evolve(seen(ok(ep2, sampled="INV-002"), response=response), served=served)
-    return ((s2, outcome),)
+    blame = {"sampled": "INV-002", **_window_blame(ep)}
+    blame.pop("fresh", None)
+    outcome = evolve(seen(ok(ep2, **blame), response=response), served=served)
+    return (*refused, (s2, outcome))
 
 
 @action(UpdateWeights, when=_newer_version)
@@ -305,14 +359,22 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
     flush completes; on an exact lane the engine may instead stop (fail-closed by stopping,
     safe, reported as an availability note).
     """
-    ep = s.endpoint(a.endpoint)
+    return _install(s, a.endpoint, s.endpoint(a.endpoint), a.version, a.flush_cache)
+
+
+def _install(
+    s: State, index: int, ep: Endpoint, version: int, flush_cache: bool | None
+) -> Branches:
+    """A completed update of endpoint ``index`` (now ``ep``) to ``version``: the body of
+    UpdateWeights, also what FinishWeightUpdate publishes (after a finish, the prefix cache
+    obligations are those of a one-shot update)."""
     guarded = ep.config.guarded
-    must_flush = guarded or asked_to_flush(ep, a.flush_cache)
+    must_flush = guarded or asked_to_flush(ep, flush_cache)
     # With the radix cache off there is nothing to flush, and an engine keying every prefix
     # by version invalidates by namespace: such an update needs no flush, so none can be
     # refused (CD-06, CD-03); it may still try one and honestly report the refusal.
     needless = must_flush and (ep.config.versioned_keys or not ep.config.radix)
-    s = evolve(s, trainer=max(s.trainer, a.version))
+    s = evolve(s, trainer=max(s.trainer, version))
     asleep = ep.kv_released  # the colocated order: KV released, weights resident
     # With the KV released the flush is judged as any update's (ENG-001/002, ENG-003 for
     # a tier it left): the released device pool is no reason to skip it.
@@ -323,9 +385,10 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
         "draft": "ENG-004",
         "scales": "ENG-005",
         "label": "INV-003",
+        "derived": "DER-001",
     }
-    loaded = derived_dropped(load(ep, a.version))
-    flushed = invalidated(loaded, a.version)
+    loaded = derived_dropped(load(ep, version))
+    flushed = invalidated(loaded, version)
     if not ep.config.radix:
         # No prefix cache: only in-flight requests' own KV can cross the update, and no
         # flush protects it (a pause does, the client's CLI-007); INV-001 waives it.
@@ -344,22 +407,22 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
             branches += [(stop(ep), stopped(claimed)), (stop(loaded), stopped(claimed))]
         if needless:
             branches.append((flushed, done))
-        return tuple((s.with_endpoint(a.endpoint, e), o) for e, o in branches)
+        return tuple((s.with_endpoint(index, e), o) for e, o in branches)
     if must_flush and asleep:
         # MEM-001: with the KV released the flush succeeds (nothing on device to remove,
         # the index and lower tiers emptied) or the whole update is refused cleanly.
         refused = evolve(
             rejected(ep, "MEM-001", weights="MEM-001", label="INV-003"), completion=done
         )
-        return ((s.with_endpoint(a.endpoint, flushed), done), (s, refused))
+        return ((s.with_endpoint(index, flushed), done), (s, refused))
     if not must_flush:
         # INV-001's waiver: only where the spec's own client would skip the flush too, and
         # never for an engine declared to misreport its radix cache.
-        skipped = not plan_for(s, a.endpoint).flush or not ep.config.radix
+        skipped = not plan_for(s, index).flush or not ep.config.radix
         waived = skipped and not ep.config.misreports
         loaded = evolve(loaded, waived=waived)
-        return ((s.with_endpoint(a.endpoint, loaded), ok(loaded, **blame)),)
-    return ((s.with_endpoint(a.endpoint, flushed), done),)
+        return ((s.with_endpoint(index, loaded), ok(loaded, **blame)),)
+    return ((s.with_endpoint(index, flushed), done),)
 
 
 def stop(ep: Endpoint) -> Endpoint:
@@ -396,6 +459,109 @@ def fault_update_fails_midway(s: State, a: FaultUpdateFailsMidway) -> Branches:
         (s, rejected(ep, "FC-004", **blame)),
         (s.with_endpoint(a.endpoint, torn), rejected(torn, "FC-004", **blame)),
     )
+
+
+# ----- two-phase updates (WIN-001..003) ----------------------------------------------------
+
+
+def _whole_and_newer(s: State, a: BeginWeightUpdate) -> bool:
+    """A newer version, on an endpoint whose weights are whole: a torn endpoint is repaired
+    by a one-shot update or a restart, not by a window (a rollback returns to whole
+    weights)."""
+    return _newer_version(s, a) and not s.endpoint(a.endpoint).torn
+
+
+@action(BeginWeightUpdate, when=_whole_and_newer)
+def begin_weight_update(s: State, a: BeginWeightUpdate) -> Branches:
+    """Open the window: nothing lands yet, the endpoint serves its old weights as before."""
+    ep = evolve(s.endpoint(a.endpoint), update=OpenUpdate(a.version))
+    s = evolve(s, trainer=max(s.trainer, a.version))
+    return ((s.with_endpoint(a.endpoint, ep), ok(ep)),)
+
+
+@action(UpdateWeightChunk, when=_window_open)
+def update_weight_chunk(s: State, a: UpdateWeightChunk) -> Branches:
+    """A chunk lands in the live parameters: they are mixed from now on (the torn state a
+    failed bucketed update leaves, but inside an open window: no whole version, no label;
+    WIN-001). A chunk after a failed one is refused (WIN-003). A chunk that fails reports
+    failure and leaves the endpoint rolled back (old weights whole, its label, and no KV of
+    the mixed weights: WIN-002) or closed (torn, FC-002 until a new update or restart)."""
+    ep = s.endpoint(a.endpoint)
+    assert ep.update is not None
+    if ep.update.failed:
+        return ((s, rejected(ep, "WIN-003")),)
+    if ep.fail_chunk:
+        failed = evolve(ep.update, failed=True)
+        back = window_dropped(evolve(ep, torn=False, label=ep.weights, fail_chunk=False))
+        back = evolve(back, update=failed)
+        closed = evolve(ep, torn=True, label=None, fail_chunk=False, update=failed)
+        blame = {"weights": "WIN-003", "label": "WIN-003", **_mixed_kv_blame(ep)}
+        return tuple(
+            (s.with_endpoint(a.endpoint, e), rejected(e, "WIN-003", **blame))
+            for e in (back, closed)
+        )
+    ep2 = evolve(ep, torn=True, label=None, update=evolve(ep.update, landed=True))
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, weights="WIN-001", label="WIN-001")),)
+
+
+@action(FinishWeightUpdate, when=_window_open)
+def finish_weight_update(s: State, a: FinishWeightUpdate) -> Branches:
+    """Close the window and publish its version, exactly as a completed UpdateWeights
+    (ENG-001/002/012, FC-001, DER-001), after dropping every KV computed under the mixed
+    weights whatever ``flush_cache`` asked (WIN-002: only the engine knows it served under
+    them). After a failed chunk the finish reports failure and publishes nothing: the
+    endpoint stays as the failure left it, rolled back or closed (WIN-003)."""
+    ep = s.endpoint(a.endpoint)
+    assert ep.update is not None
+    shut = window_dropped(evolve(ep, update=None, fail_chunk=False))
+    if ep.update.failed:
+        blame = {"weights": "WIN-003", "label": "WIN-003", "derived": "WIN-003"}
+        return ((s.with_endpoint(a.endpoint, shut), rejected(shut, "WIN-003", **blame)),)
+    branches = _install(s, a.endpoint, shut, ep.update.version, a.flush_cache)
+    if not _mixed_kv_blame(ep):
+        return branches
+    mixed = frozenset(e for e in ep.cache if e.version == MIXED)
+    return tuple((s2, _window_cache_blame(o, mixed)) for s2, o in branches)
+
+
+def _mixed_kv_blame(ep: Endpoint) -> dict[str, str]:
+    """WIN-002 answers for the cache listing only where there was KV of mixed weights to
+    drop (a listing that could not have shown it kept is no evidence)."""
+    return {"cache": "WIN-002"} if any(e.version == MIXED for e in ep.cache) else {}
+
+
+def _window_cache_blame(o: Outcome, mixed: frozenset[Entry]) -> Outcome:
+    """A finish that keeps KV of the mixed weights breaks WIN-002, whether or not a flush
+    was also due (then it broke that flush's rule too; WIN-002 is the one it cannot be
+    waived from)."""
+    if o.because.cache is None:
+        return o
+    before = mixed | (o.flushed_from or frozenset())
+    return evolve(o, because=evolve(o.because, cache="WIN-002"), flushed_from=before)
+
+
+@action(AbortWeightUpdate, when=_window_open)
+def abort_weight_update(s: State, a: AbortWeightUpdate) -> Branches:
+    """Give up the window: rolled back (old weights whole, label back, no KV of the mixed
+    weights: WIN-002) or, once a chunk landed, closed (torn: FC-002). Either is a done
+    abort; a window that never landed a chunk simply closes."""
+    ep = s.endpoint(a.endpoint)
+    back = window_dropped(evolve(ep, update=None, fail_chunk=False, torn=False, label=ep.weights))
+    if ep.label is None and not ep.torn:
+        back = evolve(back, label=None)  # a label that was already gone stays gone
+    blame = {"weights": "WIN-003", "label": "WIN-003", **_mixed_kv_blame(ep)}
+    out = [(s.with_endpoint(a.endpoint, back), ok(back, **blame))]
+    if ep.torn:
+        closed = evolve(ep, update=None, fail_chunk=False, label=None)
+        out.append((s.with_endpoint(a.endpoint, closed), ok(closed, **blame)))
+    return tuple(out)
+
+
+@action(FaultChunkFails, when=_window_healthy)
+def fault_chunk_fails(s: State, a: FaultChunkFails) -> Branches:
+    """Fault: the next chunk of the open window fails."""
+    ep2 = evolve(s.endpoint(a.endpoint), fail_chunk=True)
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2)),)
 
 
 def sync_actions(s: State, a: SyncWeights) -> list[Action]:
@@ -513,7 +679,8 @@ def pause_generation(s: State, a: PauseGeneration) -> Branches:
 @action(ContinueGeneration, when=_always)
 def continue_generation(s: State, a: ContinueGeneration) -> Branches:
     """Retracted requests recompute their prefix under the weights now in force (each
-    recompute may hit or miss, as any prefill)."""
+    recompute may hit or miss, as any prefill); inside a window with mixed weights they
+    may instead wait (WIN-001's refusal)."""
     ep = s.endpoint(a.endpoint)
     ep = evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name), pause=None, cleared=False)
     frontier = [(evolve(ep, requests=()), False)]
@@ -526,6 +693,8 @@ def continue_generation(s: State, a: ContinueGeneration) -> Branches:
             for p in prefills(e, r.prefix, r.lora, r.namespace):
                 again = evolve(r, uses=p.uses, retracted=False)
                 nxt.append((evolve(p.ep, requests=(*p.ep.requests, again)), dropped or p.dropped))
+            if ep.live != ep.weights:  # WIN-001: it may refuse to recompute on mixed weights
+                nxt.append((evolve(e, requests=(*e.requests, r)), dropped))
         frontier = nxt
     return tuple(
         (s.with_endpoint(a.endpoint, e), evolve(ok(e, cache="ENG-009"), dropped=d))
@@ -596,8 +765,11 @@ def restart(s: State, a: Restart) -> Branches:
         refuse_flush=False,
         released=frozenset(),
         cleared=False,
+        update=None,  # an open window dies with the process
+        fail_chunk=False,
     )
-    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-010", weights="ENG-010")),)
+    done = ok(ep2, cache="ENG-010", weights="ENG-010", derived="DER-001")
+    return ((s.with_endpoint(a.endpoint, ep2), done),)
 
 
 # ----- the next-state relation ------------------------------------------------------------

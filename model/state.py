@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from attrs import evolve, field, frozen
 
-from .vocabulary import GARBAGE, CacheMode, Kind, Lane, MemoryTag, PauseMode, Phase, Tier
+from .vocabulary import GARBAGE, MIXED, CacheMode, Kind, Lane, MemoryTag, PauseMode, Phase, Tier
 
 ServerInfo = tuple[tuple[str, object], ...] | None
 """What ``/get_server_info`` returned, as sorted ``(key, value)`` pairs; ``None`` when the
@@ -49,6 +49,10 @@ class Config:
     never be matched again: invalidation by namespace instead of deletion (CD-03).
     ``misreports``: the adapter declares that the engine's server info may lie about its
     radix flag; INV-001 is then never waived for it (issue 8, F-5).
+
+    ``derived``: the engine keeps state derived from the weights at load time (transposed
+    router gates, repacked quantized operands, caches built by a post-load hook), which
+    every funnel must rebuild (DER-001; sgl-project/sglang PR #31937, issue #14158).
     """
 
     radix: bool = True
@@ -62,6 +66,7 @@ class Config:
     flush_default: bool = False
     versioned_keys: bool = False
     misreports: bool = False
+    derived: bool = False
 
     @property
     def guarded(self) -> bool:
@@ -110,7 +115,7 @@ class Entry:
 
     def __str__(self) -> str:
         """``P target KV of v0 on device`` (``of garbage`` when the memory is gone)."""
-        made = "garbage" if self.version == GARBAGE else f"v{self.version}"
+        made = {GARBAGE: "garbage", MIXED: "mixed weights"}.get(self.version, f"v{self.version}")
         lora = "" if self.lora is None else f" (LoRA revision {self.lora})"
         ns = "" if self.namespace is None else f" in namespace v{self.namespace}"
         return f"{self.prefix} {self.kind.value} KV of {made} on {self.tier.value}{lora}{ns}"
@@ -197,6 +202,21 @@ class Served:
 
 
 @frozen(cache_hash=True)
+class OpenUpdate:
+    """An open two-phase update window (BeginWeightUpdate .. Finish/AbortWeightUpdate).
+
+    ``version``: the target version. ``landed``: some chunk has landed in the live
+    parameters (they are mixed from then on: ``Endpoint.torn``). ``failed``: a chunk
+    failed; the finish must then report failure and publish nothing (WIN-003). The funnel
+    is the system's business: no rule of the spec depends on it.
+    """
+
+    version: int
+    landed: bool = False
+    failed: bool = False
+
+
+@frozen(cache_hash=True)
 class Endpoint:
     """One endpoint's dynamic state.
 
@@ -216,6 +236,10 @@ class Endpoint:
     was computed since (PAUSED admits no prefill), so its cache holds nothing an update
     could make stale: an update may then skip its own flush (flush at pause, vLLM
     ``/pause?clear_cache=true``).
+    ``derived``: version of the state derived from the weights at load time (DER-001).
+    ``update``: the open two-phase update window, if any; inside it, once a chunk landed,
+    ``torn`` marks the live weights mixed (``MIXED``) and the endpoint may serve under
+    them (WIN-001). ``fail_chunk``: an injected fault, consumed by the next chunk.
     """
 
     config: Config = Config()
@@ -234,6 +258,9 @@ class Endpoint:
     refuse_flush: bool = False
     released: frozenset[MemoryTag] = frozenset()
     cleared: bool = False
+    derived: int = 0
+    update: OpenUpdate | None = None
+    fail_chunk: bool = False
 
     @property
     def kv_released(self) -> bool:
@@ -246,9 +273,22 @@ class Endpoint:
         return MemoryTag.WEIGHTS in self.released
 
     @property
+    def in_window(self) -> bool:
+        """A two-phase window is open and no chunk of it has failed."""
+        return self.update is not None and not self.update.failed
+
+    @property
     def closed(self) -> bool:
-        """FC-002: nothing may be served (torn weights, or a stale tree not yet flushed)."""
-        return self.torn or self.dirty
+        """FC-002: nothing may be served (torn weights, or a stale tree not yet flushed).
+        Mixed weights inside an open window are not closed: WIN-001 lets the endpoint
+        serve under them or refuse."""
+        return (self.torn and not self.in_window) or self.dirty
+
+    @property
+    def live(self) -> int:
+        """The target weights a forward computes with now: ``MIXED`` inside a window once
+        a chunk landed, else ``weights``."""
+        return MIXED if self.torn and self.in_window else self.weights
 
     @property
     def kv_held(self) -> bool:
@@ -258,13 +298,17 @@ class Endpoint:
     def current(self, lora: bool = False) -> frozenset[Use]:
         """The versions in force, per component: what a fresh computation depends on
         (the LoRA revision only for a request served through the adapter)."""
-        uses = {Use("target", self.weights)}
+        # Inside a window with mixed weights a forward is under no version: KV of the old
+        # whole weights and of the mixed ones are both as current as anything (WIN-001 keeps
+        # such a response unlabelled; WIN-002 keeps its KV from outliving the window).
+        lives = {self.live, self.weights}
+        uses = {Use("target", v) for v in lives}
         if self.config.encoder:
-            uses.add(Use("encoder", self.weights))
+            uses |= {Use("encoder", v) for v in lives}
         if self.config.draft:
             uses.add(Use("draft", self.draft))
         if self.config.fp8_kv:
-            uses.add(Use("scales", self.weights))
+            uses |= {Use("scales", v) for v in lives}
         if lora:
             uses.add(Use("lora", self.lora))
         return frozenset(uses)
@@ -350,6 +394,7 @@ __all__ = [
     "Config",
     "Endpoint",
     "Entry",
+    "OpenUpdate",
     "Policy",
     "Request",
     "Served",

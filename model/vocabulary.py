@@ -127,3 +127,10 @@ ALL_MEMORY: frozenset[MemoryTag] = frozenset(MemoryTag)
 GARBAGE = -1
 """Version tag of a cache entry whose index survived but whose KV memory did not (PF-02):
 whatever it holds was computed under no weight version at all."""
+
+
+MIXED = -2
+"""Version tag of live weights inside an open two-phase update window once a chunk has
+landed (WIN-001): some tensors are new, the rest old, so they are no weight version at all.
+KV computed under them carries this tag and must never be reused after the window closes
+(WIN-002)."""

@@ -37,18 +37,20 @@ CLI_DEFAULT = Bounds(prefixes=("P",), rids=("r1",), versions=2)
         # Each count moves when a branch is added or removed: spec 0.2 added the miss branch
         # of every prefill that finds an entry (any entry may have been evicted) and the two
         # stop branches of a refused mandatory flush on the exact lane (also inside a sync).
-        # Spec 0.3 (issue 10) re-pinned them: Sleep/WakeUp with three tag sets and partial
-        # states in between (released kv_cache / weights), UpdateWeights and FlushCache
-        # while asleep (each with its clean-refusal branch), PauseGeneration(clear_cache),
-        # PublishVersion (accepted and refused, with and without abort), the exact-lane
-        # stop branches of an injected refusal while asleep. The one-endpoint
-        # frontier now runs dry a step earlier: a clearing pause does pause + flush in one.
+        # Spec 0.3 (issue 10) re-pinned them. Memory tags: Sleep/WakeUp with three tag sets
+        # and partial states in between (released kv_cache / weights), UpdateWeights and
+        # FlushCache while asleep (each with its clean-refusal branch),
+        # PauseGeneration(clear_cache), PublishVersion (accepted and refused, with and
+        # without abort), the exact-lane stop branches of an injected refusal while asleep.
+        # Two-phase windows: open, a chunk landed (mixed weights: serve or refuse), a chunk
+        # set to fail, rolled back or closed; the serve and start branches inside it; the
+        # finish's and abort's branches (they keep the one-endpoint frontier going).
         (2, CLI_DEFAULT, 4, 11222, 194382, 4),
         (2, Bounds(), 3, 5296, 53118, 3),
-        # one exact-lane endpoint: the frontier runs dry at depth 8
+        # one exact-lane endpoint
         (1, CLI_DEFAULT, 12, 689, 37776, 8),
     ],
-    ids=["cli-bounds-depth4", "default-bounds-depth3", "one-endpoint-exhausted"],
+    ids=["cli-bounds-depth4", "default-bounds-depth3", "one-endpoint-depth12"],
 )
 def test_model_state_counts_are_pinned(endpoints, bounds, depth, states, transitions, reached):
     x = explore(initial_states(endpoints), bounds, depth)
@@ -105,7 +107,7 @@ def test_main_explore_model_only():
     code, text = main_explore(2, 1, 2, 1, 3, None, None)
     assert code == 0, text
     # moves with the model's branches (spec 0.2: miss branches, exact-lane stop branches;
-    # spec 0.3: memory tags, publish, pause clear_cache, as in the pinned counts above)
+    # spec 0.3: memory tags, publish, pause clear_cache, two-phase windows, as above)
     assert "distinct states: 2,443" in text and "transitions: 27,087" in text
     assert "states/s" in text and "PASS" in text
     with pytest.raises(ValueError, match="--endpoints >= 1"):
@@ -161,6 +163,11 @@ SHORTEST: dict[str, int] = {
     "publish-label-without-weights": 1,  # publish the trainer's next version at once
     "publish-aborts-kept-requests": 2,  # start a request, publish without abort
     "pause-clear-cache-ignored": 2,  # serve, pause with clear_cache
+    # two-phase windows, derived state, restart oracle (issue 10)
+    "p2p-prepare-writes-live": 2,  # begin, a chunk: the probe still says v0
+    "finish-publishes-after-failed-chunk": 4,  # begin, fault, chunk, finish
+    "derived-skipped-on-tensor-funnel": 1,  # a tensor sync: the probe shows derived v0
+    "relabel-without-loading": 2,  # a sync, then a serve the restart oracle judges
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 
@@ -190,6 +197,9 @@ STATEFUL: dict[str, int] = {
     "kv-resumed-stale-after-weights-only-update": 4,
     "publish-label-without-weights": 1,
     "publish-aborts-kept-requests": 4,
+    "finish-publishes-after-failed-chunk": 4,
+    "relabel-without-loading": 3,
+    "derived-skipped-on-tensor-funnel": 1,
 }
 """``run_check(..., focus=mutant.rule).steps`` at the ci profile (derandomized); every
 mutant not listed took 2 steps. ``test_no_longer_than_the_stateful_run`` re-measures."""
