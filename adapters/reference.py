@@ -459,7 +459,8 @@ class InProcessAdapter:
             response = Response(reply.hit, reply.uses, reply.sampled, reply.output, cold)
         elif isinstance(action, FinishRequest) and reply.ok:
             response = Response(hit=reply.hit, uses=reply.uses, sampled=reply.sampled)
-        aborted = reply.aborted if isinstance(action, (PauseGeneration, FinishRequest)) else None
+        ends = (PauseGeneration, FinishRequest, UpdateWeights)  # an update may abort (CD-08)
+        aborted = reply.aborted if isinstance(action, ends) else None
         return Observation(
             status=_reply_status(reply),
             response=response,

@@ -162,6 +162,8 @@ def compare(
     if view_seen and Capability.WEIGHTS_PROBE in capabilities:
         for name in ("weights", "draft", "scales", "label"):
             e, a = getattr(exp.view, name), getattr(obs.view, name)
+            if name == "label" and a is None:
+                continue  # an engine that reports no label: not observed, not a lie
             if e != a:
                 miss(f"view.{name}", e, a, "INV-003")
     cache_seen = view_seen and obs.view.cache is not None and Capability.CACHE_PROBE in capabilities
@@ -316,7 +318,9 @@ def evidence(
         "flushed": Capability.FLUSH_RESULT in capabilities,
         "aborted": obs.aborted is not None and bool(exp.aborted),
         "view.weights": view_seen and Capability.WEIGHTS_PROBE in capabilities,
-        "view.label": view_seen and Capability.WEIGHTS_PROBE in capabilities,
+        "view.label": view_seen
+        and Capability.WEIGHTS_PROBE in capabilities
+        and obs.view.label is not None,
         "view.draft": view_seen
         and Capability.WEIGHTS_PROBE in capabilities
         and exp.view.draft is not None,

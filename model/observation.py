@@ -22,7 +22,8 @@ class View:
 
     ``weights``: the whole target version, ``None`` while torn. ``draft``/``scales``: draft
     model and FP8 KV-scale versions (``None`` when the endpoint has none). ``label``: the
-    reported weight-version label. ``cache``: every entry on every tier, ``None`` when the
+    reported weight-version label (``None``: the engine reports none; then it is not
+    observed and never compared). ``cache``: every entry on every tier, ``None`` when the
     system cannot list its cache.
     """
 

@@ -114,7 +114,7 @@ def test_every_design_documents_what_it_keeps():
         assert d.keeps and all(r in BY_ID for r in d.keeps), (d.name, d.keeps)
         assert any(w in d.doc for w in ("vllm", "sglang", "xorl")), f"{d.name} cites no source"
     assert [d.case for d in DESIGNS[:2]] == [None, None]
-    assert sorted(BY_CASE) == [f"CD-0{i}" for i in range(1, 8)]
+    assert sorted(BY_CASE) == [f"CD-0{i}" for i in range(1, 10)]
 
 
 # ----- witnesses: the run reaches what makes each design differ ---------------------------
@@ -195,6 +195,22 @@ WITNESSES = (
         (StartRequest(0, "r1", "P"), UpdateWeights(0, 1, flush_cache=False), Restart(0)),
         contrast="crashes-after-swap",
         contrast_passes=False,
+    ),
+    Witness(
+        "aborts-then-flushes",  # the reference rejects the update; this one aborts r1
+        (EXACT,),
+        OPT_OUT,
+        (StartRequest(0, "r1", "P"), UpdateWeights(0, 1, flush_cache=False), ServeRequest(0, "P")),
+    ),
+    Witness(
+        "always-flushes",  # the reference keeps the cache and succeeds; this one rejects
+        (STANDARD,),
+        OPT_OUT,
+        (
+            StartRequest(0, "r1", "P"),
+            UpdateWeights(0, 1, flush_cache=False),
+            FinishRequest(0, "r1"),
+        ),
     ),
 )
 
