@@ -101,7 +101,9 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     p = sub.add_parser("check", help="run the conformance machine against one system")
-    p.add_argument("--engine", default="reference", help=f"one of: {', '.join(registry.ENGINES)}")
+    p.add_argument(
+        "--engine", default="reference", help=f"one of: {', '.join(registry.ENGINE_NAMES)}"
+    )
     p.add_argument(
         "--client",
         default="reference",

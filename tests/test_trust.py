@@ -346,3 +346,19 @@ def test_explore_counterexamples_are_named_per_run(tmp_path, capsys):
         names |= {p.name for p in tmp_path.glob("explore-counterexample-*.jsonl")}
     assert len(names) == 2, names
     assert all(re.search(r"-\d{8}T\d{6}Z-\d+(-\d+)?\.jsonl$", n) for n in names), names
+
+
+# ----- duplicates mended -------------------------------------------------------------------
+
+
+def test_sglang_is_named_once_and_built_by_engine_alone():
+    """``ENGINES["sglang"]`` was never reached (``engine`` builds SGLang itself); the help and
+    the unknown-name message still list it."""
+    from kvfence.adapters import registry
+
+    assert "sglang" not in registry.ENGINES
+    assert {"sglang", "sglang@VERSION"} <= set(registry.ENGINE_NAMES)
+    with pytest.raises(ValueError, match="not an SGLang version number"):
+        registry.engine("sglang@latest")
+    with pytest.raises(ValueError, match=r"known: .*sglang, sglang@VERSION"):
+        registry.engine("no-such-engine")
