@@ -1,7 +1,7 @@
 """The pass matrix and the kill matrix: every correct design PASSES, every mutant is killed.
 
 A conformance suite is worth what these two tables show together. The **pass matrix** runs
-every correct design of ``adapters/designs.py`` (the two reference systems and CD-01..CD-07)
+every correct design of ``adapters/designs.py`` (the two reference systems and CD-01..CD-09)
 through a plain ``kvfence check``: each must come out PASS, or WARN when the only findings
 are SHOULD-level notes (a design that stops on a refused flush pays in availability). The
 **kill matrix** runs every mutant of ``adapters/mutants.py`` focused on the rule its
