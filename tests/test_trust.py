@@ -362,3 +362,32 @@ def test_sglang_is_named_once_and_built_by_engine_alone():
         registry.engine("sglang@latest")
     with pytest.raises(ValueError, match=r"known: .*sglang, sglang@VERSION"):
         registry.engine("no-such-engine")
+
+
+def _result(verdict, violations=()):
+    from kvfence.conformance.runner import Result
+
+    return Result("e", "c", "ci", None, verdict, (), tuple(violations), "", None, 0, 0, 0.0)
+
+
+def test_matrix_exit_codes_tell_a_failure_from_an_unsettled_run():
+    from kvfence.adapters.designs import DESIGNS
+    from kvfence.adapters.mutants import MUTANTS
+    from kvfence.conformance.matrix import Matrices
+    from kvfence.conformance.verdict import Verdict
+    from kvfence.model.checks import Violation
+
+    design, mutant = DESIGNS[0], MUTANTS[0]
+    caught = _result(Verdict.FAIL, [Violation(mutant.rule, 1, 2)])
+    fine = Matrices(((design, _result(Verdict.PASS)),), ((mutant, caught),), 0.0)
+    assert fine.exit_code == 0 and fine.unsettled() == []
+    unknown = Matrices(((design, _result(Verdict.UNKNOWN)),), ((mutant, caught),), 0.0)
+    assert unknown.exit_code == 2 and unknown.unsettled()[0].startswith("UNKNOWN reference:")
+    broken = Matrices(((design, _result(Verdict.FAIL)),), ((mutant, caught),), 0.0)
+    assert broken.exit_code == 1
+    survived = Matrices(((design, _result(Verdict.PASS)),), ((mutant, _result(Verdict.PASS)),), 0.0)
+    assert survived.exit_code == 1
+    wrong_rule = _result(Verdict.FAIL, [Violation("ADP-002", 1, 2)])
+    assert Matrices((), ((mutant, wrong_rule),), 0.0).exit_code == 1
+    errored = Matrices((), ((mutant, _result(Verdict.ERROR)),), 0.0)
+    assert errored.exit_code == 2
