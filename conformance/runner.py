@@ -409,6 +409,12 @@ def run_check(
     if run is not None and (shown or search.error):
         path, problem = write_counterexample(engine, client, run, shown, search, opts)
     violations, warnings = _collect(search, shown, problem, focus)
+    rec = search.recorder
+    if path is not None and focus is not None and rec.failure is None and rec.set_aside:
+        warnings.append(
+            f"{focus} was not shown broken; the counterexample is an example the focus set "
+            f"aside, which broke {sorted({v.rule for v in shown})}"
+        )
     rules, verdict = judge(search, violations, opts)
     return Result(
         engine=engine.name,
