@@ -156,6 +156,9 @@ def compare(
         miss("flushed", exp.flushed, obs.flushed, "FC-003")
     if exp.aborted is not None and obs.aborted is not None and obs.aborted != exp.aborted:
         miss("aborted", sorted(exp.aborted), sorted(obs.aborted), "ENG-009")
+    elif outcome.shows_aborts and obs.aborted is None:  # an abort nobody saw (PF-17)
+        where_ = f"{where} aborted".strip()
+        out.append(Violation("FC-001", sorted(exp.aborted or ()), None, where_))
     # When the status differs, the probe differs because of it: only the status is named
     # (a false claim of success is judged against ``completion`` below).
     view_seen = exp.view is not None and obs.view is not None and not status_differs

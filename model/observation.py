@@ -142,6 +142,10 @@ class Outcome:
     flushed_from: frozenset[Entry] | None = None
     dropped: bool = False
     note: str = ""
+    shows_aborts: bool = False
+    """This branch is allowed only where the system shows the requests it ended
+    (``Observation.aborted``): abort-then-flush (CD-08) cannot otherwise be told from a flush
+    around KV still held (PF-17)."""
 
     def rule_for(self, field_name: str, default: str) -> str:
         return self.because.rule_for(field_name, default)

@@ -351,7 +351,8 @@ def aborted_then_flushed(ep: Endpoint, version: int, blame: dict[str, str]) -> t
     flushed = invalidated(derived_dropped(load(freed, version)), version)
     note = "availability: the engine aborted the requests holding KV to flush"
     outcome = evolve(ok(flushed, "FC-001", aborted="ENG-009", **blame), flushed_from=ep.cache)
-    return flushed, evolve(seen(outcome, aborted=holders), note=note if holders else "")
+    outcome = evolve(seen(outcome, aborted=holders), note=note if holders else "")
+    return flushed, evolve(outcome, shows_aborts=bool(holders))
 
 
 def stop(ep: Endpoint) -> Endpoint:
