@@ -9,6 +9,7 @@ something.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -133,4 +134,22 @@ def load_callable_client(spec: str) -> CallableClient:
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ValueError(f"client {spec!r}: {module_name} has no function {attr!r}")
+    check_signature(fn, spec)
     return CallableClient(fn, spec)
+
+
+def check_signature(fn: Callable[..., Any], spec: str) -> None:
+    """``ValueError`` (a usage error, found before any run starts) unless ``fn`` can be
+    called as ``fn(mode, flush_cache, pause_mode, server_info)``. A callable whose
+    signature Python cannot read (some builtins) is let through."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind("auto", None, "retract", None)
+    except TypeError as e:
+        raise ValueError(
+            f"client {spec!r}: {getattr(fn, '__name__', spec)}{signature} cannot be called as "
+            f"fn(mode, flush_cache, pause_mode, server_info): {e}"
+        ) from None

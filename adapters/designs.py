@@ -228,6 +228,57 @@ def _gone() -> Reply:
     return Reply(False, message="connection refused: the engine process has exited")
 
 
+# ----- CD-08 ------------------------------------------------------------------------------
+
+
+class AbortsThenFlushes(ReferenceEndpoint):
+    """Keeps: FC-001, ENG-001, ENG-009.
+
+    On an exact lane, a mandatory flush that is refused is made possible: the engine aborts
+    every request holding KV (running, or paused in place; retracted requests hold none and
+    stay queued), flushes again, and the update succeeds with the cache empty. Fail-closed by
+    removing the reason for the refusal; the cost is the aborted requests (an availability
+    note). vLLM's scheduler does the same for a reset it must not lose:
+    ``reset_prefix_cache(reset_running_requests=True)`` (vllm-project/vllm
+    ``vllm/v1/core/sched/scheduler.py``) pushes every running request off its KV blocks
+    before resetting, and raises if the reset still fails. The update reply lists the
+    aborted request IDs.
+    """
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        if not (self.config.guarded and not self._can_flush()):
+            return super().update_weights(version, funnel, flush_cache)
+        self.refuse_next_flush = False  # the first flush attempt was refused
+        holders = frozenset(rid for rid, r in self.requests.items() if not r.retracted)
+        for rid in holders:
+            del self.requests[rid]
+        reply = super().update_weights(version, funnel, flush_cache)
+        if not reply.ok:
+            raise RuntimeError("flush refused even after aborting every request holding KV")
+        return Reply(True, aborted=holders, message=f"aborted {sorted(holders)} to flush")
+
+
+# ----- CD-09 ------------------------------------------------------------------------------
+
+
+class AlwaysFlushes(ReferenceEndpoint):
+    """Keeps: ENG-002, FC-001.
+
+    Every weight update flushes the prefix cache, whatever ``flush_cache`` says: dropping
+    more than asked is always safe (ENG-011 makes it a performance note only). When the
+    flush cannot run (a request holds KV, or the flush is refused) the update is rejected
+    before any tensor is touched, even if the caller opted out of the flush: the engine
+    cannot honour both its own rule and the opt-out, and a clean rejection is honest. The
+    shape of SGLang's update handlers with ``flush_cache`` hard-wired to true (its request
+    types default it to true, sgl-project/sglang ``python/sglang/srt/managers/io_struct.py``)
+    and a flush that refuses while requests run (the scheduler's ``flush_cache``); it came to
+    kvfence from an adversarial trial, and no shipped engine is known to hard-wire it.
+    """
+
+    def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
+        return True
+
+
 # ----- the catalog ------------------------------------------------------------------------
 
 
@@ -268,6 +319,8 @@ DESIGNS: tuple[Design, ...] = (
     _engine("omitted-flush-means-flush", "CD-05", OmittedFlushMeansFlush),
     _engine("radix-off-skips-flush", "CD-06", RadixOffSkipsFlush),
     _engine("stops-on-refused-flush", "CD-07", StopsOnRefusedFlush),
+    _engine("aborts-then-flushes", "CD-08", AbortsThenFlushes),
+    _engine("always-flushes", "CD-09", AlwaysFlushes),
 )
 
 BY_NAME: dict[str, Design] = {d.name: d for d in DESIGNS}
@@ -277,6 +330,8 @@ __all__ = [
     "BY_CASE",
     "BY_NAME",
     "DESIGNS",
+    "AbortsThenFlushes",
+    "AlwaysFlushes",
     "Design",
     "EncoderFollowsWeights",
     "OmittedFlushMeansFlush",

@@ -45,7 +45,6 @@ ENGINES: dict[str, Callable[..., EngineAdapter]] = {
         fail_closed=False,
         label_updates=False,
     ),
-    "sglang": _lazy("kvfence.adapters.sglang_engine", "SglangAdapter"),
     "sglang-http": _lazy("kvfence.adapters.sglang_http", "SglangHttpAdapter"),
 }
 for _m in MUTANTS:
@@ -54,6 +53,17 @@ for _m in MUTANTS:
 for _d in DESIGNS:  # the correct designs of the pass matrix (adapters/designs.py)
     if _d.side == "engine" and _d.name not in ENGINES:
         ENGINES[_d.name] = lambda d=_d: InProcessAdapter(d.build(), d.name)
+
+_AFTER_VLLM = list(ENGINES).index("vllm-raw") + 1
+ENGINE_NAMES: tuple[str, ...] = (
+    *list(ENGINES)[:_AFTER_VLLM],
+    "sglang",
+    "sglang@VERSION",
+    *list(ENGINES)[_AFTER_VLLM:],
+)
+"""Every engine name ``engine`` accepts, for help and messages: the in-process and vLLM
+engines of ``ENGINES``, and ``sglang`` / ``sglang@VERSION``, which ``engine`` builds itself
+(their options differ)."""
 
 CLIENTS: dict[str, Callable[[], ClientAdapter]] = {"reference": ReferenceClient}
 for _m in MUTANTS:
@@ -148,7 +158,7 @@ def engine(name: str, **options: Any) -> EngineAdapter:
     if ":" in name:
         return _load_engine(name)
     if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINES)}")
+        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
     if name == "sglang-http":
         if "url" not in options:
             raise ValueError(

@@ -6,6 +6,7 @@ Exit codes: 0 pass (or FIXED), 1 fail (or FAILED), 2 error or unknown, 3 usage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import sys
@@ -21,6 +22,8 @@ from kvfence.adapters import registry
 from kvfence.adapters.mutants import BY_NAME as MUTANTS_BY_NAME
 from kvfence.model import lifecycle
 from kvfence.model.actions import Action, TraceError
+from kvfence.model.capabilities import EVIDENCE, Capability
+from kvfence.model.capabilities import parse as parse_capabilities
 from kvfence.model.checks import Violation
 from kvfence.model.explore import explore, initial_states
 from kvfence.model.rules import BY_ID, RULES
@@ -70,6 +73,18 @@ def rule_id(text: str) -> str:
     return text
 
 
+def capabilities_list(text: str) -> tuple[Capability, ...]:
+    """``--require CAP[,CAP]``: capability names as ``kvfence check`` reports them."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    known = {c.value: c for c in Capability}
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) or repr(text)} is not a capability; known: {', '.join(known)}"
+        )
+    return tuple(known[n] for n in names)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", choices=sorted(PROFILES), default="ci", help="budget")
     p.add_argument("--seed", type=int, help="random seed (dev/fuzz; ci is derandomized)")
@@ -86,7 +101,9 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     p = sub.add_parser("check", help="run the conformance machine against one system")
-    p.add_argument("--engine", default="reference", help=f"one of: {', '.join(registry.ENGINES)}")
+    p.add_argument(
+        "--engine", default="reference", help=f"one of: {', '.join(registry.ENGINE_NAMES)}"
+    )
     p.add_argument(
         "--client",
         default="reference",
@@ -97,6 +114,13 @@ def build_parser() -> Parser:
         "--focus",
         type=rule_id,
         help="search until this rule is shown broken; rules broken on the way still FAIL",
+    )
+    p.add_argument(
+        "--require",
+        type=capabilities_list,
+        metavar="CAP[,CAP]",
+        help="capabilities the engine must declare, so that the rules they unlock are "
+        "exercised, not SKIP; one missing exits 2 before the run (as ERROR/UNKNOWN)",
     )
     _common(p)
 
@@ -127,19 +151,36 @@ def build_parser() -> Parser:
     p.add_argument("--timeout", type=seconds, default=120.0)
 
     p = sub.add_parser("explore", help="exhaustive breadth-first search within bounds")
-    p.add_argument("--endpoints", type=positive_int, default=2)
-    p.add_argument("--prefixes", type=positive_int, default=1)
-    p.add_argument("--versions", type=positive_int, default=2)
-    p.add_argument("--inflight", type=positive_int, default=1)
-    p.add_argument("--depth", type=positive_int, default=6)
-    p.add_argument("--engine", help="explore model x this in-process engine")
-    p.add_argument("--client", help="explore model x this client")
+    p.add_argument(
+        "--endpoints",
+        type=positive_int,
+        default=2,
+        help="endpoints of the model alone (the first exact lane, the others standard)",
+    )
+    p.add_argument(
+        "--prefixes", type=positive_int, default=1, help="distinct prompt prefixes: P, Q, R, ..."
+    )
+    p.add_argument(
+        "--versions", type=positive_int, default=2, help="newest weight version a sync may load"
+    )
+    p.add_argument(
+        "--inflight", type=positive_int, default=1, help="request IDs that may be in flight"
+    )
+    p.add_argument("--depth", type=positive_int, default=6, help="actions per path, at most")
+    p.add_argument("--engine", help="explore model x this in-process engine (default: none)")
+    p.add_argument("--client", help="explore model x this client (default: none)")
     p.add_argument(
         "--no-symmetry",
         dest="symmetry",
         action="store_false",
         help="explore the full state space (by default states equal up to renaming of "
         "prefixes, request IDs and endpoints of equal config are explored once)",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("kvfence-results"),
+        help="folder for the counterexample trace (named per run, as check's)",
     )
 
     p = sub.add_parser("rules", help="list the rule registry")
@@ -184,8 +225,13 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         engine = registry.engine(args.engine, **registry.engine_options(args))
         client = registry.client(args.client)
     except ValueError as e:
-        console.print(f"[bold red]usage:[/] {e}")
+        console.print(f"[bold red]usage:[/] {clean(e)}")
         return EXIT_USAGE
+    if args.require and (missing := missing_capabilities(engine, args.require)):
+        console.print(missing, markup=False, highlight=False)
+        with contextlib.suppress(Exception):
+            engine.close()
+        return EXIT_ERROR
     result = run_check(
         engine,
         client,
@@ -198,9 +244,47 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         focus=args.focus,
     )
     print_result(result, console)
+    skipped = must_skipped(result)
+    if skipped:
+        console.print(
+            f"warning: MUST rules SKIP, never exercised: {skipped}; "
+            "demand their capabilities with --require CAP[,CAP]",
+            markup=False,
+            highlight=False,
+        )
     if not _write_reports([result], args, console):
         return EXIT_ERROR
     return result.exit_code
+
+
+def missing_capabilities(engine: object, required: Sequence[Capability]) -> str:
+    """``--require``: the message naming each required capability the engine does not
+    declare and the rules it leaves SKIP; ``""`` when every one is declared (an adapter
+    whose capabilities do not parse is left to the run, which reports ADP-002)."""
+    try:
+        declared = parse_capabilities(getattr(engine, "capabilities", None))
+    except ValueError:
+        return ""
+    lines = []
+    for cap in dict.fromkeys(required):
+        if cap not in declared:
+            rules = [r for r, needs in EVIDENCE.items() if cap in needs]
+            lines.append(
+                f"required capability {cap.value} is not declared by engine "
+                f"{getattr(engine, 'name', '?')!r}: {', '.join(rules) or 'no rule'} would be SKIP"
+            )
+    if lines:
+        lines.append("ERROR: not run (--require)")
+    return "\n".join(lines)
+
+
+def must_skipped(result: Result) -> str:
+    """The MUST rules a run left SKIP, each with its reason, in words ("" when none)."""
+    return "; ".join(
+        f"{r.rule.id} ({r.reason})"
+        for r in result.rules
+        if r.verdict is Verdict.SKIP and r.rule.level == "MUST"
+    )
 
 
 def _write_reports(results: list[Result], args: argparse.Namespace, console: Console) -> bool:
@@ -238,7 +322,9 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
     )
     matrix.print_matrices(x, args.profile, console)
     ok = _write_reports(x.results, args, console)
-    return EXIT_PASS if ok and x.ok else EXIT_FAIL
+    for line in x.unsettled():
+        console.print(line, markup=False, highlight=False)
+    return x.exit_code if ok else EXIT_ERROR
 
 
 # ----- replay --------------------------------------------------------------------------
@@ -267,15 +353,19 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
                 # A trace is a bug report from anywhere: never import code it names.
                 console.print(
                     f"ERROR the trace names {what} {value!r}; replay only runs registry "
-                    f"names from a trace. Pass --{what} explicitly to run it."
+                    f"names from a trace. Pass --{what} explicitly to run it.",
+                    markup=False,
                 )
                 return EXIT_ERROR
         try:
             engine = registry.engine(name)
+        except ValueError as e:
+            return _unknown_name(e, args.engine is not None, console)
+        try:
             client = registry.client(client_name)
         except ValueError as e:
-            console.print(f"ERROR {e}")
-            return EXIT_ERROR
+            engine.close()
+            return _unknown_name(e, args.client is not None, console)
         against = f"engine {name}, client {client_name}"
     try:
         replayed = replay_trace(trace, engine, client, timeout=args.timeout)
@@ -297,6 +387,17 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     if replayed.message:
         console.print(f"  {clean(replayed.message)}", markup=False)
     return code
+
+
+def _unknown_name(e: ValueError, given: bool, console: Console) -> int:
+    """An engine or client name replay cannot run. Given on the command line it is a usage
+    error (exit 3, as for ``check``); read from the trace's header, the trace cannot be
+    followed here (exit 2, as for any trace that cannot be replayed)."""
+    if given:
+        console.print(f"usage: {clean(e)}", markup=False)
+        return EXIT_USAGE
+    console.print(f"ERROR the trace's header: {clean(e)}; pass --engine/--client", markup=False)
+    return EXIT_ERROR
 
 
 # ----- explore, rules, diagram ---------------------------------------------------------
@@ -359,6 +460,7 @@ def main_explore(
     engine: str | None = None,
     client: str | None = None,
     symmetry: bool = True,
+    out_dir: Path = Path("kvfence-results"),
 ) -> tuple[int, str]:
     """``kvfence explore``: the model alone, or model x an in-process SUT when ``engine``
     or ``client`` is named (the other side is the reference). Returns the exit code (0 no
@@ -383,7 +485,7 @@ def main_explore(
     )
     if engine is None and client is None:
         return _main_model(endpoints, bounds, depth, limits, symmetry)
-    return _main_product(endpoints, bounds, depth, limits, engine, client)
+    return _main_product(endpoints, bounds, depth, limits, engine, client, out_dir)
 
 
 def _main_model(
@@ -421,6 +523,7 @@ def _main_product(
     limits: str,
     engine: str | None,
     client: str | None,
+    out_dir: Path = Path("kvfence-results"),
 ) -> tuple[int, str]:
     e, c = engine or "reference", client or "reference"
     focus = default_focus(e, c)
@@ -431,7 +534,9 @@ def _main_product(
     if not (hasattr(adapter, "snapshot") and hasattr(adapter, "restore")):
         adapter.close()
         raise ValueError(f"engine {e!r} cannot be explored: not in-process")
-    x = explore_adapter(adapter, registry.client(c), None, None, bounds, depth, focus=focus)
+    x = explore_adapter(
+        adapter, registry.client(c), None, None, bounds, depth, focus=focus, out_dir=out_dir
+    )
     seconds = time.perf_counter() - started
     chosen = f"chosen for {focus}" if focus else "all setups: an unknown system"
     where = f"setups {', '.join(x.setups)} ({chosen})"
@@ -489,6 +594,7 @@ def cmd_explore(args: argparse.Namespace, console: Console) -> int:
             args.engine,
             args.client,
             args.symmetry,
+            args.out,
         )
     except ValueError as e:
         console.print(f"usage: kvfence explore: {clean(e)}", highlight=False, markup=False)
@@ -576,6 +682,10 @@ COMMANDS = {
 EXIT_INTERRUPTED = 130
 """Ctrl-C: the shell's code for SIGINT, after a one-line message (no traceback)."""
 
+EXIT_BROKEN_PIPE = 141
+"""The reader of stdout went away before a verdict was printed: the shell's code for
+SIGPIPE (``rules`` and ``diagram``, which only print, exit 0)."""
+
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
@@ -585,6 +695,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("[bold magenta]interrupted[/]: no verdict (reports already written stay)")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`kvfence diagram | head -1`): exit quietly. Point stdout at
+        # /dev/null so that the interpreter's last flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PASS if args.command in ("rules", "diagram") else EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

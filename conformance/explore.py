@@ -75,7 +75,7 @@ from .lockstep import (
     Recorder,
 )
 from .replay import replay_actions
-from .trace import header, safe_name, verdict_line, write_trace
+from .trace import header, safe_name, unique_path, verdict_line, write_trace
 from .verdict import ReplayKind
 
 EXPLORE_BOUNDS = Bounds(prefixes=("P",), rids=("r1",), versions=2, lora_revisions=2)
@@ -468,6 +468,7 @@ def _counterexample(
             run.policy,
             comment=f"shortest counterexample by breadth-first search (setup {found.setup})",
         )
-        name = f"explore-counterexample-{safe_name(found.engine)}-{safe_name(found.client)}.jsonl"
-        path = write_trace(out_dir / name, head, run.steps, verdict_line(run.steps, violations))
+        stem = f"explore-counterexample-{safe_name(found.engine)}-{safe_name(found.client)}"
+        path = unique_path(out_dir, stem)  # per run, as check's: time and process ID
+        path = write_trace(path, head, run.steps, verdict_line(run.steps, violations))
     return attrs.evolve(found, violation=violations, counterexample=path)

@@ -132,8 +132,9 @@ class Recorder:
     (yet) a visible consequence. ``error``: ``(Run, AdapterError)`` of the first run an
     adapter error ended, kept so that nothing recorded before the error is lost (and so
     that no later example calls a hung adapter again). ``other``: rule ID -> the first
-    violation of it in an example a focused run set aside. ``refused``: rule ID -> the
-    violation of a configuration the client raised on.
+    violation of it in an example a focused run set aside; ``set_aside``: the first such
+    run, so that a focused run that FAILs only on it still writes a counterexample.
+    ``refused``: rule ID -> the violation of a configuration the client raised on.
     """
 
     def __init__(self) -> None:
@@ -147,6 +148,7 @@ class Recorder:
         self.soft: Run | None = None
         self.error: tuple[Run, AdapterError] | None = None
         self.other: dict[str, Violation] = {}
+        self.set_aside: Run | None = None
         self.refused: dict[str, Violation] = {}
 
 
@@ -363,16 +365,17 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
     # Both orders, so a resolver that remembers the first answer it saw is asked the
     # unsafe way round too.
     grid = list(product(CacheMode, (None, True, False), PauseMode, infos))
+    answered, refused = 0, []
     for mode, flush, pause, info in grid + grid[::-1]:
         policy = Policy(mode, flush, pause)
         expected = resolve_plan(mode, flush, pause, info)
         got = resolve(client, policy, info, timeout)
         where = f"plan.flush for policy {policy_words(policy)}, server info {info!r}"
         if isinstance(got, str):
-            v = refusal(expected, got, where)
-            recorder.exercised[v.rule] += 1
-            out.append(v)
+            out.append(refusal(expected, got, where))
+            refused.append(out[-1].rule)
             continue
+        answered += 1
         retract = evolve(policy, pause_mode=PauseMode.RETRACT)
         again = resolve(client, retract, info, timeout)
         if isinstance(again, str):
@@ -394,6 +397,15 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
         for f, rule, want, was in judge_plan(expected, got, pause, again.flush, plain_flush):
             where = f"plan.{f} for policy {policy_words(policy)}, server info {info!r}"
             out.append(Violation(rule, want, was, where))
+    if not answered:
+        # Not a refusal of some configurations but a client that cannot answer at all: the
+        # client crashed (an ERROR of the client under test, never an engine FAIL).
+        raise AdapterError(
+            "ADP-001",
+            f"the client {client.name!r} crashed: resolve raised on every configuration "
+            f"({out[0].actual if out else 'no answer'})",
+        )
+    recorder.exercised.update(refused)  # a refusal is evidence against its rule
     return out
 
 
@@ -717,6 +729,8 @@ class Lockstep:
         if self.focus is not None and self.focus not in {v.rule for v in violations}:
             for v in violations:
                 self.recorder.other.setdefault(v.rule, v)
+            if self.recorder.set_aside is None:
+                self.recorder.set_aside = self.snapshot(violations)
             raise Diverged(violations)
         if self.recorder.failure is None:
             self.recorder.failure = self.snapshot(violations)

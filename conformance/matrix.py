@@ -1,7 +1,7 @@
 """The pass matrix and the kill matrix: every correct design PASSES, every mutant is killed.
 
 A conformance suite is worth what these two tables show together. The **pass matrix** runs
-every correct design of ``adapters/designs.py`` (the two reference systems and CD-01..CD-07)
+every correct design of ``adapters/designs.py`` (the two reference systems and CD-01..CD-09)
 through a plain ``kvfence check``: each must come out PASS, or WARN when the only findings
 are SHOULD-level notes (a design that stops on a refused flush pays in availability). The
 **kill matrix** runs every mutant of ``adapters/mutants.py`` focused on the rule its
@@ -200,6 +200,40 @@ class Matrices:
         return all(passed(r) for _, r in self.designs) and all(
             killed(m, r) for m, r in self.mutants
         )
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every design passes and every mutant is killed by its rule; 1 when a
+        design FAILs or a mutant survives (its run PASSed, or FAILed by another rule); else
+        2: what stands in the way is UNKNOWN or ERROR, not shown either way."""
+        if self.ok:
+            return 0
+        failed = any(
+            not passed(r) and r.verdict in (Verdict.FAIL, Verdict.WARN) for _, r in self.designs
+        )
+        survived = any(
+            not killed(m, r) and r.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.PASS)
+            for m, r in self.mutants
+        )
+        return 1 if failed or survived else 2
+
+    def unsettled(self) -> list[str]:
+        """Why each design or mutant that is neither shown correct nor shown killed ended
+        UNKNOWN or ERROR, one line each (its unexercised rules with their reasons, or the
+        error)."""
+        lines = []
+        rows = [(d.name, r) for d, r in self.designs if not passed(r)]
+        rows += [(m.name, r) for m, r in self.mutants if not killed(m, r)]
+        for name, r in rows:
+            if r.verdict not in (Verdict.UNKNOWN, Verdict.ERROR):
+                continue
+            why = r.error or "; ".join(
+                f"{v.rule.id} {v.verdict}: {v.reason}"
+                for v in r.rules
+                if v.verdict in (Verdict.UNKNOWN, Verdict.ERROR)
+            )
+            lines.append(f"{r.verdict} {name}: {why or 'no rule was exercised'}")
+        return lines
 
     @property
     def results(self) -> list[Result]:

@@ -145,8 +145,12 @@ def _rule_verdicts(
     capabilities: frozenset[Capability],
     strict: bool,
     focus: str | None = None,
+    refused: frozenset[str] = frozenset(),
 ) -> tuple[RuleVerdict, ...]:
+    """One verdict per rule. ``refused``: rules of configurations the client raised on in
+    the client table (named in the ADP notes: the client did not answer there)."""
     broken = {v.rule for v in violations}
+    refusals = ", ".join(sorted({v.rule for v in recorder.refused.values()} | set(refused)))
     out = []
     for r in RULES:
         n = recorder.exercised[r.id] + (1 if r.id in recorder.reached else 0)
@@ -166,6 +170,9 @@ def _rule_verdicts(
             out.append(RuleVerdict(r, Verdict.SKIP, n, f"needs {', '.join(missing)}"))
         elif n > 0:
             out.append(RuleVerdict(r, Verdict.PASS, n))
+        elif r.kind == "ADP" and error is None and refusals:
+            note = f"every call answered; the client raised on {refusals} configurations"
+            out.append(RuleVerdict(r, Verdict.PASS, recorder.steps, note))
         elif r.kind == "ADP" and error is None:
             out.append(RuleVerdict(r, Verdict.PASS, recorder.steps, "every call answered"))
         elif r.kind == "ADP":
@@ -271,11 +278,16 @@ def minimise(
     else did, or when that is the rule a focused run is after."""
     rec = search.recorder
     found = rec.failure or (rec.soft if search.error is None else None)
+    aside = found is None and search.error is None and rec.set_aside is not None
+    if aside:
+        # A focused run whose focus rule held, but an example it set aside broke another
+        # rule: that is a FAIL, and its counterexample is that example's.
+        found = rec.set_aside
     if found is None:
         return (rec.error[0] if rec.error else None), None
     hard = bool(found.hard)
     targets = {v.rule for v in (found.hard or found.pending)}
-    if opts.focus is not None:
+    if opts.focus is not None and not aside:
         hard = opts.focus not in {v.rule for v in found.pending}
         targets = {opts.focus}
     try:
@@ -319,11 +331,17 @@ def judge(search: Search, violations: list[Violation], opts: Options):
         search.capabilities,
         opts.strict,
         opts.focus,
+        frozenset(v.rule for v in search.table if _is_refusal(v)),
     )
     verdict = worst([r.verdict for r in rules])
     if search.error is not None and verdict is not Verdict.FAIL:
         verdict = Verdict.ERROR
     return rules, verdict
+
+
+def _is_refusal(v: Violation) -> bool:
+    """A client-table violation where the client raised instead of answering."""
+    return isinstance(v.actual, str) and v.actual.startswith("resolve raised ")
 
 
 def _collect(
@@ -392,6 +410,12 @@ def run_check(
     if run is not None and (shown or search.error):
         path, problem = write_counterexample(engine, client, run, shown, search, opts)
     violations, warnings = _collect(search, shown, problem, focus)
+    rec = search.recorder
+    if path is not None and focus is not None and rec.failure is None and rec.set_aside:
+        warnings.append(
+            f"{focus} was not shown broken; the counterexample is an example the focus set "
+            f"aside, which broke {sorted({v.rule for v in shown})}"
+        )
     rules, verdict = judge(search, violations, opts)
     return Result(
         engine=engine.name,

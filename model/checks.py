@@ -158,6 +158,9 @@ def compare(
         miss("flushed", exp.flushed, obs.flushed, "FC-003")
     if exp.aborted is not None and obs.aborted is not None and obs.aborted != exp.aborted:
         miss("aborted", sorted(exp.aborted), sorted(obs.aborted), "ENG-009")
+    elif outcome.shows_aborts and obs.aborted is None:  # an abort nobody saw (PF-17)
+        where_ = f"{where} aborted".strip()
+        out.append(Violation("FC-001", sorted(exp.aborted or ()), None, where_))
     # When the status differs, the probe differs because of it: only the status is named
     # (a false claim of success is judged against ``completion`` below).
     view_seen = exp.view is not None and obs.view is not None and not status_differs
@@ -166,6 +169,8 @@ def compare(
             e, a = getattr(exp.view, name), getattr(obs.view, name)
             if name == "derived" and a is None:
                 continue  # an engine that cannot show its derived state: the oracle's job
+            if name == "label" and a is None:
+                continue  # an engine that reports no label: not observed, not a lie
             if e != a:
                 miss(f"view.{name}", e, a, "DER-001" if name == "derived" else "INV-003")
     cache_seen = view_seen and obs.view.cache is not None and Capability.CACHE_PROBE in capabilities
@@ -356,7 +361,9 @@ def evidence(
         "flushed": Capability.FLUSH_RESULT in capabilities,
         "aborted": obs.aborted is not None and bool(exp.aborted),
         "view.weights": view_seen and Capability.WEIGHTS_PROBE in capabilities,
-        "view.label": view_seen and Capability.WEIGHTS_PROBE in capabilities,
+        "view.label": view_seen
+        and Capability.WEIGHTS_PROBE in capabilities
+        and obs.view.label is not None,
         "view.draft": view_seen
         and Capability.WEIGHTS_PROBE in capabilities
         and exp.view.draft is not None,

@@ -22,7 +22,8 @@ class View:
 
     ``weights``: the whole target version, ``None`` while torn. ``draft``/``scales``: draft
     model and FP8 KV-scale versions (``None`` when the endpoint has none). ``label``: the
-    reported weight-version label. ``cache``: every entry on every tier, ``None`` when the
+    reported weight-version label (``None``: the engine reports none; then it is not
+    observed and never compared). ``cache``: every entry on every tier, ``None`` when the
     system cannot list its cache. ``derived``: version of the state derived from the
     weights at load time (``None`` when the endpoint keeps none, or cannot show it).
     """
@@ -153,6 +154,10 @@ class Outcome:
     note: str = ""
     at_risk: bool = False
     """Requests were in flight that a wrong abort would have ended (PUB-002's evidence)."""
+    shows_aborts: bool = False
+    """This branch is allowed only where the system shows the requests it ended
+    (``Observation.aborted``): abort-then-flush (CD-08) cannot otherwise be told from a flush
+    around KV still held (PF-17)."""
 
     def rule_for(self, field_name: str, default: str) -> str:
         return self.because.rule_for(field_name, default)

@@ -229,10 +229,12 @@ RULES: tuple[Rule, ...] = (
         "FC-001",
         "FailedFlushFailsUpdate",
         "MUST",
-        "An update whose flush (mandatory or requested) cannot complete reports failure with "
-        "a reply. Only on an exact lane may a refused mandatory flush instead stop the engine "
-        "process (nothing more is served; reported as an availability note); a standard-lane "
-        "update that dies on a requested flush is a violation.",
+        "An update whose flush (mandatory, requested, or one the engine runs on every "
+        "update) cannot complete reports failure with a reply. Only on an exact lane may a "
+        "refused mandatory flush instead stop the engine process, or be made possible by "
+        "aborting the requests holding KV before the flush completes (nothing stale is "
+        "served; reported as an availability note); a standard-lane update that dies on a "
+        "requested flush is a violation.",
         "A refused flush swallowed as success leaves the client believing the cache clean; a "
         "crash where a failure reply was due leaves it not knowing.",
         "SC-3; areal-project/AReaL #140 (PF-04); vllm-project/vllm #54443 (PF-17)",

@@ -405,6 +405,7 @@ def _install(
         ]
         if guarded:  # an injected refusal is FC-001's, asleep or not (CD-07 may stop)
             branches += [(stop(ep), stopped(claimed)), (stop(loaded), stopped(claimed))]
+            branches.append(aborted_then_flushed(ep, version, blame))
         if needless:
             branches.append((flushed, done))
         return tuple((s.with_endpoint(index, e), o) for e, o in branches)
@@ -415,14 +416,47 @@ def _install(
             rejected(ep, "MEM-001", weights="MEM-001", label="INV-003"), completion=done
         )
         return ((s.with_endpoint(index, flushed), done), (s, refused))
+    if not must_flush and (ep.kv_held or ep.refuse_flush):
+        # An engine that flushes on every update whatever was asked (ENG-011 allows the
+        # extra flush) cannot run that flush now: it may reject the update cleanly, as
+        # FC-001 describes, instead of breaking its own rule or the caller's opt-out.
+        kept = evolve(ep, refuse_flush=False)
+        closed = evolve(loaded, dirty=True, refuse_flush=False)
+        fail = {"weights": "FC-001", "label": "INV-003"}
+        note = "availability: the engine rejected an update it flushes for though not asked"
+        extra = tuple(
+            (s.with_endpoint(index, e), evolve(rejected(e, "LIV-002", **fail), note=note))
+            for e in (kept, closed)
+        )
+    else:
+        extra = ()
     if not must_flush:
         # INV-001's waiver: only where the spec's own client would skip the flush too, and
         # never for an engine declared to misreport its radix cache.
         skipped = not plan_for(s, index).flush or not ep.config.radix
         waived = skipped and not ep.config.misreports
         loaded = evolve(loaded, waived=waived)
-        return ((s.with_endpoint(index, loaded), ok(loaded, **blame)),)
+        return ((s.with_endpoint(index, loaded), ok(loaded, **blame)), *extra)
     return ((s.with_endpoint(index, flushed), done),)
+
+
+def aborted_then_flushed(ep: Endpoint, version: int, blame: dict[str, str]) -> tuple:
+    """Fail-closed by making the flush possible (CD-08): on an exact lane, the engine
+    aborts every request holding KV (running or paused in place; retracted ones stay
+    queued), its retried flush then completes (an injected refusal was spent on the first
+    attempt), and the update succeeds. Safe: nothing that held old KV survives; the cost
+    is the aborted requests, reported as an availability note. Mirrors vLLM
+    ``Scheduler.reset_prefix_cache(reset_running_requests=True)``
+    (``vllm/v1/core/sched/scheduler.py``), which preempts the running requests so that the
+    reset cannot be refused."""
+    holders = frozenset(r.rid for r in ep.requests if r.holds_kv)
+    rest = tuple(r for r in ep.requests if not r.holds_kv)
+    freed = evolve(ep, requests=rest, refuse_flush=False)
+    flushed = invalidated(derived_dropped(load(freed, version)), version)
+    note = "availability: the engine aborted the requests holding KV to flush"
+    outcome = evolve(ok(flushed, "FC-001", aborted="ENG-009", **blame), flushed_from=ep.cache)
+    outcome = evolve(seen(outcome, aborted=holders), note=note if holders else "")
+    return flushed, evolve(outcome, shows_aborts=bool(holders))
 
 
 def stop(ep: Endpoint) -> Endpoint:

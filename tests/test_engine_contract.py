@@ -68,13 +68,18 @@ def test_sc3_mandatory_flush_that_cannot_complete_fails_closed():
     s = initial_state((EXACT,), OPT_OUT)
     s, _ = only(spec.step(s, StartRequest(0, "r1", "P")))
     branches = spec.step(s, UpdateWeights(0, 1, Funnel.TENSOR, False))
-    # rejected unchanged, rejected and closed, or (exact lane only) the engine stops
+    # rejected unchanged, rejected and closed, or (exact lane only) the engine stops, or it
+    # aborts the request holding KV and then flushes (CD-08)
     assert [o.observation.status for _, o in branches] == [Status.REJECTED] * 2 + [
         Status.STOPPED
-    ] * 2
+    ] * 2 + [Status.OK]
     for _, out in branches:
         assert out.rule_for("status", "") == "FC-001"
-    for stopped, out in branches[2:]:
+    aborted, out = branches[4]
+    assert out.observation.aborted == frozenset({"r1"}) and out.note
+    assert aborted.endpoint(0).requests == () and aborted.endpoint(0).cache == frozenset()
+    assert aborted.endpoint(0).weights == 1 and not aborted.endpoint(0).closed
+    for stopped, out in branches[2:4]:
         assert stopped.endpoint(0).phase is Phase.STOPPED and out.note
         assert not spec.step(stopped, ServeRequest(0, "P"))  # nothing more is served
     rejected, closed = (b[0].endpoint(0) for b in branches[:2])

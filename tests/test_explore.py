@@ -45,6 +45,8 @@ CLI_DEFAULT = Bounds(prefixes=("P",), rids=("r1",), versions=2)
         # Two-phase windows: open, a chunk landed (mixed weights: serve or refuse), a chunk
         # set to fail, rolled back or closed; the serve and start branches inside it; the
         # finish's and abort's branches (they keep the one-endpoint frontier going).
+        # The trust fixes added transitions: abort-then-flush on an exact lane (CD-08) and the
+        # clean rejection of an unflushable opt-out update (CD-09).
         (2, CLI_DEFAULT, 4, 11222, 194382, 4),
         (2, Bounds(), 3, 5296, 53118, 3),
         # one exact-lane endpoint
@@ -107,7 +109,7 @@ def test_main_explore_model_only():
     code, text = main_explore(2, 1, 2, 1, 3, None, None)
     assert code == 0, text
     # moves with the model's branches (spec 0.2: miss branches, exact-lane stop branches;
-    # spec 0.3: memory tags, publish, pause clear_cache, two-phase windows, as above)
+    # the trust fixes' branches (CD-08, CD-09); spec 0.3: memory tags, publish, pause clear_cache, two-phase windows, as above)
     assert "distinct states: 2,443" in text and "transitions: 27,087" in text
     assert "states/s" in text and "PASS" in text
     with pytest.raises(ValueError, match="--endpoints >= 1"):

@@ -90,15 +90,18 @@ def test_ill_typed_client_answer_is_error(out_dir):
     assert result.exit_code == 2
 
 
-def test_client_raising_everywhere_fails_every_configuration_rule(out_dir):
-    """A resolver that raises (rather than answering) refuses each configuration: a FAIL of
-    the rule deciding that configuration, never PASS (it was ERROR at 0 examples)."""
+def test_client_raising_everywhere_is_an_error_of_the_client(out_dir):
+    """A resolver that raises on every configuration has crashed: an ERROR naming the
+    client (exit 2), never PASS, and not an engine FAIL (it was a FAIL of CLI-001..005
+    beside 'ADP-001 PASS every call answered' until the trust trials). A resolver that
+    raises on some configurations only is judged on each (the test below)."""
     result = run_check(
         registry.engine("reference"), RaisingClient(), out_dir=out_dir, max_examples=20
     )
-    assert result.verdict == "FAIL" and result.exit_code == 1
-    assert {"CLI-001", "CLI-002", "CLI-003"} <= set(result.caught())
-    assert "KeyError" in str(result.violations[0].actual)
+    assert result.verdict == "ERROR" and result.exit_code == 2
+    assert "the client 'raising' crashed" in result.error and "KeyError" in result.error
+    verdicts = {r.rule.id: r.verdict for r in result.rules}
+    assert verdicts["ADP-001"] == "ERROR" and "PASS" not in verdicts.values()
 
 
 class RaisesWhenUnreported:

@@ -8,6 +8,14 @@ import pytest
 
 from kvfence.adapters import registry
 from kvfence.adapters.clients import ReferenceClient
+from kvfence.adapters.designs import (
+    OmittedFlushMeansFlush,
+    PauseAbortClearsCache,
+    RadixOffSkipsFlush,
+    SleepFlushesEveryTier,
+    StopsOnRefusedFlush,
+    VersionKeyedCache,
+)
 from kvfence.adapters.mutants import ForcesFlushOnStandardLane, InPlaceSkipsFlushClient
 from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint, Reply
 from kvfence.conformance.lockstep import (
@@ -56,48 +64,13 @@ def rules(result) -> set[str]:
 # ----- correct designs that differ from the reference (issue 14) --------------------------
 
 
-class AbortClearsCache(ReferenceEndpoint):
-    """CD-01: vLLM's /pause clears the prefix cache by default."""
-
-    def pause_generation(self, mode: PauseMode) -> Reply:
-        reply = super().pause_generation(mode)
-        if mode is PauseMode.ABORT:
-            self.cache.clear()
-        return reply
+# The designs themselves come from adapters/designs.py (the pass matrix's), so that these
+# findings are replayed against the very classes `kvfence mutants` shows passing.
 
 
-class SleepFlushesEveryTier(ReferenceEndpoint):
-    """CD-02: SGLang's release of KV memory calls a flush (every tier)."""
-
-    def _on_sleep(self) -> None:
-        self.cache.clear()
-
-
-class VersionKeyed(ReferenceEndpoint):
-    """CD-03: every prefix keyed by the version in force; never flushes."""
-
-    profile = {"versioned_keys": True}
-
-    def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
-        return False
-
-
-class OmittedMeansFlush(ReferenceEndpoint):
-    """CD-05: the update request type defaults flush_cache to true."""
-
-    profile = {"flush_default": True}
-
-
-class RadixOffSkipsNoOpFlush(ReferenceEndpoint):
-    """CD-06: with the radix cache off the flush is skipped and the update succeeds."""
-
-    def _must_flush(self, funnel: Funnel, flush_cache: bool | None) -> bool:
-        return self.config.radix and super()._must_flush(funnel, flush_cache)
-
-
-class StopsOnRefusedGuardFlush(ReferenceEndpoint):
-    """CD-07: on an exact lane a refused mandatory flush raises and the scheduler exits;
-    on a standard lane the same crash on a requested flush (PF-04's shape)."""
+class StopsOnEveryRefusedFlush(ReferenceEndpoint):
+    """Not a design: CD-07's stop, taken on a standard lane too, where a requested flush
+    refused owes a failure reply (PF-04's shape, FC-001)."""
 
     def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
         if self._must_flush(funnel, flush_cache) and not self._can_flush():
@@ -110,7 +83,7 @@ def test_cd01_abort_that_clears_the_cache_passes():
     """Was INV-001 NoStalePrefixReuse (the model insisted the cache kept P)."""
     actions = [ServeRequest(0, "P"), PauseGeneration(0, PauseMode.ABORT)]
     actions += [ContinueGeneration(0), ServeRequest(0, "P")]
-    assert replay(AbortClearsCache, (STANDARD,), actions).kind == "PASS"
+    assert replay(PauseAbortClearsCache, (STANDARD,), actions).kind == "PASS"
 
 
 def test_cd02_sleep_that_flushes_every_tier_passes():
@@ -125,7 +98,7 @@ def test_cd02_sleep_that_flushes_every_tier_passes():
 def test_cd03_version_keyed_cache_passes_without_any_flush(config):
     """Was INV-001 'response.hit expected True, got False': blamed for not reusing."""
     actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, T, True), ServeRequest(0, "P")]
-    r = replay(VersionKeyed, (config,), actions, Policy())
+    r = replay(VersionKeyedCache, (config,), actions, Policy())
     assert r.kind == "PASS", r.violations
     assert r.run.lines[2]["observed"]["response"]["hit"] is False
     listed = r.run.lines[2]["observed"]["view"]["cache"]
@@ -149,7 +122,7 @@ def test_cd04_encoder_follows_every_update_and_keeping_it_is_eng012():
 def test_cd05_omitted_flush_cache_follows_the_engine_profile():
     """Was LIV-002 / ENG-002: the spec read 'omitted' as 'not asked'."""
     actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, T, None), ServeRequest(0, "P")]
-    r = replay(OmittedMeansFlush, (STANDARD,), actions)
+    r = replay(OmittedFlushMeansFlush, (STANDARD,), actions)
     assert r.kind == "PASS", r.violations
     assert r.run.lines[2]["observed"]["response"]["hit"] is False
 
@@ -158,7 +131,7 @@ def test_cd06_radix_off_skipping_the_no_op_flush_passes():
     """Was FC-001: the spec demanded a refusal of a flush that had nothing to do."""
     config = Config(radix=False, info=server_info(radix_cache_enabled=False))
     actions = [StartRequest(0, "r1", "P"), UpdateWeights(0, 1, T, True), FinishRequest(0, "r1")]
-    r = replay(RadixOffSkipsNoOpFlush, (config,), actions, Policy(mode=CacheMode.FLUSH))
+    r = replay(RadixOffSkipsFlush, (config,), actions, Policy(mode=CacheMode.FLUSH))
     assert r.kind == "PASS", r.violations
     assert r.run.lines[1]["observed"]["status"] == "ok"
 
@@ -166,7 +139,7 @@ def test_cd06_radix_off_skipping_the_no_op_flush_passes():
 def test_cd07_exact_lane_stop_passes_with_an_availability_note():
     """Was FC-001 (treated like crashes-after-swap). Safe; availability is the cost."""
     actions = [StartRequest(0, "r1", "P"), UpdateWeights(0, 1, T, False)]
-    r = replay(StopsOnRefusedGuardFlush, (EXACT,), actions)
+    r = replay(StopsOnRefusedFlush, (EXACT,), actions)
     assert r.kind == "PASS", r.violations
     assert r.run.lines[1]["observed"]["status"] == "stopped"
 
@@ -174,7 +147,7 @@ def test_cd07_exact_lane_stop_passes_with_an_availability_note():
 def test_pf04_a_standard_lane_crash_on_a_requested_flush_stays_fc001():
     """Where a crash stays a fault: the contract asks a failure reply there (PF-04)."""
     actions = [StartRequest(0, "r1", "P"), UpdateWeights(0, 1, T, True)]
-    assert "FC-001" in rules(replay(StopsOnRefusedGuardFlush, (STANDARD,), actions))
+    assert "FC-001" in rules(replay(StopsOnEveryRefusedFlush, (STANDARD,), actions))
 
 
 def test_eng002_narrowed_an_extra_flush_is_only_a_note_with_exact_cache():

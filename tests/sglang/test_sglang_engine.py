@@ -62,34 +62,11 @@ def need(version: str) -> None:
 UPSTREAM_FUNNELS = (Funnel.DISK, Funnel.TENSOR, Funnel.DISTRIBUTED, Funnel.IPC)
 
 
-class Shared:
-    """An adapter whose ``close`` waits for the module's end (``run_check`` closes its
-    engine; the SGLang hosts take ~15 s to start)."""
-
-    def __init__(self, inner: SglangAdapter) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def start(self, configs):
-        return self.inner.start(configs)
-
-    def apply(self, action):
-        return self.inner.apply(action)
-
-    def server_info(self, endpoint: int):
-        return self.inner.server_info(endpoint)
-
-    def close(self) -> None:
-        """Kept open for the module's next test."""
-
-
 @pytest.fixture(scope="module")
-def sglang():
+def sglang(shared):
     need("0.5.23")
     adapter = SglangAdapter("0.5.23")
-    yield Shared(adapter)
+    yield shared(adapter)
     adapter.close()
 
 
@@ -244,10 +221,10 @@ def test_stopped_status_is_known_to_the_adapter():
 
 
 @pytest.fixture(scope="module")
-def guarded():
+def guarded(shared):
     need("0.5.23")
     adapter = SglangAdapter("0.5.23", overlay=OVERLAYS / "exact_guard")
-    yield Shared(adapter)
+    yield shared(adapter)
     adapter.close()
 
 

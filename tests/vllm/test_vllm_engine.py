@@ -9,14 +9,14 @@ HTTP: attach mode, as a user runs it: the test starts a vLLM server on 127.0.0.1
 (``HttpVllmDriver.launch``, the way ``vllm serve`` would be run by hand), then checks it by
 URL with its checkpoints, in-process and through the ``kvfence check`` command line.
 
-``run_check`` closes its engine when it ends; ``Shared`` defers that to module teardown so
-that both runs of a mode share one engine (its ``start`` resets it between examples).
+``run_check`` closes its engine when it ends; the ``shared`` fixture (tests/conftest.py)
+defers that to module teardown so that both runs of a mode share one engine (its ``start``
+resets it between examples).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -38,32 +38,10 @@ pytestmark = pytest.mark.vllm
 HTTP_TIMEOUT = 300.0
 
 
-class Shared:
-    """An engine adapter whose ``close`` waits for the module to end."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def start(self, configs):
-        return self.inner.start(configs)
-
-    def apply(self, action):
-        return self.inner.apply(action)
-
-    def server_info(self, endpoint: int):
-        return self.inner.server_info(endpoint)
-
-    def close(self) -> None:
-        """Kept open for the next run of this module."""
-
-
 @pytest.fixture(scope="module")
-def offline(tmp_path_factory):
+def offline(tmp_path_factory, shared):
     adapter = engine("vllm", log_dir=tmp_path_factory.mktemp("vllm-log"))
-    yield Shared(adapter)
+    yield shared(adapter)
     adapter.close()
 
 
@@ -85,14 +63,14 @@ def server(checkpoints, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def http(server, checkpoints, tmp_path_factory):
+def http(server, checkpoints, tmp_path_factory, shared):
     adapter = VllmAdapter(
         "http",
         url=server.base_url,
         checkpoints=checkpoints,
         log_dir=tmp_path_factory.mktemp("http-log"),
     )
-    yield Shared(adapter)
+    yield shared(adapter)
     adapter.close()
 
 
