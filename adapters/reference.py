@@ -28,6 +28,7 @@ from kvfence.model.actions import (
     FaultUpdateFailsMidway,
     FinishRequest,
     FlushCache,
+    FlushEncoderCache,
     LoadLora,
     PauseGeneration,
     Restart,
@@ -247,6 +248,12 @@ class ReferenceEndpoint:
         self.dirty = False
         return Reply(True, flushed=True)
 
+    def reset_encoder_cache(self) -> Reply:
+        """vLLM ``reset_encoder_cache``: drop every cached encoder output (never refused)."""
+        for k in [k for k in self.cache if k[1] is Kind.ENCODER]:
+            del self.cache[k]
+        return Reply(True)
+
     def load_lora(self) -> Reply:
         """Reload the LoRA adapter in place under the same name."""
         self.lora_rev += 1
@@ -405,7 +412,11 @@ class InProcessAdapter:
     endpoint propagate to the checker, which reports them as ERROR (ADP-001).
     """
 
-    capabilities = frozenset(Capability) - {Capability.EXACT_CACHE, Capability.NAMESPACES}
+    capabilities = frozenset(Capability) - {
+        Capability.EXACT_CACHE,
+        Capability.NAMESPACES,
+        Capability.ENCODER_RESET,
+    }
     fixed_configs = None
 
     def __init__(
@@ -418,6 +429,8 @@ class InProcessAdapter:
         if exact:
             self.capabilities = type(self).capabilities | {Capability.EXACT_CACHE}
         self.profile = dict(endpoint_cls.profile)
+        if self.profile.get("encoder_reset_separate"):
+            self.capabilities = self.capabilities | {Capability.ENCODER_RESET}
 
     def start(self, configs: tuple[Config, ...]) -> None:
         self.endpoints = [self.endpoint_cls(c) for c in configs]
@@ -477,6 +490,7 @@ class InProcessAdapter:
             UpdateWeights: lambda: ep.update_weights(a.version, a.funnel, a.flush_cache),
             FaultUpdateFailsMidway: lambda: ep.fail_update_midway(a.version),
             FlushCache: ep.flush_cache,
+            FlushEncoderCache: ep.reset_encoder_cache,
             PauseGeneration: lambda: ep.pause_generation(a.mode),
             ContinueGeneration: ep.continue_generation,
             Sleep: ep.sleep,

@@ -83,6 +83,8 @@ def _systems(side: str, name: str) -> tuple[str, str]:
 def mutant_job(m: Mutant, profile: str, out: Path, timeout: float, n: int | None) -> Job:
     """The kill-matrix run of ``m``: focused on its rule, strict."""
     engine, client = _systems(m.side, m.name)
+    if m.side == "client":
+        engine = m.engine
     return Job(
         engine, client, m.name, m.rule, profile, out, timeout, n or FOCUSED_EXAMPLES[profile]
     )

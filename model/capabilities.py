@@ -41,6 +41,7 @@ class Capability(str, Enum):
     FP8_KV = "fp8_kv"
     LORA = "lora"
     NAMESPACES = "namespaces"
+    ENCODER_RESET = "encoder_reset"
 
 
 @frozen
@@ -90,6 +91,10 @@ TABLE: dict[Capability, Unlocks] = {
         "requests may carry a namespace (vLLM cache_salt, SGLang extra_key) and are drawn "
         "pinned to any version up to the one in force"
     ),
+    C.ENCODER_RESET: Unlocks(
+        "an update leaves the encoder cache to the client, which resets it on its own "
+        "(vLLM reset_encoder_cache; profile field encoder_reset_separate)"
+    ),
 }
 """Capability -> what it unlocks: the single source."""
 
@@ -121,6 +126,8 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     "LIV-001": (C.INFLIGHT,),
     "REACH-002": (C.EXACT_LANE,),
     "REACH-003": (C.INFLIGHT,),
+    "CLI-009": (C.ENCODER, C.ENCODER_RESET),
+    "CLI-010": (C.INFLIGHT,),
 }
 """Rule ID -> the capabilities its evidence needs; an adapter lacking one gets SKIP."""
 

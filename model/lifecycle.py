@@ -30,6 +30,7 @@ TABLE: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("UpdateWeights", (S, P), None),
     ("FaultUpdateFailsMidway", (S, P), None),
     ("FlushCache", (S, P), None),
+    ("FlushEncoderCache", (S, P), None),
     ("FaultRefuseFlush", (S, P), None),
     ("EvictPrefix", (S,), None),
     ("LoadLora", (S, P), None),

@@ -35,6 +35,7 @@ from .actions import (
     FaultUpdateFailsMidway,
     FinishRequest,
     FlushCache,
+    FlushEncoderCache,
     LoadLora,
     PauseGeneration,
     Restart,
@@ -50,6 +51,7 @@ from .cache import (
     cache_rule,
     derived_dropped,
     emptied,
+    encoder_kept,
     evictable,
     invalidated,
     load,
@@ -58,7 +60,7 @@ from .cache import (
 from .client import Plan, resolve_plan
 from .observation import Blame, Observation, Outcome, Response, View
 from .state import Bounds, Endpoint, Policy, Request, Served, ServerInfo, State
-from .vocabulary import PauseMode, Phase, Status, Tier
+from .vocabulary import Kind, PauseMode, Phase, Status, Tier
 
 Branch = tuple[State, Outcome]
 Branches = tuple[Branch, ...]
@@ -290,8 +292,10 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
         "scales": "ENG-005",
         "label": "INV-003",
     }
-    loaded = derived_dropped(load(ep, a.version))
-    flushed = invalidated(loaded, a.version)
+    loaded = load(ep, a.version)
+    if not ep.config.encoder_reset_separate:
+        loaded = derived_dropped(loaded)  # else the client resets it (CLI-009)
+    flushed = encoder_kept(loaded, invalidated(loaded, a.version))
     if not ep.config.radix:
         # No prefix cache: only in-flight requests' own KV can cross the update, and no
         # flush protects it (a pause does, the client's CLI-007); INV-001 waives it.
@@ -391,9 +395,18 @@ def flush_cache(s: State, a: FlushCache) -> Branches:
         ep2 = evolve(ep, refuse_flush=False)
         outcome = seen(rejected(ep2, "FC-003", flushed="FC-003"), flushed=False)
         return ((s.with_endpoint(a.endpoint, ep2), outcome),)
-    ep2 = emptied(ep)
+    ep2 = encoder_kept(ep, emptied(ep))
     outcome = seen(ok(ep2, "LIV-001", flushed="LIV-001", cache="FC-003"), flushed=True)
     return ((s.with_endpoint(a.endpoint, ep2), evolve(outcome, flushed_from=ep.cache)),)
+
+
+@action(FlushEncoderCache, when=_always)
+def flush_encoder_cache(s: State, a: FlushEncoderCache) -> Branches:
+    """vLLM ``reset_encoder_cache``: every cached encoder output is dropped; it holds no
+    request's KV, so it is never refused (CLI-009 is the client's obligation to call it)."""
+    ep = s.endpoint(a.endpoint)
+    ep2 = evolve(ep, cache=frozenset(e for e in ep.cache if e.kind is not Kind.ENCODER))
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-012")),)
 
 
 @action(EvictPrefix, when=_lower_tier_holds)

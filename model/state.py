@@ -49,6 +49,9 @@ class Config:
     never be matched again: invalidation by namespace instead of deletion (CD-03).
     ``misreports``: the adapter declares that the engine's server info may lie about its
     radix flag; INV-001 is then never waived for it (issue 8, F-5).
+    ``encoder_reset_separate``: an update leaves the encoder cache alone and the engine
+    exposes its reset as a call of its own (vLLM ``reset_encoder_cache`` beside
+    ``reset_prefix_cache``): the client owes that reset (CLI-009), not the engine (ENG-012).
     """
 
     radix: bool = True
@@ -62,6 +65,7 @@ class Config:
     flush_default: bool = False
     versioned_keys: bool = False
     misreports: bool = False
+    encoder_reset_separate: bool = False
 
     @property
     def guarded(self) -> bool:
@@ -69,7 +73,7 @@ class Config:
         return self.lane is Lane.EXACT and self.radix
 
 
-PROFILE_FIELDS = ("flush_default", "versioned_keys", "misreports")
+PROFILE_FIELDS = ("flush_default", "versioned_keys", "misreports", "encoder_reset_separate")
 """The ``Config`` fields an engine adapter declares for every endpoint (its ``profile``)."""
 
 
