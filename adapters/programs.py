@@ -115,9 +115,14 @@ def reset(ep: Endpoint, kind: str) -> bool:
 
 
 class ReferenceProgram:
-    """A correct program, written as trainers write it (miles / slime style): pause, update
-    without the engine's flush, then reset every stale cache kind itself, retrying a refused
-    reset; an endpoint whose reset keeps failing stays paused and the sync fails.
+    """Keeps: CLI-001, CLI-002, CLI-004, CLI-008, CLI-010, CLI-011.
+
+    A correct program, written as trainers write it against SGLang or vLLM: pause, update
+    without the engine's flush, then reset every stale cache kind itself (sgl-project/sglang
+    ``/flush_cache``, vllm-project/vllm ``reset_prefix_cache`` / ``reset_encoder_cache``),
+    retrying a
+    refused reset (pytorch/rl PR #4016 retries a partial reset); an endpoint whose reset
+    keeps failing stays paused and the sync fails.
 
     Decides per endpoint from its own server info, as the reference resolver does
     (``radix_cache_enabled`` wins, else ``disable_radix_cache``; unknown means on).
@@ -153,9 +158,9 @@ class ReferenceProgram:
 
 
 class AnyOnFlushesEverywhere(ReferenceProgram):
-    """Keeps: CLI-001, CLI-002, CLI-004.
+    """Keeps: CLI-001, CLI-002, CLI-004, CLI-008, CLI-011.
 
-    Decides once for all endpoints, as XoRL's resolver does: with
+    Decides once for all endpoints, as the xorl resolver does: with
     ``cache_invalidation_mode=auto``, if any endpoint reports its radix cache on or unknown,
     every endpoint is flushed (an extra flush only costs cold prefills), through the
     update's own ``flush_cache=True``. Correct although it decides across endpoints.

@@ -80,11 +80,14 @@ def conforming(state: State, action: Action) -> bool:
     UpdateWeights that skips the flush on an unguarded endpoint where the spec's client
     would flush breaks the client contract (CLI-001/002/004): the explorer and the stateful
     machine draw only conforming calls, and reach off-contract ones only through a client
-    under test that makes them.
+    under test that makes them. On an engine that leaves the encoder cache to the client, a
+    raw update alone is never conforming: only a sync (with its reset) updates there.
     """
     if not isinstance(action, UpdateWeights):
         return True
     ep = state.endpoint(action.endpoint)
+    if ep.config.encoder and ep.config.encoder_reset_separate:
+        return False  # a conforming client resets the encoder cache after it: SyncWeights
     if ep.config.guarded or asked_to_flush(ep, action.flush_cache):
         return True
     return not plan_for(state, action.endpoint).flush
