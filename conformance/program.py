@@ -414,8 +414,8 @@ def resolver_sync(lock: Lockstep, action: SyncWeights, step: Step) -> None:
         for verb, args in calls:
             if all(s.endpoint(i).phase is Phase.STOPPED for s in lock.states):
                 break  # the engine process exited mid-sync (CD-07): nothing more to drive
-            if verb == "continue_generation" and run.owed[i].kinds:
-                # a failed reset of another cache kind: left paused (fail-closed), not resumed
+            if verb == "continue_generation" and run.owed[i].refused:
+                # a refused reset of another cache kind: left paused (fail-closed)
                 break
             try:
                 getattr(ep, verb)(*args)
