@@ -305,8 +305,43 @@ class Design:
         return tuple(r.strip() for r in first.removeprefix("Keeps: ").rstrip(".").split(","))
 
 
+# ----- the encoder cache left to the client -----------------------------------------------
+
+
+class EncoderLeftToClient(ReferenceEndpoint):
+    """Keeps: ENG-012, INV-001.
+
+    A weight update and a prefix-cache reset leave the encoder cache alone; the engine
+    exposes its reset as a call of its own, and the client owes it (CLI-009). vLLM keeps
+    ``reset_encoder_cache`` (and ``reset_mm_cache``) beside ``reset_prefix_cache``
+    (vllm-project/vllm ``vllm/v1/engine/async_llm.py``); vllm-project/vllm-omni #6739 shows
+    the three resets needed after an update. Safe as long as the client calls it: the
+    reference client does (``resolver_sync`` resets every separately exposed kind).
+    """
+
+    profile: ClassVar[dict[str, bool]] = {"encoder_reset_separate": True}
+
+    def _drop_derived(self) -> None:
+        """The update leaves encoder outputs to the client's reset."""
+
+    def _clear_cache(self) -> None:
+        """A prefix reset: every tier of target and draft KV, not the encoder cache."""
+        for k in [k for k in self.cache if k[1] is not Kind.ENCODER]:
+            del self.cache[k]
+
+
 def _engine(name: str, case: str | None, cls: type[ReferenceEndpoint]) -> Design:
     return Design(name, case, "engine", lambda: cls)
+
+
+def _programs() -> tuple[Design, ...]:
+    """The correct client programs (``adapters/programs.py``), run against the reference."""
+    from .programs import AnyOnFlushesEverywhere, ReferenceProgram
+
+    return (
+        Design("reference-program", None, "client", ReferenceProgram),
+        Design("any-on-flushes-everywhere", None, "client", AnyOnFlushesEverywhere),
+    )
 
 
 DESIGNS: tuple[Design, ...] = (
@@ -321,6 +356,9 @@ DESIGNS: tuple[Design, ...] = (
     _engine("stops-on-refused-flush", "CD-07", StopsOnRefusedFlush),
     _engine("aborts-then-flushes", "CD-08", AbortsThenFlushes),
     _engine("always-flushes", "CD-09", AlwaysFlushes),
+    # client programs and the engine profile they are checked on (docs/clients.md)
+    _engine("encoder-left-to-client", None, EncoderLeftToClient),
+    *_programs(),
 )
 
 BY_NAME: dict[str, Design] = {d.name: d for d in DESIGNS}
@@ -334,6 +372,7 @@ __all__ = [
     "AlwaysFlushes",
     "Design",
     "EncoderFollowsWeights",
+    "EncoderLeftToClient",
     "OmittedFlushMeansFlush",
     "PauseAbortClearsCache",
     "RadixOffSkipsFlush",

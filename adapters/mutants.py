@@ -660,6 +660,8 @@ class Mutant:
     side: str
     build: Callable[[], object]
     cases: tuple[str, ...] = ()
+    engine: str = "reference"
+    """For a client mutant: the engine it runs against in the kill matrix."""
 
     @property
     def doc(self) -> str:
@@ -732,5 +734,29 @@ MUTANTS: tuple[Mutant, ...] = (
     _engine("derived-skipped-on-tensor-funnel", DerivedSkippedOnTensorFunnel, "DER-001", "PF-20"),
     _engine("relabel-without-loading", RelabelWithoutLoading, "INV-003"),
 )
+
+
+def _program_mutants() -> tuple[Mutant, ...]:
+    """Client programs that make one mistake in their call sequence (``programs.py``)."""
+    from .programs import (
+        Endpoint0InfoOnly,
+        PrefixOnlyReset,
+        RefusedResetIgnored,
+        ResetBeforeFinishProgram,
+    )
+
+    return (
+        Mutant("reset-before-finish", "CLI-008", "client", ResetBeforeFinishProgram, ("PF-23",)),
+        Mutant("refused-reset-ignored", "CLI-010", "client", RefusedResetIgnored),
+        Mutant("endpoint0-info-only", "CLI-001", "client", Endpoint0InfoOnly),
+        Mutant("prefix-only-reset", "CLI-009", "client", PrefixOnlyReset, engine=ENCODER_ENGINE),
+    )
+
+
+ENCODER_ENGINE = "encoder-left-to-client"
+"""The engine a client mutant about the encoder cache is run against: one whose update
+leaves that cache to the client (``designs.EncoderLeftToClient``)."""
+
+MUTANTS = (*MUTANTS, *_program_mutants())
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in MUTANTS}

@@ -35,13 +35,16 @@ adapter lacks is SKIP with that reason, never PASS:
                           (``View.derived`` when the engine can show it)
 ``restart_oracle``        ``Response.fresh``: the same prompt's output from an engine freshly
                           started at the version the endpoint claims (its label)
+``encoder_reset``         an update leaves the encoder cache to the client, which resets it
+                          with FlushEncoderCache (profile ``encoder_reset_separate``)
 ========================  ===============================================================
 
 Without ``pause``, a SyncWeights drives only UpdateWeights on each endpoint. An engine
 adapter may declare a ``profile``: ``Config`` fields applied to every endpoint
 (``flush_default``: what an omitted ``flush_cache`` means; ``versioned_keys``: every prefix
 keyed by the version in force; ``misreports``: its server info may lie about the radix
-cache). STOPPED means the adapter saw the engine process exit, not merely a lost reply.
+cache; ``encoder_reset_separate``: the client owes the encoder-cache reset, CLI-009).
+STOPPED means the adapter saw the engine process exit, not merely a lost reply.
 """
 
 from __future__ import annotations
@@ -103,7 +106,9 @@ class EngineAdapter(Protocol):
 
 @runtime_checkable
 class ClientAdapter(Protocol):
-    """A client resolver under test: policy + server info -> plan for one endpoint."""
+    """A client resolver under test: policy + server info -> plan for one endpoint. A
+    client *program* (``sync(endpoints, version, policy)``, ``adapters/programs.py``) is
+    accepted wherever a client is: it has ``name`` and ``sync`` instead of ``resolve``."""
 
     name: str
 

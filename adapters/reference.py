@@ -34,6 +34,7 @@ from kvfence.model.actions import (
     FinishRequest,
     FinishWeightUpdate,
     FlushCache,
+    FlushEncoderCache,
     LoadLora,
     PauseGeneration,
     PublishVersion,
@@ -360,6 +361,12 @@ class ReferenceEndpoint:
         self.dirty = False
         return Reply(True, flushed=True)
 
+    def reset_encoder_cache(self) -> Reply:
+        """vLLM ``reset_encoder_cache``: drop every cached encoder output (never refused)."""
+        for k in [k for k in self.cache if k[1] is Kind.ENCODER]:
+            del self.cache[k]
+        return Reply(True)
+
     def load_lora(self) -> Reply:
         """Reload the LoRA adapter in place under the same name."""
         self.lora_rev += 1
@@ -589,7 +596,11 @@ class InProcessAdapter:
     endpoint propagate to the checker, which reports them as ERROR (ADP-001).
     """
 
-    capabilities = frozenset(Capability) - {Capability.EXACT_CACHE, Capability.NAMESPACES}
+    capabilities = frozenset(Capability) - {
+        Capability.EXACT_CACHE,
+        Capability.NAMESPACES,
+        Capability.ENCODER_RESET,
+    }
     fixed_configs = None
     in_process = True
     """Plain Python in this process: the checker calls it directly, without a thread
@@ -606,6 +617,8 @@ class InProcessAdapter:
         if exact:
             self.capabilities = type(self).capabilities | {Capability.EXACT_CACHE}
         self.profile = dict(endpoint_cls.profile)
+        if self.profile.get("encoder_reset_separate"):
+            self.capabilities = self.capabilities | {Capability.ENCODER_RESET}
 
     def start(self, configs: tuple[Config, ...]) -> None:
         self.endpoints = [self.endpoint_cls(c) for c in configs]
@@ -691,6 +704,7 @@ class InProcessAdapter:
             PauseGeneration: lambda: (
                 ep.pause_generation(a.mode, True) if a.clear_cache else ep.pause_generation(a.mode)
             ),
+            FlushEncoderCache: ep.reset_encoder_cache,
             ContinueGeneration: ep.continue_generation,
             Sleep: lambda: ep.sleep(a.tags) if a.tags != ALL_MEMORY else ep.sleep(),
             WakeUp: lambda: ep.wake_up(a.tags) if a.tags != ALL_MEMORY else ep.wake_up(),

@@ -22,6 +22,7 @@ from typing import Any
 from .clients import ReferenceClient, load_callable_client
 from .designs import DESIGNS
 from .mutants import MUTANTS
+from .programs import load_program
 from .protocol import ClientAdapter, EngineAdapter
 from .reference import ClosingEndpoint, InProcessAdapter, ReferenceEndpoint
 
@@ -69,6 +70,9 @@ CLIENTS: dict[str, Callable[[], ClientAdapter]] = {"reference": ReferenceClient}
 for _m in MUTANTS:
     if _m.side == "client":
         CLIENTS[_m.name] = _m.build
+for _d in DESIGNS:  # correct client programs (adapters/programs.py)
+    if _d.side == "client":
+        CLIENTS[_d.name] = _d.build  # type: ignore[assignment]
 
 
 VLLM_ENGINES = ("vllm", "vllm-raw", "vllm-http")
@@ -192,8 +196,17 @@ def _load_engine(spec: str) -> EngineAdapter:
     return adapter
 
 
+PROGRAM_PREFIX = "program:"
+"""``program:package.module:function`` names a user's client program (``--client-program``)."""
+
+
 def client(name: str) -> ClientAdapter:
-    """The client adapter called ``name``, or a ``module:function`` resolver."""
+    """The client called ``name``: a registry name (a resolver or a program),
+    ``program:package.module:function`` for a user's client program
+    (``sync(endpoints, version, policy)``), or ``package.module:function`` for a user's
+    resolver. ``ValueError`` says what is wrong."""
+    if name.startswith(PROGRAM_PREFIX):
+        return load_program(name.removeprefix(PROGRAM_PREFIX))  # type: ignore[return-value]
     if ":" in name:
         return load_callable_client(name)
     if name not in CLIENTS:

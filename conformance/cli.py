@@ -107,7 +107,13 @@ def build_parser() -> Parser:
     p.add_argument(
         "--client",
         default="reference",
-        help=f"one of: {', '.join(registry.CLIENTS)}, or package.module:function",
+        help=f"one of: {', '.join(registry.CLIENTS)}, or package.module:function (a resolver)",
+    )
+    p.add_argument(
+        "--client-program",
+        metavar="MODULE:FUNCTION",
+        help="check a client program: sync(endpoints, version, policy) making the sync's "
+        "engine calls itself (docs/clients.md); replaces --client",
     )
     registry.add_engine_options(p)
     p.add_argument(
@@ -223,7 +229,10 @@ def build_parser() -> Parser:
 def cmd_check(args: argparse.Namespace, console: Console) -> int:
     try:
         engine = registry.engine(args.engine, **registry.engine_options(args))
-        client = registry.client(args.client)
+        name = args.client
+        if args.client_program is not None:
+            name = registry.PROGRAM_PREFIX + args.client_program
+        client = registry.client(name)
     except ValueError as e:
         console.print(f"[bold red]usage:[/] {clean(e)}")
         return EXIT_USAGE

@@ -35,8 +35,6 @@ from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     ACTION_TYPES,
     Action,
-    ContinueGeneration,
-    PauseGeneration,
     ServeRequest,
     StartRequest,
     SyncWeights,
@@ -66,7 +64,7 @@ from kvfence.model.rules import BY_ID
 from kvfence.model.state import Bounds, Config, Policy, State, initial_state, with_profile
 from kvfence.model.vocabulary import CacheMode, PauseMode, Phase
 
-from .trace import PlanRecord, Step, step_json
+from .trace import ProgramRecord, Step, step_json
 
 MACHINE_BOUNDS = Bounds(versions=64, lora_revisions=16)
 """Wider than the explorer's: a stateful run must never run out of versions to push."""
@@ -135,6 +133,8 @@ class Recorder:
     violation of it in an example a focused run set aside; ``set_aside``: the first such
     run, so that a focused run that FAILs only on it still writes a counterexample.
     ``refused``: rule ID -> the violation of a configuration the client raised on.
+    ``skipped``: rule ID -> why the client under test cannot be judged by it (a program,
+    for plan rules): SKIP.
     """
 
     def __init__(self) -> None:
@@ -150,6 +150,7 @@ class Recorder:
         self.other: dict[str, Violation] = {}
         self.set_aside: Run | None = None
         self.refused: dict[str, Violation] = {}
+        self.skipped: dict[str, str] = {}
 
 
 class Run:
@@ -585,56 +586,22 @@ class Lockstep:
             raise
 
     def sync(self, action: SyncWeights) -> None:
-        """Resolve each endpoint's plan with the client under test, check it against the
-        spec's plan for the server info the endpoint showed, then drive the client's plan."""
-        n = len(self.configs)
-        step = Step(len(self.steps), action, plans=[])
-        self.steps.append(step)
+        """Run the client's sync: a client program (``conformance.program``) makes its own
+        calls through endpoint handles; a resolver runs as the thin program
+        ``resolver_sync`` (its plans judged against the spec's, then driven). Either way
+        every engine call is a step ``within`` this one, and the model judges the call
+        sequence (CLI-007..011)."""
+        from .program import is_program, resolver_sync, run_program
+
         self.note(f"{action!r}")
-        plans: list[Plan] = []
-        p = self.policy
-        for i in range(n):
-            info = call_with_timeout(
-                lambda i=i: self.engine.server_info(i),
-                self.timeout,
-                f"server_info({i})",
-                self.direct,
-            )
-            expected = resolve_plan(p.mode, p.flush_cache, p.pause_mode, info)
-            got = resolve(self.client, self.policy, info, self.timeout)
-            if isinstance(got, str):
-                self.refused(refusal(expected, got, f"endpoint {i} plan.flush, {info!r}"))
-            step.plans.append(PlanRecord(i, info, expected, got))
-            again = None
-            if expected.flush and not got.flush and p.pause_mode is PauseMode.IN_PLACE:
-                # Was the flush dropped because of the in_place pause (CLI-007, PF-06)? Ask
-                # the same question with a retract pause, and record the answer for replay.
-                retract = evolve(p, pause_mode=PauseMode.RETRACT)
-                spec_retract = resolve_plan(p.mode, p.flush_cache, PauseMode.RETRACT, info)
-                again = resolve(self.client, retract, info, self.timeout)
-                if isinstance(again, str):
-                    where = f"endpoint {i} plan.flush (asked with a retract pause), {info!r}"
-                    self.refused(refusal(spec_retract, again, where))
-                step.plans.append(PlanRecord(i, info, spec_retract, again, asked="retract"))
-            bad = [
-                Violation(rule, want, was, f"endpoint {i} plan.{f}, server info {info!r}")
-                for f, rule, want, was in judge_plan(
-                    expected, got, p.pause_mode, None if again is None else again.flush
-                )
-            ]
-            self.recorder.exercised[expected.rule_for("flush")] += 1
-            self.recorder.exercised["CLI-007"] += p.pause_mode is PauseMode.IN_PLACE
-            if bad:
-                self.client_violation(bad)
-            plans.append(got)
-        pauses = Capability.PAUSE in self.engine.capabilities
-        for i, plan in enumerate(plans):
-            update = UpdateWeights(i, action.version, action.funnel, plan.flush)
-            calls = [PauseGeneration(i, plan.pause_mode), update, ContinueGeneration(i)]
-            for call in calls if pauses else [update]:
-                if all(s.endpoint(i).phase is Phase.STOPPED for s in self.states):
-                    break  # the engine process exited mid-sync (CD-07): nothing more to drive
-                self.engine_step(call, within=step.step)
+        if is_program(self.client):
+            step = Step(len(self.steps), action, plans=[], program=ProgramRecord())
+            self.steps.append(step)
+            run_program(self, action, step, self.client)
+        else:
+            step = Step(len(self.steps), action, plans=[])
+            self.steps.append(step)
+            resolver_sync(self, action, step)
 
     def engine_step(self, action: Action, within: int | None) -> None:
         self.note(f"  {action!r}" if within is not None else f"{action!r}")

@@ -157,6 +157,8 @@ def mutant_job(
     """The kill-matrix run of ``m``: focused on its rule, strict; ``explore``: by
     breadth-first search first (``first_kill``)."""
     engine, client = _systems(m.side, m.name)
+    if m.side == "client" and m.engine is not None:
+        engine = m.engine  # a program checked on the engine profile it needs
     budget = n or FOCUSED_EXAMPLES[profile]
     return Job(engine, client, m.name, m.rule, profile, out, timeout, budget, explore=explore)
 

@@ -43,6 +43,7 @@ from .lockstep import (
     Refused,
     Run,
 )
+from .program import RecordedProgram
 from .trace import Step, Trace
 from .verdict import ReplayKind
 
@@ -233,7 +234,15 @@ class RecordedEngine:
         self.fixed_configs = trace.configs
         self.steps = [s for s in trace.steps if s.observed is not None]
         self.capabilities = recorded_capabilities(trace.steps)
-        self.infos = [p.server_info for s in trace.steps for p in s.shown]
+        self.infos = [
+            info
+            for s in trace.steps
+            for info in (
+                [c.server_info for c in s.program.infos]
+                if s.program is not None
+                else [p.server_info for p in s.shown]
+            )
+        ]
         self.cursor = 0
         self.info_cursor = 0
 
@@ -301,6 +310,10 @@ class RecordedClient:
         self.plans: list[Plan] = [plan for s in trace.steps for plan in s.answers]
         self.cursor = 0
 
+    @property
+    def consumed(self) -> bool:
+        return self.cursor >= len(self.plans)
+
     def resolve(self, policy: Policy, info: Mapping[str, object] | None) -> Plan:
         if self.cursor >= len(self.plans):
             raise TraceError("the trace records fewer plans than its syncs need")
@@ -330,7 +343,9 @@ def replay_trace(
         return Replayed(ReplayKind.ERROR, (), (), empty, "the trace has no top-level action")
     recorded = None
     if engine is None:
-        engine, client = recorded = RecordedEngine(trace), RecordedClient(trace)
+        programs = any(s.program is not None for s in trace.steps)
+        answers = RecordedProgram(trace.steps) if programs else RecordedClient(trace)
+        engine, client = recorded = RecordedEngine(trace), answers
     assert client is not None
     # A long recorded session (``kvfence serve``) may push more versions than a search
     # draws: the bounds widen to hold the trace (they are the search's, not the spec's).
@@ -344,7 +359,7 @@ def replay_trace(
         return Replayed(ReplayKind.ERROR, (), (), empty, str(e))
     if recorded is not None and out.kind is ReplayKind.PASS:
         left = recorded[0].unconsumed()
-        if left is not None or recorded[1].cursor < len(recorded[1].plans):
+        if left is not None or not recorded[1].consumed:
             where = f"line {left.line} ({left.action!r})" if left else "a recorded plan"
             message = f"the spec never drove {where}: the trace does not follow the spec's sync"
             return evolve(out, kind=ReplayKind.ERROR, message=message)

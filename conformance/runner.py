@@ -42,6 +42,7 @@ from .lockstep import (
     is_direct,
 )
 from .machine import build_machine
+from .program import is_program
 from .replay import Replayed, shrink
 from .trace import header, safe_name, unique_path, verdict_line, write_trace
 from .verdict import ORDER, Verdict, worst
@@ -164,6 +165,8 @@ def _rule_verdicts(
             out.append(RuleVerdict(r, Verdict.FAIL, n, why))
         elif error is not None and r.id == error.rule:
             out.append(RuleVerdict(r, Verdict.ERROR, n, str(error)))
+        elif r.id in recorder.skipped:
+            out.append(RuleVerdict(r, Verdict.SKIP, n, recorder.skipped[r.id]))
         elif missing:
             # Evidence counted without a capability it needs could not have shown a
             # violation: never a PASS.
@@ -221,7 +224,8 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
     search = Search(Recorder(), [])
     try:
         search.capabilities = check_capabilities(engine)
-        search.table = client_table(client, search.recorder, opts.timeout)
+        if not is_program(client):
+            search.table = client_table(client, search.recorder, opts.timeout)
     except AdapterError as e:
         search.error = e
         return search

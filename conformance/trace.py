@@ -109,6 +109,7 @@ def config_json(c: Config) -> dict[str, Any]:
         "versioned_keys": c.versioned_keys,
         "misreports": c.misreports,
         "derived": c.derived,
+        **({"encoder_reset_separate": True} if c.encoder_reset_separate else {}),
     }
 
 
@@ -213,6 +214,14 @@ def step_json(s: Step) -> dict[str, Any]:
             }
             for p in s.plans
         ]
+    if s.program is not None:
+        out["program"] = {
+            "infos": [
+                {"endpoint": c.endpoint, "at": c.at, "server_info": _jsonable(c.server_info)}
+                for c in s.program.infos
+            ],
+            **({} if s.program.raised is None else {"raised": s.program.raised}),
+        }
     if s.observed is not None:
         out["observed"] = observation_json(s.observed)
         out["expected"] = [outcome_json(o) for o in s.expected]
@@ -315,6 +324,7 @@ def config_from_json(obj: Any, where: str) -> Config:
     names = (
         *("draft", "encoder", "fp8_kv", "lora", "flush_default", "versioned_keys", "misreports"),
         "derived",  # spec 0.3
+        "encoder_reset_separate",
     )
     flags = {k: obj.get(k, False) for k in names}
     for k, v in flags.items():
@@ -440,13 +450,34 @@ class PlanRecord:
 
 
 @define
+class InfoCall:
+    """A client program's ``server_info()`` call: the ``endpoint``, the number of engine
+    calls of the sync made before it (``at``), and what the endpoint returned."""
+
+    endpoint: int
+    at: int
+    server_info: dict[str, Any] | None
+
+
+@define
+class ProgramRecord:
+    """What a client program's sync did besides engine calls (those are the sync's
+    ``within`` steps): its ``server_info()`` calls and the message of the exception it
+    raised (``None``: it returned)."""
+
+    infos: list[InfoCall] = field(factory=list)
+    raised: str | None = None
+
+
+@define
 class Step:
     """One step of a run, as the lockstep records it and as a trace line reads back.
 
     ``step``: its number in the run. ``action``: the action. ``observed``/``expected``: an
     engine step's observation and every outcome the spec allowed. ``plans``: a sync's
     ``PlanRecord`` per endpoint. ``within``: the sync step an engine call belongs to.
-    ``line``: the file line it was read from (0 when recorded live).
+    ``line``: the file line it was read from (0 when recorded live). ``program``: a sync
+    made by a client program (``ProgramRecord``), not a resolver.
     """
 
     step: int
@@ -456,6 +487,7 @@ class Step:
     plans: list[PlanRecord] | None = None
     within: int | None = None
     line: int = field(default=0, eq=False)
+    program: ProgramRecord | None = None
 
     @property
     def answers(self) -> list[Plan]:
@@ -530,7 +562,34 @@ def _server_info(value: Any, where: str) -> dict[str, Any] | None:
     return value
 
 
+def _program(obj: Any, where: str) -> ProgramRecord:
+    """The ``program`` field of a sync step made by a client program."""
+    if not isinstance(obj, dict):
+        raise TraceError(f"{where}: field 'program' must be an object")
+    infos_raw = obj.get("infos", [])
+    if not isinstance(infos_raw, list):
+        raise TraceError(f"{where}: field 'program.infos' must be a list")
+    infos = []
+    for i, c in enumerate(infos_raw):
+        w = f"{where}.program.infos[{i}]"
+        if not isinstance(c, dict):
+            raise TraceError(f"{w}: must be an object")
+        infos.append(
+            InfoCall(
+                _need(c, "endpoint", int, w),
+                _need(c, "at", int, w),
+                _server_info(c.get("server_info"), w),
+            )
+        )
+    raised = obj.get("raised")
+    if raised is not None and not isinstance(raised, str):
+        raise TraceError(f"{where}: field 'program.raised' must be a string")
+    return ProgramRecord(infos, raised)
+
+
 def _sync_step(obj: dict[str, Any], n: int, number: int, action: Action, where: str) -> Step:
+    if "program" in obj:
+        return Step(number, action, plans=[], line=n, program=_program(obj["program"], where))
     plans_raw = _need(obj, "plans", list, where)
     plans = []
     for i, p in enumerate(plans_raw):

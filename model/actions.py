@@ -119,6 +119,16 @@ class FlushCache(Action):
 
 
 @frozen
+class FlushEncoderCache(Action):
+    """Reset the encoder cache alone: vLLM ``reset_encoder_cache`` (``vllm/v1/engine/``
+    ``async_llm.py``), beside ``reset_prefix_cache``. Only an engine whose profile leaves the
+    encoder cache to the client on an update (``Config.encoder_reset_separate``) needs it;
+    client programs call it (``flush_cache("encoder")``), the machine never draws it."""
+
+    endpoint: int
+
+
+@frozen
 class PauseGeneration(Action):
     """SGLang ``/pause_generation`` with ``mode``; vLLM ``/pause`` (abort/wait/keep).
 
@@ -311,6 +321,7 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     # issue #10 lifecycle vocabulary
     PublishVersion,
     *TWO_PHASE_ACTIONS,
+    FlushEncoderCache,
 )
 BY_NAME: dict[str, type[Action]] = {t.__name__: t for t in ACTION_TYPES}
 

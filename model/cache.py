@@ -137,6 +137,16 @@ def derived_dropped(ep: Endpoint) -> Endpoint:
     return evolve(ep, cache=keep)
 
 
+def encoder_kept(before: Endpoint, after: Endpoint) -> Endpoint:
+    """``after`` with ``before``'s encoder outputs back, where the engine leaves the encoder
+    cache to the client (``Config.encoder_reset_separate``: vLLM's prefix reset and weight
+    reload do not touch it; ``reset_encoder_cache`` does)."""
+    if not before.config.encoder_reset_separate:
+        return after
+    kept = frozenset(e for e in before.cache if e.kind is Kind.ENCODER)
+    return evolve(after, cache=after.cache | kept)
+
+
 def evictable(ep: Endpoint, prefix: str) -> frozenset[Entry]:
     """A prefix's device KV (target and draft) that can move to a lower tier."""
     return frozenset(

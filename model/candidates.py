@@ -111,11 +111,14 @@ def conforming(state: State, action: Action) -> bool:
     (CLI-001/002/004), unless the endpoint is paused after a pause that cleared its cache
     (nothing computed since): the explorer and the stateful machine draw only conforming
     calls, and reach off-contract ones only through a client
-    under test that makes them.
+    under test that makes them. On an engine that leaves the encoder cache to the client, a
+    raw update alone is never conforming: only a sync (with its reset) updates there.
     """
     if not isinstance(action, (UpdateWeights, FinishWeightUpdate)):
         return True
     ep = state.endpoint(action.endpoint)
+    if ep.config.encoder and ep.config.encoder_reset_separate:
+        return False  # a conforming client resets the encoder cache after it: SyncWeights
     if ep.config.guarded or asked_to_flush(ep, action.flush_cache):
         return True
     if ep.cleared:

@@ -48,6 +48,7 @@ class Capability(str, Enum):
     TWO_PHASE = "two_phase"
     DERIVED = "derived"
     RESTART_ORACLE = "restart_oracle"
+    ENCODER_RESET = "encoder_reset"
 
 
 @frozen
@@ -135,6 +136,10 @@ TABLE: dict[Capability, Unlocks] = {
         "Response.fresh: the output of the same prompt from an engine freshly started at the "
         "version the endpoint claims to serve"
     ),
+    C.ENCODER_RESET: Unlocks(
+        "an update leaves the encoder cache to the client, which resets it on its own "
+        "(vLLM reset_encoder_cache; profile field encoder_reset_separate)"
+    ),
 }
 """Capability -> what it unlocks: the single source."""
 
@@ -203,6 +208,8 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     "WIN-002": (C.TWO_PHASE, C.CACHE_PROBE),
     "WIN-003": (C.TWO_PHASE, C.FAULTS),
     "DER-001": (C.DERIVED,),
+    "CLI-009": (C.ENCODER, C.ENCODER_RESET),
+    "CLI-010": (C.INFLIGHT,),
 }
 """Rule ID -> the capabilities its evidence needs; an adapter lacking one gets SKIP."""
 

@@ -92,6 +92,8 @@ def check_state(state: State, ledger: bool = True) -> list[Violation]:
         if ep.config.guarded and not ep.closed and ep.live == ep.weights:
             current = {u.component: u.version for u in ep.current(lora=True)}
             for e in ep.cache:
+                if e.kind is Kind.ENCODER and ep.config.encoder_reset_separate:
+                    continue  # the client's reset to make (CLI-009); a hit on it is INV-001
                 reachable = e.namespace is None or e.namespace == ep.weights
                 if reachable and current.get(e.kind.value, e.version) != e.version:
                     out.append(

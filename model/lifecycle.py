@@ -34,6 +34,7 @@ TABLE: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("UpdateWeights", (S, P, A), None),
     ("FaultUpdateFailsMidway", (S, P), None),
     ("FlushCache", (S, P, A), None),
+    ("FlushEncoderCache", (S, P), None),
     ("FaultRefuseFlush", (S, P), None),
     ("EvictPrefix", (S,), None),
     ("LoadLora", (S, P), None),

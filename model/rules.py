@@ -2,7 +2,7 @@
 
 An ID is ``KIND-NNN``; it never changes meaning once published. Kinds:
 
-* CLI: the client resolver (what a sync asks of each endpoint).
+* CLI: the client (what a sync asks of each endpoint, and the calls it makes).
 * ENG: the engine (what an update, flush, pause or sleep does to the prefix cache).
 * FC: fail-closed (what happens when a flush or an update cannot complete).
 * INV: invariants over everything served.
@@ -109,6 +109,49 @@ RULES: tuple[Rule, ...] = (
         "upgraded to retract (a client that does not flush is not charged with this rule).",
         "In-place paused requests hold KV, so the flush would be refused (PF-06).",
         "SC-8; radixark/miles PR #2782 (PF-06)",
+    ),
+    # ----- client programs: rules over the recorded call sequence (model/obligations.py) --
+    Rule(
+        "CLI-008",
+        "ResetAfterFinalWeights",
+        "MUST",
+        "An endpoint whose prefix cache the policy requires invalidated has it invalidated "
+        "after its final weights are installed and before serving resumes; a reset made "
+        "before the update does not count.",
+        "KV cached between an early reset and the end of the update is computed under old or "
+        "mixed weights and is reused afterwards: the right decision in the wrong order.",
+        "huggingface/trl PR #6765 review (PF-23)",
+    ),
+    Rule(
+        "CLI-009",
+        "EveryStaleCacheKindReset",
+        "MUST",
+        "Every cache kind an engine exposes as a reset of its own and does not invalidate "
+        "on an update (an encoder cache) is reset by the client after the update and before "
+        "serving resumes.",
+        "Resetting the prefix cache alone leaves encoder outputs of the old weights to be "
+        "reused; where the engine leaves that reset to the caller, it is the client's.",
+        "vllm-project/vllm reset_encoder_cache beside reset_prefix_cache; PF-10, PF-21",
+    ),
+    Rule(
+        "CLI-010",
+        "RefusedResetActedOn",
+        "MUST",
+        "A reset the engine refused or failed is acted on: retried until it succeeds, the "
+        "endpoint left paused, or the sync failed; the endpoint never resumes serving with "
+        "the reset unacknowledged.",
+        "A refused flush leaves the old KV in place; resuming serves it under new weights.",
+        "SC-3; sgl-project/sglang flush_cache returning false while requests hold KV (PF-03)",
+    ),
+    Rule(
+        "CLI-011",
+        "SyncFailsOnlyOnFailure",
+        "MUST",
+        "A client program's sync raises only after an engine call of the sync failed (a "
+        "refused reset, a rejected update); raising otherwise is the client's own failure.",
+        "A sync that dies on its own bug leaves endpoints paused or half-updated for no "
+        "reason the engine gave.",
+        "kvfence client-program protocol (docs/clients.md)",
     ),
     # ----- engine ------------------------------------------------------------------------
     Rule(

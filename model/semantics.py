@@ -39,6 +39,7 @@ from .actions import (
     FinishRequest,
     FinishWeightUpdate,
     FlushCache,
+    FlushEncoderCache,
     LoadLora,
     PauseGeneration,
     PublishVersion,
@@ -56,6 +57,7 @@ from .cache import (
     cache_rule,
     derived_dropped,
     emptied,
+    encoder_kept,
     evictable,
     invalidated,
     load,
@@ -65,7 +67,7 @@ from .cache import (
 from .client import Plan, resolve_plan
 from .observation import Blame, Observation, Outcome, Response, View
 from .state import Bounds, Endpoint, Entry, OpenUpdate, Policy, Request, Served, ServerInfo, State
-from .vocabulary import MIXED, MemoryTag, PauseMode, Phase, Status, Tier
+from .vocabulary import MIXED, Kind, MemoryTag, PauseMode, Phase, Status, Tier
 
 Branch = tuple[State, Outcome]
 Branches = tuple[Branch, ...]
@@ -387,8 +389,10 @@ def _install(
         "label": "INV-003",
         "derived": "DER-001",
     }
-    loaded = derived_dropped(load(ep, version))
-    flushed = invalidated(loaded, version)
+    loaded = load(ep, version)
+    if not ep.config.encoder_reset_separate:
+        loaded = derived_dropped(loaded)  # else the client resets it (CLI-009)
+    flushed = encoder_kept(loaded, invalidated(loaded, version))
     if not ep.config.radix:
         # No prefix cache: only in-flight requests' own KV can cross the update, and no
         # flush protects it (a pause does, the client's CLI-007); INV-001 waives it.
@@ -641,7 +645,7 @@ def flush_cache(s: State, a: FlushCache) -> Branches:
         ep2 = evolve(ep, refuse_flush=False)
         outcome = seen(rejected(ep2, "FC-003", flushed="FC-003"), flushed=False)
         return ((s.with_endpoint(a.endpoint, ep2), outcome),)
-    ep2 = emptied(ep)
+    ep2 = encoder_kept(ep, emptied(ep))
     # MEM-001: with the KV released there is nothing on device to remove; the flush empties
     # the index (and lower tiers) and answers, it never touches the released pools.
     status = "MEM-001" if ep.kv_released else "LIV-001"
@@ -651,6 +655,15 @@ def flush_cache(s: State, a: FlushCache) -> Branches:
         refused = seen(rejected(ep, "MEM-001", flushed="FC-003"), flushed=False)
         return (done, (s, refused))
     return (done,)
+
+
+@action(FlushEncoderCache, when=_always)
+def flush_encoder_cache(s: State, a: FlushEncoderCache) -> Branches:
+    """vLLM ``reset_encoder_cache``: every cached encoder output is dropped; it holds no
+    request's KV, so it is never refused (CLI-009 is the client's obligation to call it)."""
+    ep = s.endpoint(a.endpoint)
+    ep2 = evolve(ep, cache=frozenset(e for e in ep.cache if e.kind is not Kind.ENCODER))
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-012")),)
 
 
 @action(EvictPrefix, when=_lower_tier_holds)

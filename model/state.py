@@ -53,6 +53,9 @@ class Config:
     ``derived``: the engine keeps state derived from the weights at load time (transposed
     router gates, repacked quantized operands, caches built by a post-load hook), which
     every funnel must rebuild (DER-001; sgl-project/sglang PR #31937, issue #14158).
+    ``encoder_reset_separate``: an update leaves the encoder cache alone and the engine
+    exposes its reset as a call of its own (vLLM ``reset_encoder_cache`` beside
+    ``reset_prefix_cache``): the client owes that reset (CLI-009), not the engine (ENG-012).
     """
 
     radix: bool = True
@@ -67,6 +70,7 @@ class Config:
     versioned_keys: bool = False
     misreports: bool = False
     derived: bool = False
+    encoder_reset_separate: bool = False
 
     @property
     def guarded(self) -> bool:
@@ -74,7 +78,7 @@ class Config:
         return self.lane is Lane.EXACT and self.radix
 
 
-PROFILE_FIELDS = ("flush_default", "versioned_keys", "misreports")
+PROFILE_FIELDS = ("flush_default", "versioned_keys", "misreports", "encoder_reset_separate")
 """The ``Config`` fields an engine adapter declares for every endpoint (its ``profile``)."""
 
 

@@ -109,7 +109,8 @@ def test_main_explore_model_only():
     code, text = main_explore(2, 1, 2, 1, 3, None, None)
     assert code == 0, text
     # moves with the model's branches (spec 0.2: miss branches, exact-lane stop branches;
-    # the trust fixes' branches (CD-08, CD-09); spec 0.3: memory tags, publish, pause clear_cache, two-phase windows, as above)
+    # the trust fixes' branches (CD-08, CD-09); spec 0.3: memory tags, publish, pause
+    # clear_cache, two-phase windows, as above)
     assert "distinct states: 2,443" in text and "transitions: 27,087" in text
     assert "states/s" in text and "PASS" in text
     with pytest.raises(ValueError, match="--endpoints >= 1"):

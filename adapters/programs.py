@@ -1,0 +1,292 @@
+"""Client programs: weight-sync code as an RL trainer writes it, correct and faulty.
+
+A client program is ``sync(endpoints, version, policy) -> None`` (``docs/clients.md``):
+it gets one handle per endpoint (``Endpoint`` below, implemented by
+``kvfence.conformance.program.EndpointHandle``) and makes the engine calls of one weight
+sync itself. kvfence applies each call to the engine and the model in lockstep and judges
+the sequence (CLI-007..011, ``kvfence.model.obligations``).
+
+Each program is a class with a ``name`` and a ``sync`` method. The correct ones must PASS
+(the pass matrix); each mutant makes one general mistake, seen in public code, and its
+docstring's first line names the rule that kills it (the kill matrix).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from kvfence.model.state import Policy
+from kvfence.model.vocabulary import PauseMode
+
+from .clients import ReferenceClient
+
+RETRIES = 3
+"""How often a correct program asks again for a refused reset before it gives up on the
+endpoint (leaves it paused and fails the sync)."""
+
+
+class Endpoint(Protocol):
+    """The handle a program gets for one endpoint (see ``conformance/program.py``)."""
+
+    index: int
+    cache_kinds: tuple[str, ...]
+
+    def server_info(self) -> Mapping[str, object] | None: ...
+    def pause(self, mode: str | PauseMode = PauseMode.RETRACT) -> bool: ...
+    def update_weights(
+        self, version: int, funnel: str | None = None, flush_cache: bool | None = None
+    ) -> bool: ...
+    def flush_cache(self, kind: str = "prefix") -> bool: ...
+    def continue_generation(self) -> bool: ...
+
+
+class ProgramClient:
+    """A client program under test: ``fn(endpoints, version, policy)``, shown as ``name``."""
+
+    def __init__(self, fn: Callable[..., Any], name: str) -> None:
+        self.fn = fn
+        self.name = name
+
+    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
+        self.fn(endpoints, version, policy)
+
+
+def is_program(client: object) -> bool:
+    """``client`` is a program (has ``sync``), not a resolver (``resolve``)."""
+    return callable(getattr(client, "sync", None)) and not hasattr(client, "resolve")
+
+
+def check_signature(fn: Callable[..., Any], spec_text: str) -> None:
+    """``ValueError`` unless ``fn`` can be called as ``fn(endpoints, version, policy)``."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: let the call say
+    try:
+        signature.bind(object(), 0, Policy())
+    except TypeError as e:
+        raise ValueError(
+            f"client program {spec_text!r}: {fn.__name__}{signature} cannot be called as "
+            f"sync(endpoints, version, policy) ({e})"
+        ) from None
+
+
+def load_program(spec_text: str) -> ProgramClient:
+    """``"package.module:function"`` -> a ``ProgramClient``; ``ValueError`` names what is
+    wrong (not ``module:function``, not importable, not callable, wrong signature)."""
+    module_name, sep, attr = spec_text.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"client program {spec_text!r}: expected 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as e:  # ImportError, SyntaxError, SystemExit of the module
+        raise ValueError(
+            f"client program {spec_text!r}: cannot import {module_name!r}: {type(e).__name__}: {e}"
+        ) from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"client program {spec_text!r}: {module_name} has no function {attr!r}")
+    check_signature(fn, spec_text)
+    return ProgramClient(fn, f"program:{spec_text}")
+
+
+class SyncFailed(RuntimeError):
+    """A correct program's way to fail a sync: some endpoints are left paused."""
+
+
+_DECIDE = ReferenceClient()  # the reference resolver's decision, reused by the programs
+
+
+def pause_for(policy: Policy, flush: bool) -> PauseMode:
+    """The configured pause, upgraded from ``in_place`` to ``retract`` when flushing
+    (CLI-007: in-place paused requests hold KV and the flush would be refused, PF-06)."""
+    return _DECIDE.pause_mode(policy, flush)
+
+
+def reset(ep: Endpoint, kind: str) -> bool:
+    """Reset one cache kind, asking again when refused (an injected fault or KV released
+    meanwhile), at most ``RETRIES`` times; the last answer."""
+    return any(ep.flush_cache(kind) for _ in range(RETRIES))
+
+
+class ReferenceProgram:
+    """Keeps: CLI-001, CLI-002, CLI-004, CLI-008, CLI-010, CLI-011.
+
+    A correct program, written as trainers write it against SGLang or vLLM: pause, update
+    without the engine's flush, then reset every stale cache kind itself (sgl-project/sglang
+    ``/flush_cache``, vllm-project/vllm ``reset_prefix_cache`` / ``reset_encoder_cache``),
+    retrying a
+    refused reset (pytorch/rl PR #4016 retries a partial reset); an endpoint whose reset
+    keeps failing stays paused and the sync fails.
+
+    Decides per endpoint from its own server info, as the reference resolver does
+    (``radix_cache_enabled`` wins, else ``disable_radix_cache``; unknown means on).
+    """
+
+    name = "reference-program"
+
+    def wants_flush(self, policy: Policy, info: Mapping[str, object] | None) -> bool:
+        return _DECIDE.wants_flush(policy, info)
+
+    def decide(self, policy: Policy, infos: list[Mapping[str, object] | None]) -> list[bool]:
+        """Whether to reset each endpoint's prefix cache."""
+        return [self.wants_flush(policy, info) for info in infos]
+
+    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
+        infos = [ep.server_info() for ep in endpoints]
+        stuck = []
+        for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
+            ep.pause(pause_for(policy, flush))
+            if not ep.update_weights(version, flush_cache=False):
+                stuck.append(ep.index)
+                continue
+            kinds = [k for k in ep.cache_kinds if k != "prefix" or flush]
+            if all([self.reset(ep, k) for k in kinds]):
+                ep.continue_generation()
+            else:
+                stuck.append(ep.index)
+        if stuck:
+            raise SyncFailed(f"endpoints {stuck} left paused: a reset or an update failed")
+
+    def reset(self, ep: Endpoint, kind: str) -> bool:
+        return reset(ep, kind)
+
+
+class AnyOnFlushesEverywhere(ReferenceProgram):
+    """Keeps: CLI-001, CLI-002, CLI-004, CLI-008, CLI-011.
+
+    Decides once for all endpoints, as the xorl resolver does: with
+    ``cache_invalidation_mode=auto``, if any endpoint reports its radix cache on or unknown,
+    every endpoint is flushed (an extra flush only costs cold prefills), through the
+    update's own ``flush_cache=True``. Correct although it decides across endpoints.
+    """
+
+    name = "any-on-flushes-everywhere"
+
+    def decide(self, policy: Policy, infos: list[Mapping[str, object] | None]) -> list[bool]:
+        each = super().decide(policy, infos)
+        if policy.mode.value == "auto" and policy.flush_cache is not True:
+            return [any(each)] * len(infos)
+        return each
+
+    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
+        infos = [ep.server_info() for ep in endpoints]
+        stuck = []
+        for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
+            ep.pause(pause_for(policy, flush))
+            if not ep.update_weights(version, flush_cache=flush):
+                stuck.append(ep.index)  # the engine failed closed (FC-001): stay paused
+                continue
+            if all([reset(ep, k) for k in ep.cache_kinds if k != "prefix"]):
+                ep.continue_generation()
+            else:
+                stuck.append(ep.index)
+        if stuck:
+            raise SyncFailed(f"endpoints {stuck} left paused: an update or a reset failed")
+
+
+# ----- mutants -----------------------------------------------------------------------------
+
+
+class ResetBeforeFinishProgram(ReferenceProgram):
+    """Violates: CLI-008.
+
+    Resets the prefix cache first and then updates the weights without a flush: the right
+    decision in the wrong order, so KV cached between the reset and the end of the update
+    survives it. huggingface/trl PR #6765 (review finding, PF-23). Here the reset precedes
+    a one-call update; with the two-phase update actions (begin, chunks, finish) the same
+    program resets between begin and finish.
+    """
+
+    name = "reset-before-finish"
+
+    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
+        infos = [ep.server_info() for ep in endpoints]
+        for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
+            ep.pause(pause_for(policy, flush))
+            if flush:
+                reset(ep, "prefix")
+            ep.update_weights(version, flush_cache=False)
+            ep.continue_generation()
+
+
+class RefusedResetIgnored(ReferenceProgram):
+    """Violates: CLI-010.
+
+    Calls the reset and never reads its answer: a refused reset (KV still held, a
+    pinned block) leaves the old prefix cache in place and serving resumes on it. vLLM's
+    ``/reset_prefix_cache`` answered 200 whether or not the reset happened
+    (vllm-project/vllm PR #12284), and "a user might not immediately realize the reset has
+    failed" (vllm-project/vllm PR #28827).
+    """
+
+    name = "refused-reset-ignored"
+
+    def reset(self, ep: Endpoint, kind: str) -> bool:
+        ep.flush_cache(kind)
+        return True
+
+
+class Endpoint0InfoOnly(ReferenceProgram):
+    """Violates: CLI-001.
+
+    Reads the server info of endpoint 0 only and applies its decision to every endpoint:
+    right while all endpoints are configured alike, wrong for a fleet where endpoint 0 runs
+    without the radix cache and another with it. Invisible to a check of one endpoint at a
+    time; a mistake of multi-endpoint sync code that caches "the" server's info (the XoRL
+    resolver reads each endpoint's).
+    """
+
+    name = "endpoint0-info-only"
+
+    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
+        first = endpoints[0].server_info()
+        flush = self.wants_flush(policy, first)
+        for ep in endpoints:
+            ep.pause(pause_for(policy, flush))
+            ep.update_weights(version, flush_cache=flush)
+            for k in ep.cache_kinds:
+                if k != "prefix":
+                    reset(ep, k)
+            ep.continue_generation()
+
+
+class PrefixOnlyReset(ReferenceProgram):
+    """Violates: CLI-009.
+
+    Resets the prefix cache and nothing else, on an engine whose update leaves the encoder
+    cache to the caller: multimodal prompts reuse encoder outputs of the old weights.
+    vLLM exposes ``reset_encoder_cache`` and ``reset_mm_cache`` beside
+    ``reset_prefix_cache``; vllm-project/vllm-omni #6739 shows all three needed after an
+    update (PF-10, PF-21).
+    """
+
+    name = "prefix-only-reset"
+
+    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
+        infos = [ep.server_info() for ep in endpoints]
+        for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
+            ep.pause(pause_for(policy, flush))
+            ep.update_weights(version, flush_cache=False)
+            if flush:
+                reset(ep, "prefix")
+            ep.continue_generation()
+
+
+PROGRAMS: dict[str, type[ReferenceProgram]] = {
+    p.name: p
+    for p in (
+        ReferenceProgram,
+        AnyOnFlushesEverywhere,
+        ResetBeforeFinishProgram,
+        RefusedResetIgnored,
+        Endpoint0InfoOnly,
+        PrefixOnlyReset,
+    )
+}
+"""Every program by name (the registry's clients)."""

@@ -1,0 +1,468 @@
+"""Client programs: a trainer's weight-sync code, run against the engine and the model.
+
+A *client program* performs one weight sync::
+
+    def sync(endpoints: Sequence[EndpointHandle], version: int, policy: Policy) -> None
+
+given one handle per endpoint, the version to push and the run's ``Policy``
+(``cache_invalidation_mode`` and the rest). Each handle verb becomes one model action
+(``VERBS``), applied to the engine under test and to the model in lockstep and recorded as a
+step of the run (``within`` the sync, attributed to the client); the verb returns what the
+engine answered. The model judges the call sequence (``kvfence.model.obligations``:
+CLI-007..011) and keeps judging the engine as for any other step.
+
+What a verb returns: ``server_info()`` the decoded ``/get_server_info`` body (``None``:
+unreachable); every other verb ``True`` when the engine reported success, ``False`` when it
+refused or failed (a refused flush, an update rejected by FC-001, an engine that stopped):
+an engine's refusal is a value, never an exception, as SGLang's ``{"success": false}``
+bodies and vLLM's ``reset_prefix_cache() -> bool`` are. A verb raises ``ProgramError``
+(a ``ValueError``) only for the program's own mistake: an unknown word, a call the engine's
+phase does not allow (``continue_generation()`` on a serving endpoint), a cache kind the
+endpoint does not expose. A program that raises is judged as the client's answer: after a
+failed call it is a failed sync (allowed: CLI-010 asks exactly that of a refused reset);
+otherwise it is CLI-011.
+
+Pending verbs (their actions are not in the model yet; each is one line of ``VERBS``):
+``begin_weight_update(version, funnel)`` / ``update_weight_chunk()`` /
+``finish_weight_update(flush_cache)`` / ``abort_weight_update()`` (two-phase update, task T),
+``publish_version(version, abort_requests)``, ``sleep(tags)`` / ``wake_up(tags)`` with
+tags, ``pause(mode, clear_cache)`` (task M).
+
+The resolver interface (``resolve(policy, info) -> Plan``) is the thin program
+``resolver_sync``: server info of every endpoint, the resolver's plan for each (judged by
+CLI-001..007 as before), then pause, update with the plan's flush, a reset of every other
+cache kind the endpoint exposes separately, continue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from attrs import evolve
+
+from kvfence.adapters.programs import ProgramClient, check_signature, is_program, load_program
+from kvfence.model import semantics as spec
+from kvfence.model.actions import (
+    Action,
+    ContinueGeneration,
+    FlushCache,
+    FlushEncoderCache,
+    PauseGeneration,
+    ServeRequest,
+    SyncWeights,
+    TraceError,
+    UpdateWeights,
+)
+from kvfence.model.capabilities import Capability
+from kvfence.model.checks import Violation
+from kvfence.model.client import Plan, judge_plan, resolve_plan
+from kvfence.model.obligations import (
+    CACHE_KINDS,
+    ENCODER,
+    PREFIX,
+    SERVING_CALLS,
+    Owed,
+    evidence,
+    flush_asked,
+    observe,
+    raised,
+    resumes,
+    separate_kinds,
+)
+from kvfence.model.state import Policy
+from kvfence.model.vocabulary import Funnel, PauseMode, Phase, Status
+
+__all__ = [
+    "EndpointHandle",
+    "ProgramClient",
+    "ProgramError",
+    "check_signature",
+    "is_program",
+    "load_program",
+]
+
+from .trace import InfoCall, PlanRecord, Step
+
+if TYPE_CHECKING:
+    from .lockstep import Lockstep
+
+
+NOT_PROGRAM_RULES = {
+    rule_id: "judged on a resolver's plan; a client program is judged on its calls"
+    for rule_id in ("CLI-003", "CLI-005", "CLI-006")
+}
+"""Plan rules with no counterpart over a call sequence: SKIP for a program, never PASS
+(CLI-003 and CLI-005 ask that a flush be left out, which costs only cold prefills; a
+program's parsing mistake shows as the CLI-001/002 obligation it then misses)."""
+
+
+class ProgramError(ValueError):
+    """The client program made a call the engine API does not take here (its mistake)."""
+
+
+def _pause(i: int, mode: str | PauseMode = PauseMode.RETRACT) -> Action:
+    return PauseGeneration(i, _word(PauseMode, mode, "pause(mode)"))
+
+
+def _update(
+    i: int, version: int, funnel: str | Funnel | None = None, flush_cache: bool | None = None
+) -> Action:
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ProgramError(f"update_weights(version): expected an int, got {version!r}")
+    if flush_cache not in (None, True, False):
+        raise ProgramError(f"update_weights(flush_cache): expected a bool, got {flush_cache!r}")
+    return UpdateWeights(i, version, _word(Funnel, funnel, "update_weights(funnel)"), flush_cache)
+
+
+def _flush(i: int, kind: str = PREFIX) -> Action:
+    if kind not in CACHE_KINDS:
+        raise ProgramError(f"flush_cache(kind): {kind!r} is not one of {', '.join(CACHE_KINDS)}")
+    return FlushCache(i) if kind == PREFIX else FlushEncoderCache(i)
+
+
+def _continue(i: int) -> Action:
+    return ContinueGeneration(i)
+
+
+def _generate(i: int, prefix: str) -> Action:
+    if not isinstance(prefix, str):
+        raise ProgramError(f"generate(prefix): expected a str, got {prefix!r}")
+    return ServeRequest(i, prefix)
+
+
+VERBS: dict[str, Callable[..., Action]] = {
+    "pause": _pause,
+    "update_weights": _update,
+    "flush_cache": _flush,
+    "continue_generation": _continue,
+    "generate": _generate,
+}
+"""Handle verb -> the model action it makes for endpoint ``i`` (the table the pending
+verbs join)."""
+
+VERB_OF: dict[type[Action], str] = {
+    PauseGeneration: "pause",
+    UpdateWeights: "update_weights",
+    FlushCache: "flush_cache",
+    FlushEncoderCache: "flush_cache",
+    ContinueGeneration: "continue_generation",
+    ServeRequest: "generate",
+}
+"""The inverse, for replaying a recorded program."""
+
+
+def _word(enum: Any, value: Any, where: str) -> Any:
+    if value is None and enum is Funnel:
+        return None
+    try:
+        return enum(value)
+    except ValueError:
+        words = ", ".join(m.value for m in enum)
+        raise ProgramError(f"{where}: {value!r} is not one of {words}") from None
+
+
+class EndpointHandle:
+    """One endpoint as a client program sees it: ``index``, ``cache_kinds`` (the caches it
+    can reset separately: ``("prefix",)``, or ``("prefix", "encoder")`` on an engine whose
+    update leaves the encoder cache to the client) and the verbs.
+
+    Verbs: ``server_info()``; ``pause(mode="retract")`` (SGLang ``/pause_generation``,
+    vLLM ``/pause``); ``update_weights(version, funnel=None, flush_cache=None)`` (SGLang
+    ``/update_weights_from_{disk,tensor,distributed}``: ``flush_cache`` omitted when
+    ``None``; ``funnel`` ``None`` is the sync's); ``flush_cache(kind="prefix")`` (SGLang
+    ``/flush_cache``, vLLM ``/reset_prefix_cache``); ``continue_generation()`` (SGLang
+    ``/continue_generation``, vLLM ``/resume``); ``generate(prefix)`` (SGLang
+    ``/generate``). Returns: see the module docstring.
+    """
+
+    def __init__(self, run: SyncRun, index: int) -> None:
+        self._run = run
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"EndpointHandle({self.index})"
+
+    @property
+    def cache_kinds(self) -> tuple[str, ...]:
+        return separate_kinds(self._run.state, self.index)
+
+    def server_info(self) -> dict[str, object] | None:
+        return self._run.server_info(self.index)
+
+    def pause(self, mode: str | PauseMode = PauseMode.RETRACT) -> bool:
+        return self._run.call(self.index, "pause", mode)
+
+    def update_weights(
+        self, version: int, funnel: str | Funnel | None = None, flush_cache: bool | None = None
+    ) -> bool:
+        return self._run.call(self.index, "update_weights", version, funnel, flush_cache)
+
+    def flush_cache(self, kind: str = PREFIX) -> bool:
+        return self._run.call(self.index, "flush_cache", kind)
+
+    def continue_generation(self) -> bool:
+        return self._run.call(self.index, "continue_generation")
+
+    def generate(self, prefix: str) -> bool:
+        return self._run.call(self.index, "generate", prefix)
+
+
+class SyncRun:
+    """One SyncWeights driven by a client (a program, or a resolver through
+    ``resolver_sync``) inside a ``Lockstep``: the handles' calls, the obligations the model
+    carries per endpoint, and the first lockstep exception a call hit (``halt``), raised
+    again after the program returns whatever the program did with it."""
+
+    def __init__(self, lock: Lockstep, action: SyncWeights, step: Step) -> None:
+        self.lock = lock
+        self.action = action
+        self.step = step
+        self.owed = [Owed() for _ in lock.configs]
+        self.halt: BaseException | None = None
+        self.calls = 0
+        self.quiet: set[int] = set()  # endpoints whose resolver plan was already judged
+        self.handles = [EndpointHandle(self, i) for i in range(len(lock.configs))]
+
+    @property
+    def state(self):
+        return next(iter(self.lock.states))
+
+    def _check_index(self, index: int) -> None:
+        if self.halt is not None:
+            raise self.halt
+
+    def server_info(self, index: int) -> dict[str, object] | None:
+        from .lockstep import call_with_timeout
+
+        self._check_index(index)
+        try:
+            info = call_with_timeout(
+                lambda: self.lock.engine.server_info(index),
+                self.lock.timeout,
+                f"server_info({index})",
+                self.lock.direct,
+            )
+        except BaseException as e:
+            self.halt = e
+            raise
+        info = None if info is None else dict(info)
+        if self.step.program is not None:
+            self.step.program.infos.append(InfoCall(index, self.calls, info))
+        return info
+
+    def call(self, index: int, verb: str, *args: Any) -> bool:
+        self._check_index(index)
+        action = VERBS[verb](index, *args)
+        if isinstance(action, UpdateWeights) and action.funnel is None:
+            action = evolve(action, funnel=self.action.funnel)
+        return self.apply(action)
+
+    def apply(self, action: Action) -> bool:
+        """Drive ``action`` on the engine and the model; judge it as the client's call."""
+        self._check_index(0)
+        index = getattr(action, "endpoint", 0)
+        before = self.state
+        caps = self.lock.engine.capabilities
+        if isinstance(action, FlushEncoderCache) and ENCODER not in separate_kinds(before, index):
+            exposed = ", ".join(separate_kinds(before, index))
+            raise ProgramError(
+                f"flush_cache('encoder'): endpoint {index} resets separately only: {exposed}"
+            )
+        pausing = isinstance(action, (PauseGeneration, ContinueGeneration))
+        if pausing and Capability.PAUSE not in caps:
+            # The engine cannot pause: nothing is served during a sync in lockstep anyway,
+            # so the call is a no-op (its obligations settle at the end of the sync).
+            return True
+        if not all(spec.enabled(s, action) for s in self.lock.states):
+            phase = before.endpoint(index).phase.value
+            raise ProgramError(
+                f"{VERB_OF.get(type(action), action.name)}: {action!r} is not "
+                f"allowed now (endpoint {index} is {phase})"
+            )
+        if isinstance(action, SERVING_CALLS):
+            self.settle(index, f"{action.name}")
+        from .lockstep import AdapterError, ConformanceFailure, Diverged, NotEnabled
+
+        try:
+            self.lock.engine_step(action, within=self.step.step)
+        except (AdapterError, ConformanceFailure, Diverged, NotEnabled) as e:
+            self.halt = e
+            raise
+        self.calls += 1
+        if flush_asked(before, action):
+            self.lock.recorder.exercised["CLI-007"] += 1  # a flush an in_place pause blocks
+        obs = self.lock.steps[-1].observed
+        assert obs is not None
+        self.owed[index], bad = observe(self.owed[index], before, action, obs.status)
+        self.report(index, bad)
+        if isinstance(action, FlushCache) and obs.flushed is not None:
+            return bool(obs.flushed) and obs.status is Status.OK
+        return obs.status is Status.OK
+
+    def settle(self, index: int, how: str) -> None:
+        for rule_id in evidence(self.owed[index]):
+            self.lock.recorder.exercised[rule_id] += 1
+        self.owed[index], bad = resumes(self.owed[index], index, how)
+        self.report(index, bad)
+
+    def report(self, index: int, bad: list[Violation]) -> None:
+        if bad and index not in self.quiet:
+            self.violated(bad)
+
+    def violated(self, bad: list[Violation]) -> None:
+        """Record the client's violations. A run focused on one of them ends here: a
+        mistake in a call sequence need not have a visible consequence to be shown (an
+        early reset harms only traffic admitted meanwhile), and the search stops at the
+        first kill."""
+        from .lockstep import ConformanceFailure
+
+        self.lock.client_violation(bad)
+        if self.lock.focus is not None and self.lock.focus in {v.rule for v in bad}:
+            try:
+                self.lock.fail([], self.step.step)
+            except ConformanceFailure as e:
+                self.halt = e
+                raise
+
+    def finish(self, error: BaseException | None) -> None:
+        """The program returned (``error`` None) or raised ``error``."""
+        if self.halt is not None:
+            raise self.halt
+        self.lock.recorder.exercised["CLI-011"] += 1
+        if error is not None:
+            message = f"{type(error).__name__}: {error}"
+            if isinstance(error, RecordedRaise):
+                message = str(error)
+            if self.step.program is not None:
+                self.step.program.raised = message
+            self.lock.note(f"  the client program raised {message}")
+            bad = raised(tuple(self.owed), message)
+            if bad:
+                self.violated(bad)
+        for i in range(len(self.owed)):
+            if all(s.endpoint(i).phase is Phase.SERVING for s in self.lock.states):
+                self.settle(i, "the end of the sync")
+            elif self.owed[i].refusals:
+                # A refused reset answered by leaving the endpoint paused: CLI-010 judged it.
+                self.lock.recorder.exercised["CLI-010"] += 1
+
+
+def run_program(lock: Lockstep, action: SyncWeights, step: Step, program: Any) -> None:
+    """Run a client program's sync in ``lock`` (or a recorded one's, for replay)."""
+    run = SyncRun(lock, action, step)
+    lock.recorder.skipped.update(NOT_PROGRAM_RULES)
+    error: BaseException | None = None
+    try:
+        program.sync(run.handles, action.version, lock.policy)
+    except (KeyboardInterrupt, SystemExit, TraceError):
+        raise
+    except Exception as e:  # the client's answer, judged by ``finish``
+        error = e
+    run.finish(error)
+
+
+def resolver_sync(lock: Lockstep, action: SyncWeights, step: Step) -> None:
+    """The resolver interface as a thin program: for each endpoint, its server info and the
+    resolver's plan (judged against the spec's, CLI-001..007); then for each, pause with the
+    plan's mode, update with its flush, reset every other cache kind it exposes separately,
+    continue (without ``pause`` capability: the update alone)."""
+    from .lockstep import call_with_timeout, refusal, resolve
+
+    run = SyncRun(lock, action, step)
+    p = lock.policy
+    plans: list[Plan] = []
+    for i in range(len(lock.configs)):
+        info = call_with_timeout(
+            lambda i=i: lock.engine.server_info(i), lock.timeout, f"server_info({i})", lock.direct
+        )
+        expected = resolve_plan(p.mode, p.flush_cache, p.pause_mode, info)
+        got = resolve(lock.client, p, info, lock.timeout)
+        if isinstance(got, str):
+            lock.refused(refusal(expected, got, f"endpoint {i} plan.flush, {info!r}"))
+        step.plans.append(PlanRecord(i, info, expected, got))
+        again = None
+        if expected.flush and not got.flush and p.pause_mode is PauseMode.IN_PLACE:
+            # Was the flush dropped because of the in_place pause (CLI-007, PF-06)? Ask the
+            # same question with a retract pause, and record the answer for replay.
+            retract = evolve(p, pause_mode=PauseMode.RETRACT)
+            spec_retract = resolve_plan(p.mode, p.flush_cache, PauseMode.RETRACT, info)
+            again = resolve(lock.client, retract, info, lock.timeout)
+            if isinstance(again, str):
+                where = f"endpoint {i} plan.flush (asked with a retract pause), {info!r}"
+                lock.refused(refusal(spec_retract, again, where))
+            step.plans.append(PlanRecord(i, info, spec_retract, again, asked="retract"))
+        bad = [
+            Violation(rule, want, was, f"endpoint {i} plan.{f}, server info {info!r}")
+            for f, rule, want, was in judge_plan(
+                expected, got, p.pause_mode, None if again is None else again.flush
+            )
+        ]
+        lock.recorder.exercised[expected.rule_for("flush")] += 1
+        lock.recorder.exercised["CLI-007"] += p.pause_mode is PauseMode.IN_PLACE
+        if bad:
+            run.quiet.add(i)  # the plan's rules already name this endpoint's fault
+            lock.client_violation(bad)
+        plans.append(got)
+    for i, plan in enumerate(plans):
+        ep = run.handles[i]
+        calls: list[tuple[str, tuple[Any, ...]]] = [
+            ("pause", (plan.pause_mode,)),
+            ("update_weights", (action.version, action.funnel, plan.flush)),
+            *(("flush_cache", (k,)) for k in ep.cache_kinds if k != PREFIX),
+            ("continue_generation", ()),
+        ]
+        for verb, args in calls:
+            if all(s.endpoint(i).phase is Phase.STOPPED for s in lock.states):
+                break  # the engine process exited mid-sync (CD-07): nothing more to drive
+            if verb == "continue_generation" and run.owed[i].refused:
+                # a refused reset of another cache kind: left paused (fail-closed)
+                break
+            try:
+                getattr(ep, verb)(*args)
+            except ProgramError:
+                if run.halt is not None:
+                    raise run.halt from None
+                raise
+    run.finish(None)
+
+
+class RecordedProgram:
+    """A program that makes a trace's recorded calls again, in order (model-only replay
+    and replay against an engine of a program trace)."""
+
+    name = "recorded-program"
+
+    def __init__(self, steps: list[Step]) -> None:
+        self.syncs: list[tuple[Step, list[Step]]] = []
+        for s in steps:
+            if s.program is not None:
+                self.syncs.append((s, []))
+            elif s.within is not None and self.syncs and s.within == self.syncs[-1][0].step:
+                self.syncs[-1][1].append(s)
+        self.cursor = 0
+
+    @property
+    def consumed(self) -> bool:
+        return self.cursor >= len(self.syncs)
+
+    def sync(self, endpoints: Sequence[EndpointHandle], version: int, policy: Policy) -> None:
+        if self.cursor >= len(self.syncs):
+            raise TraceError("the trace records fewer program syncs than it replays")
+        head, calls = self.syncs[self.cursor]
+        self.cursor += 1
+        assert head.program is not None
+        infos = list(head.program.infos)
+        for n, call in enumerate(calls):
+            while infos and infos[0].at <= n:
+                endpoints[infos.pop(0).endpoint].server_info()
+            index = getattr(call.action, "endpoint", 0)
+            endpoints[index]._run.apply(call.action)
+        for c in infos:
+            endpoints[c.endpoint].server_info()
+        if head.program.raised is not None:
+            raise RecordedRaise(head.program.raised)
+
+
+class RecordedRaise(Exception):
+    """The recorded program raised here (its message as recorded)."""

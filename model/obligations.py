@@ -1,0 +1,188 @@
+"""Client obligations over a recorded call sequence: what a sync still owes each endpoint.
+
+A client program (``docs/clients.md``) makes engine calls one at a time; these rules judge
+the sequence, not a plan. For each endpoint the model carries an ``Owed`` value while the
+client drives it, updated by ``observe`` after every call the client makes and settled by
+``resumes`` when serving resumes on it (ContinueGeneration, a request, or the end of the
+sync with the endpoint serving). The judgement reads only the model's state and the call's
+status, so the same rules apply to a Python program and to a client talking HTTP
+(``kvfence serve``).
+
+* CLI-008: an endpoint whose prefix cache the policy requires invalidated (CLI-001/002/004:
+  ``plan_for``) has it invalidated after its final weights are installed and before
+  serving resumes; a reset before the update does not count (huggingface/trl PR #6765
+  review, PF-23). A client that never reset it is charged the rule that required the reset.
+* CLI-009: every cache kind the engine exposes as a separate reset and does not invalidate
+  on an update (vLLM ``reset_encoder_cache`` beside ``reset_prefix_cache``) is reset by the
+  client after the update and before serving resumes.
+* CLI-010: a reset the engine refused or failed is acted on (retried until it succeeds,
+  or the endpoint left paused, or the sync failed), never ignored by resuming serving.
+* CLI-007 (reused): a flush is never asked of an endpoint paused ``in_place``.
+* CLI-011: a sync raises only after an engine call failed (a refused reset, a failed
+  update); raising otherwise is the client's own failure.
+"""
+
+from __future__ import annotations
+
+from attrs import evolve, frozen
+
+from .actions import (
+    Action,
+    ContinueGeneration,
+    FinishRequest,
+    FlushCache,
+    FlushEncoderCache,
+    PauseGeneration,
+    ServeRequest,
+    StartRequest,
+    UpdateWeights,
+)
+from .checks import Violation
+from .state import State
+from .vocabulary import PauseMode, Status
+
+PREFIX = "prefix"
+ENCODER = "encoder"
+CACHE_KINDS = (PREFIX, ENCODER)
+"""The cache kinds a client can reset separately: ``prefix`` (SGLang ``/flush_cache``,
+vLLM ``/reset_prefix_cache``) and ``encoder`` (vLLM ``reset_encoder_cache``), the latter
+only where the engine's profile says an update leaves it to the client."""
+
+
+@frozen
+class Owed:
+    """One endpoint's obligations during a sync.
+
+    ``kinds``: cache kinds that must still be reset before serving resumes. ``because``:
+    the rule that made the prefix reset owed (CLI-001/002/004). ``refused``: owed kinds
+    whose reset the engine refused or failed. ``early``: kinds reset before the update
+    that made them owed (PF-23). ``pause``: the pause mode the endpoint is held in.
+    ``failed``: some call on this endpoint failed (so raising is an answer, CLI-011).
+    ``reset``: kinds reset since the last update. ``due``: kinds the last update required
+    reset (by the client or by the update itself: the evidence of CLI-008/009).
+    ``refusals``: resets refused since the last time serving resumed (CLI-010's evidence).
+    """
+
+    kinds: frozenset[str] = frozenset()
+    because: str = "CLI-001"
+    refused: frozenset[str] = frozenset()
+    early: frozenset[str] = frozenset()
+    pause: PauseMode | None = None
+    failed: bool = False
+    reset: frozenset[str] = frozenset()
+    due: frozenset[str] = frozenset()
+    refusals: int = 0
+
+
+def separate_kinds(state: State, index: int) -> tuple[str, ...]:
+    """The cache kinds endpoint ``index`` exposes as resets of their own."""
+    config = state.endpoint(index).config
+    return (PREFIX, ENCODER) if config.encoder and config.encoder_reset_separate else (PREFIX,)
+
+
+def flush_asked(state: State, action: Action) -> bool:
+    """``action`` asks endpoint's prefix cache flushed (an omitted ``flush_cache`` read by
+    the engine's profile)."""
+    if isinstance(action, FlushCache):
+        return True
+    if isinstance(action, UpdateWeights):
+        ep = state.endpoint(action.endpoint)
+        asked = ep.config.flush_default if action.flush_cache is None else action.flush_cache
+        return bool(asked)
+    return False
+
+
+def observe(
+    owed: Owed, before: State, action: Action, status: Status
+) -> tuple[Owed, list[Violation]]:
+    """``owed`` after the client's call ``action`` answered ``status`` on an endpoint the
+    model was in state ``before``; and the rules the call itself broke (CLI-007)."""
+    from .semantics import plan_for  # the client's plan, as the spec resolves it
+
+    index = getattr(action, "endpoint", 0)
+    out: list[Violation] = []
+    ok = status is Status.OK
+    if not ok:
+        owed = evolve(owed, failed=True)
+        if flush_asked(before, action):
+            owed = evolve(owed, refusals=owed.refusals + 1)
+    if owed.pause is PauseMode.IN_PLACE and flush_asked(before, action):
+        where = f"endpoint {index} {action.name} while paused in_place"
+        out.append(
+            Violation("CLI-007", "a retract or abort pause before a flush", "in_place", where)
+        )
+    if isinstance(action, PauseGeneration):
+        return evolve(owed, pause=action.mode), out
+    if isinstance(action, ContinueGeneration):
+        return evolve(owed, pause=None), out
+    if isinstance(action, (FlushCache, FlushEncoderCache)):
+        kind = PREFIX if isinstance(action, FlushCache) else ENCODER
+        if ok:
+            return evolve(owed, kinds=owed.kinds - {kind}, reset=owed.reset | {kind}), out
+        if kind in owed.kinds:
+            owed = evolve(owed, refused=owed.refused | {kind})
+        return owed, out
+    if isinstance(action, UpdateWeights) and ok:
+        ep = before.endpoint(index)
+        plan = plan_for(before, index)
+        flushed = ep.config.guarded or flush_asked(before, action)
+        kinds: set[str] = set()
+        due: set[str] = set()
+        if plan.flush and ep.config.radix:
+            due.add(PREFIX)
+            if not flushed:
+                kinds.add(PREFIX)
+        if ep.config.encoder and ep.config.encoder_reset_separate:
+            kinds.add(ENCODER)
+            due.add(ENCODER)
+        # Resets before this update do not count for what it makes stale (PF-23).
+        early = owed.reset & kinds
+        owed = evolve(
+            owed,
+            kinds=frozenset(kinds),
+            because=plan.rule_for("flush"),
+            refused=frozenset(),
+            early=early,
+            reset=frozenset(),
+            due=frozenset(due),
+        )
+        return owed, out
+    return owed, out
+
+
+def evidence(owed: Owed) -> list[str]:
+    """The rules a judgement of ``owed`` at resumption could have shown broken."""
+    out = ["CLI-008", owed.because] if PREFIX in owed.due else []
+    out += ["CLI-009"] if ENCODER in owed.due else []
+    out += ["CLI-010"] if owed.refusals else []
+    return out
+
+
+def resumes(owed: Owed, index: int, how: str) -> tuple[Owed, list[Violation]]:
+    """Serving resumes on endpoint ``index`` (``how``: the call, or ``end of sync``): every
+    kind still owed is a violation; the obligations are then spent."""
+    out = []
+    for kind in sorted(owed.kinds):
+        where = f"endpoint {index} {kind} cache at {how}"
+        expected = f"{kind} cache reset after the final weights"
+        if kind in owed.refused:
+            out.append(Violation("CLI-010", expected, "its reset refused, then ignored", where))
+        elif kind in owed.early:
+            out.append(Violation("CLI-008", expected, "reset only before the update", where))
+        elif kind == PREFIX:
+            out.append(Violation(owed.because, expected, "never reset", where))
+        else:
+            out.append(Violation("CLI-009", expected, "never reset", where))
+    spent = frozenset()
+    return evolve(owed, kinds=spent, refused=spent, early=spent, due=spent, refusals=0), out
+
+
+SERVING_CALLS = (ContinueGeneration, ServeRequest, StartRequest, FinishRequest)
+"""Calls after which an endpoint serves: the obligations must be met before them."""
+
+
+def raised(owed: tuple[Owed, ...], message: str) -> list[Violation]:
+    """CLI-011: the program raised ``message`` though no call of the sync failed."""
+    if any(o.failed for o in owed):
+        return []
+    return [Violation("CLI-011", "a completed sync (no engine call failed)", message, "the sync")]
