@@ -195,7 +195,7 @@ def test_require_names_the_missing_capability_and_exits_2(few_engine, tmp_path, 
 
 
 def test_require_met_runs_as_usual(tmp_path, capsys):
-    argv = ["check", "--require", "cache_probe,pause", "--max-examples", "30"]
+    argv = ["check", "--require", "cache_probe,pause"]  # the default budget: every rule seen
     assert main([*argv, "--out", str(tmp_path)]) == 0
     assert "warning: MUST rules SKIP" not in capsys.readouterr().out
 
