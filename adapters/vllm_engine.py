@@ -132,6 +132,7 @@ from kvfence.model.actions import (
     ContinueGeneration,
     FinishRequest,
     FlushCache,
+    LoadLora,
     PauseGeneration,
     Restart,
     ServeRequest,
@@ -144,7 +145,7 @@ from kvfence.model.state import Config, Entry, server_info
 from kvfence.model.vocabulary import Kind, Lane, PauseMode, Status, Tier
 
 from .protocol import AdapterFailure, Unsupported
-from .tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
+from .tiny_model import SPECIAL_TOKENS, VOCAB_SIZE, lora_revision_on_disk, write_tiny_lora
 
 #: Prompt length: three full 32-token KV blocks (96 cacheable tokens) plus a tail.
 PROMPT_TOKENS = 100
@@ -175,8 +176,12 @@ OFFLINE_CAPABILITIES = frozenset(
         C.WEIGHTS_PROBE,
         C.CACHE_PROBE,
         C.RESTART,
+        C.LORA,
     }
 )
+
+#: The LoRA adapter's name on the engine; every revision is loaded under it.
+LORA_NAME = "kvfence-lora"
 HTTP_CAPABILITIES = frozenset({C.BYTE_ORACLE, C.FLUSH_RESULT, C.PAUSE})
 
 
@@ -248,6 +253,8 @@ class VllmAdapter:
         log_dir: Path | None = None,
         name: str | None = None,
         progress: bool = True,
+        lora: bool | None = None,
+        lora_fresh_path: bool | None = None,
     ):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
@@ -266,6 +273,26 @@ class VllmAdapter:
         default = "vllm" if mode == "offline" else "vllm-http"
         self.name = name or (default if fail_closed and label_updates else f"{default}-raw")
         self.capabilities = OFFLINE_CAPABILITIES if mode == "offline" else HTTP_CAPABILITIES
+        #: LoRA (offline only): the engine serves one adapter, reloaded by ``LoadLora``.
+        self.lora = (mode == "offline") if lora is None else lora
+        if self.lora and mode != "offline":
+            raise ValueError("LoRA is wired for mode='offline' only")
+        if not self.lora:
+            self.capabilities = self.capabilities - {C.LORA}
+        #: Each LoRA revision in its own directory (the client's fix for vLLM #42125: vLLM
+        #: 0.32 keys LoRA blocks by name and path); ``False``: new bytes over the old
+        #: directory, the public report's shape (the raw engine).
+        self.lora_fresh_path = (
+            (fail_closed and label_updates) if lora_fresh_path is None else lora_fresh_path
+        )
+        self.fixed_configs = (
+            Config(
+                radix=True,
+                lane=Lane.STANDARD,
+                info=server_info(enable_prefix_caching=True),
+                lora=self.lora,
+            ),
+        )
         self.max_tokens = max_tokens
         self.fail_closed = fail_closed
         self.label_updates = label_updates
@@ -311,13 +338,16 @@ class VllmAdapter:
         self._closed = False
         #: spec request id -> vLLM request id, for requests held in flight.
         self._held: dict[str, str] = {}
-        #: prefix -> the version loaded when its cached block was first seen.
-        self._tags: dict[str, int] = {}
-        #: prefixes whose cached KV was computed in a batch with another request.
-        self._noisy: set[str] = set()
-        self._seen: set[str] = set()
-        #: spec request id -> the prefix it was started with.
-        self._held_prefix: dict[str, str] = {}
+        #: (prefix, lora) -> (version, LoRA revision or None) loaded when its cached block
+        #: was first seen.
+        self._tags: dict[tuple[str, bool], tuple[int, int | None]] = {}
+        #: (prefix, lora) whose cached KV was computed in a batch with another request.
+        self._noisy: set[tuple[str, bool]] = set()
+        self._seen: set[tuple[str, bool]] = set()
+        #: spec request id -> the (prefix, lora) it was started with.
+        self._held_prefix: dict[str, tuple[str, bool]] = {}
+        #: The LoRA adapter's revision loaded now (``LoadLora`` adds one).
+        self._lora_rev = 0
 
     # ----- lifecycle ----------------------------------------------------------------------
 
@@ -424,7 +454,7 @@ class VllmAdapter:
         from .vllm_offline import OfflineVllmDriver
 
         with self._quiet():
-            return OfflineVllmDriver(workdir / "models", 0, workdir / "engine")
+            return OfflineVllmDriver(workdir / "models", 0, workdir / "engine", lora=self.lora)
 
     def _reset(self) -> None:
         driver = self._driver
@@ -437,6 +467,8 @@ class VllmAdapter:
                 driver.reload_weights(0)
             # Each example starts from the label a fresh engine shows ("default").
             driver.set_weight_version("default")
+            if self.lora:
+                driver.load_lora(self._lora_dir(0), LORA_NAME)
             flushed = driver.reset_prefix_cache()
         except Exception as e:
             raise AdapterFailure(f"{self.name} reset failed: {type(e).__name__}: {e}") from e
@@ -498,16 +530,20 @@ class VllmAdapter:
         return matches[0] if len(matches) == 1 else None
 
     def _cache(self) -> frozenset[Entry]:
-        now = self._driver.loaded_version
-        for prefix in self._seen:
-            if self._driver.prompt_cached(self._prompt(prefix)):
-                self._tags.setdefault(prefix, now)
+        """Entries for the (prefix, lora) pairs seen in this example whose first block a
+        request would find now (for LoRA: under the key of the adapter loaded now), each
+        tagged with the version and LoRA revision loaded when the block was first seen."""
+        now = (self._driver.loaded_version, self._lora_rev)
+        for key in self._seen:
+            prefix, lora = key
+            if self._driver.prompt_cached(self._prompt(prefix), lora=lora):
+                self._tags.setdefault(key, (now[0], now[1] if lora else None))
             else:
-                self._tags.pop(prefix, None)
-                self._noisy.discard(prefix)
+                self._tags.pop(key, None)
+                self._noisy.discard(key)
         return frozenset(
-            Entry(prefix, Kind.TARGET, Tier.DEVICE, version, None)
-            for prefix, version in self._tags.items()
+            Entry(prefix, Kind.TARGET, Tier.DEVICE, version, rev)
+            for (prefix, _lora), (version, rev) in self._tags.items()
         )
 
     def _observe(self, status: Status, **fields: Any) -> Observation:
@@ -528,6 +564,7 @@ class VllmAdapter:
             raise AdapterFailure(f"{self.name}: apply({action.name}) before start()")
         handlers: dict[type, Callable[[Any], Observation]] = {
             ServeRequest: self._serve,
+            # wire: LoadLora (already in the model; dispatched here)
             UpdateWeights: self._update,
             FlushCache: self._flush,
             PauseGeneration: self._pause,
@@ -538,6 +575,8 @@ class VllmAdapter:
             handlers[FinishRequest] = self._finish_request
         if Capability.RESTART in self.capabilities:
             handlers[Restart] = self._restart
+        if Capability.LORA in self.capabilities:
+            handlers[LoadLora] = self._load_lora
         handler = handlers.get(type(action))
         if handler is None:
             raise Unsupported(f"{self.name} does not support {action.name}")
@@ -559,33 +598,37 @@ class VllmAdapter:
         return self.mode == "offline" and bool(self._driver.held())
 
     def _serve(self, a: ServeRequest) -> Observation:
-        if a.lora:
+        if a.lora and not self.lora:
             raise Unsupported(f"{self.name} serves no LoRA adapter")
         if self._closed:
             return self._observe(Status.REJECTED, detail="fail-closed: a reset was refused")
         self._check_held()
         prompt = self._prompt(a.prefix)
         batched = self._batched()
-        self._seen.add(a.prefix)
-        got = self._driver.generate(prompt, self.max_tokens)
+        key = (a.prefix, a.lora)
+        self._seen.add(key)
+        got = self._driver.generate(prompt, self.max_tokens, lora=a.lora)
         hit = got.cached_tokens > 0
         detail = f"cached_tokens={got.cached_tokens}"
+        if a.lora:
+            detail += f"; LoRA {LORA_NAME!r} revision {self._lora_rev}"
         if not hit:
-            self._tags.pop(a.prefix, None)  # a miss computed it afresh
+            self._tags.pop(key, None)  # a miss computed it afresh
             if batched:
-                self._noisy.add(a.prefix)
+                self._noisy.add(key)
             else:
-                self._noisy.discard(a.prefix)
-        if batched or (hit and a.prefix in self._noisy):
+                self._noisy.discard(key)
+        if batched or (hit and key in self._noisy):
             response = Response(hit=hit)
             detail += "; no bytes: computed beside a request in flight (not bit-exact)"
         else:
             output = (tuple(got.token_ids), tuple(got.logprobs))
-            response = Response(hit=hit, output=output, cold=self._cold_bytes(a.prefix, prompt))
+            cold = self._cold_bytes(a.prefix, prompt, a.lora)
+            response = Response(hit=hit, output=output, cold=cold)
         return self._observe(Status.OK, response=response, detail=detail)
 
     def _cold_bytes(
-        self, prefix: str, prompt: list[int]
+        self, prefix: str, prompt: list[int], lora: bool = False
     ) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """The bytes of a cold prefill of ``prompt`` under the weights loaded now: the
         same request with a fresh ``cache_salt``, so it shares no cached block.
@@ -594,10 +637,10 @@ class VllmAdapter:
         a pure function of prompt and weights (verified bit-exact on vLLM 0.32 CPU), and
         this halves the engine calls of a run. Reusing the first answer makes the oracle
         stricter, not looser: a later miss that differs from it is reported (ADP-002)."""
-        key = (prefix, self._driver.loaded_version)
+        key = (prefix, self._lora_rev if lora else None, self._driver.loaded_version)
         if key not in self._cold:
             salt = f"{self._salt_prefix}-{next(self._salts)}"
-            cold = self._driver.generate(prompt, self.max_tokens, cache_salt=salt)
+            cold = self._driver.generate(prompt, self.max_tokens, cache_salt=salt, lora=lora)
             if cold.cached_tokens != 0:
                 raise AdapterFailure(
                     f"cold prefill with fresh cache_salt {salt!r} reported "
@@ -619,24 +662,25 @@ class VllmAdapter:
             )
 
     def _start_request(self, a: StartRequest) -> Observation:
-        if a.lora:
+        if a.lora and not self.lora:
             raise Unsupported(f"{self.name} serves no LoRA adapter")
         if self._closed:
             return self._observe(Status.REJECTED, detail="fail-closed: a reset was refused")
         self._check_held()
         batched = self._batched()
         vid = f"kvfence-{a.rid}-{next(self._rids)}"
-        self._seen.add(a.prefix)
-        was_cached = self._driver.prompt_cached(self._prompt(a.prefix))
-        self._driver.start_request(vid, self._prompt(a.prefix), HELD_MAX_TOKENS)
+        key = (a.prefix, a.lora)
+        self._seen.add(key)
+        was_cached = self._driver.prompt_cached(self._prompt(a.prefix), lora=a.lora)
+        self._driver.start_request(vid, self._prompt(a.prefix), HELD_MAX_TOKENS, lora=a.lora)
         self._held[a.rid] = vid
-        self._held_prefix[a.rid] = a.prefix
+        self._held_prefix[a.rid] = key
         if not was_cached:
-            self._tags.pop(a.prefix, None)
+            self._tags.pop(key, None)
             if batched:
-                self._noisy.add(a.prefix)
+                self._noisy.add(key)
             else:
-                self._noisy.discard(a.prefix)
+                self._noisy.discard(key)
         return self._observe(Status.OK, detail=f"add_request({vid}) prefilled, held")
 
     def _finish_request(self, a: FinishRequest) -> Observation:
@@ -730,11 +774,52 @@ class VllmAdapter:
         old, self._driver = self._driver, None
         old.close()
         assert self.workdir is not None
-        self._driver = OfflineVllmDriver(self.workdir / "models", version, self.workdir / "engine")
+        self._driver = OfflineVllmDriver(
+            self.workdir / "models", version, self.workdir / "engine", lora=self.lora
+        )
         if self.label_updates:
             self._driver.set_weight_version(str(version))
+        revision = self._lora_rev
         self._clear_example_state()
+        if self.lora:
+            # The adapter the engine served before the restart comes back with it.
+            self._driver.load_lora(self._lora_dir(revision), LORA_NAME)
+            self._lora_rev = revision
         return self._observe(Status.OK, detail=f"new engine at v{version}")
 
-    def _prefix_of_held(self) -> set[str]:
+    def _prefix_of_held(self) -> set[tuple[str, bool]]:
         return set(self._held_prefix.values())
+
+    # ----- LoRA ---------------------------------------------------------------------------
+
+    def _lora_dir(self, revision: int) -> Path:
+        """The directory LoRA ``revision`` is loaded from, its bytes written there first.
+
+        ``lora_fresh_path``: ``WORKDIR/lora/rev{N}``, one directory per revision (written
+        once). Otherwise ``WORKDIR/lora/adapter`` for every revision, the new bytes written
+        over the old ones (a trainer saving each new adapter to the same path: vLLM
+        #42125's shape)."""
+        assert self.workdir is not None
+        root = self.workdir / "lora"
+        path = root / (f"rev{revision}" if self.lora_fresh_path else "adapter")
+        if lora_revision_on_disk(path) != revision:
+            write_tiny_lora(path, revision)
+        return path
+
+    def _load_lora(self, a: LoadLora) -> Observation:
+        """``LoadLora``: the adapter's next revision (new bytes, :func:`write_tiny_lora`),
+        loaded in place under the same name and ``lora_int_id``: ``LLMEngine.add_lora(
+        LoRARequest(name, 1, path, load_inplace=True))`` (HTTP twin: ``POST
+        /v1/load_lora_adapter`` with ``load_inplace=true``). vLLM 0.32 keys a LoRA block by
+        ``("lora", name, path)`` (``vllm/v1/core/kv_cache_utils.py``
+        ``_gen_lora_extra_hash_keys``): with the same path the old revision's blocks stay
+        reachable (vllm-project/vllm #42125, open on 0.32); with ``lora_fresh_path`` the
+        new path is a new key, so they are not."""
+        revision = self._lora_rev + 1
+        path = self._lora_dir(revision)
+        self._driver.load_lora(path, LORA_NAME)
+        self._lora_rev = revision
+        return self._observe(
+            Status.OK,
+            detail=f"add_lora({LORA_NAME!r}, {path.name}, load_inplace=True): revision {revision}",
+        )

@@ -63,8 +63,13 @@ class OfflineVllmDriver(DriverBase):
         workdir: Path | None = None,
         *,
         allow_cpu_sleep: bool = False,
+        lora: bool = False,
     ) -> None:
         super().__init__(checkpoints, version, workdir, allow_cpu_sleep)
+        #: The engine serves one LoRA adapter (``enable_lora``); see :meth:`load_lora`.
+        self.lora = lora
+        #: The ``LoRARequest`` that LoRA requests carry now (set by :meth:`load_lora`).
+        self.lora_request: Any = None
         t0 = time.monotonic()
         env = {
             "HF_HUB_OFFLINE": "1",
@@ -85,6 +90,13 @@ class OfflineVllmDriver(DriverBase):
             path = self.weights_path(version)
             import vllm
 
+            lora_args: dict[str, Any] = {}
+            if lora:
+                from .tiny_model import LORA_RANK
+
+                # The CPU platform serves LoRA through its punica wrapper
+                # (vllm/lora/punica_wrapper/punica_cpu.py, vllm/platforms/cpu.py).
+                lora_args = {"enable_lora": True, "max_lora_rank": LORA_RANK, "max_loras": 1}
             self._llm = vllm.LLM(
                 model=str(path),
                 enable_prefix_caching=True,
@@ -92,6 +104,7 @@ class OfflineVllmDriver(DriverBase):
                 enforce_eager=True,
                 max_model_len=MAX_MODEL_LEN,
                 block_size=BLOCK_SIZE,
+                **lora_args,
             )
         except BaseException:
             self.close()
@@ -120,7 +133,12 @@ class OfflineVllmDriver(DriverBase):
 
     # -- generation -----------------------------------------------------------
     def generate(
-        self, prompt: list[int] | str, max_tokens: int = 8, *, cache_salt: str | None = None
+        self,
+        prompt: list[int] | str,
+        max_tokens: int = 8,
+        *,
+        cache_salt: str | None = None,
+        lora: bool = False,
     ) -> Generation:
         """Greedy generation of ``max_tokens`` tokens, run to completion.
 
@@ -131,14 +149,15 @@ class OfflineVllmDriver(DriverBase):
         :meth:`start_request` keep running instead of being drained with it).
         Logprobs are those of the sampled tokens, ``cached_tokens`` is
         ``RequestOutput.num_cached_tokens``; a salted request never shares prefix blocks
-        with other salts. Raises VllmDriverError while paused (the loop would spin).
+        with other salts. ``lora``: through the adapter :meth:`load_lora` loaded last (its
+        ``LoRARequest``). Raises VllmDriverError while paused (the loop would spin).
         """
         self._check_usable()
         with contextlib.suppress(NotImplementedError):
             if self._engine_core().is_scheduler_paused():
                 raise VllmDriverError("engine is paused/sleeping; call resume()/wake_up() first")
         rid = f"kvfence-gen-{next(self._ids)}"
-        self._add(rid, prompt, max_tokens, cache_salt)
+        self._add(rid, prompt, max_tokens, cache_salt, lora)
         out = self._run_until_finished(rid)
         completion = out.outputs[0]
         token_ids = tuple(int(t) for t in completion.token_ids)
@@ -152,7 +171,12 @@ class OfflineVllmDriver(DriverBase):
         return Generation(token_ids, logprobs, int(out.num_cached_tokens))
 
     def _add(
-        self, rid: str, prompt: list[int] | str, max_tokens: int, cache_salt: str | None
+        self,
+        rid: str,
+        prompt: list[int] | str,
+        max_tokens: int,
+        cache_salt: str | None,
+        lora: bool = False,
     ) -> None:
         from vllm import SamplingParams
 
@@ -163,7 +187,12 @@ class OfflineVllmDriver(DriverBase):
         if cache_salt is not None:
             request["cache_salt"] = cache_salt
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=1, ignore_eos=True)
-        self._llm.llm_engine.add_request(rid, request, params)
+        lora_request = None
+        if lora:
+            if self.lora_request is None:
+                raise VllmDriverError("a LoRA request before any load_lora()")
+            lora_request = self.lora_request
+        self._llm.llm_engine.add_request(rid, request, params, lora_request=lora_request)
 
     def _step(self) -> list[Any]:
         """One ``LLMEngine.step()``; remembers which held request ended and how."""
@@ -182,7 +211,9 @@ class OfflineVllmDriver(DriverBase):
         raise VllmDriverError(f"request {rid} did not finish in {max_steps} engine steps")
 
     # -- requests held in flight --------------------------------------------------------
-    def start_request(self, rid: str, prompt: list[int], max_tokens: int) -> None:
+    def start_request(
+        self, rid: str, prompt: list[int], max_tokens: int, *, lora: bool = False
+    ) -> None:
         """Admit a request that stays in flight: ``add_request`` then ``step()`` until it
         has been prefilled (its first output token came back), so it holds its KV blocks.
 
@@ -191,7 +222,7 @@ class OfflineVllmDriver(DriverBase):
         ``max_tokens`` (then ``ended[rid] == "finished"``).
         """
         self._check_usable()
-        self._add(rid, prompt, max_tokens, None)
+        self._add(rid, prompt, max_tokens, None, lora)
         self._held.add(rid)
         for _ in range(1000):
             if any(o.request_id == rid for o in self._step()):
@@ -227,18 +258,29 @@ class OfflineVllmDriver(DriverBase):
         raise VllmDriverError(f"requests still waiting after {max_steps} engine steps")
 
     # -- probes ---------------------------------------------------------------------------
-    def prompt_cached(self, prompt: list[int]) -> bool:
-        """Whether the prefix cache holds the first full block of ``prompt`` (unsalted,
-        no LoRA): ``BlockPool.get_cached_block(hash, [0])`` with the hash vLLM's scheduler
-        gives that block (``hash_block_tokens`` with the engine's
-        ``prefix_caching_hash_algo``, ``vllm/v1/core/kv_cache_utils.py``). Read from the
-        scheduler's own block pool; ``BLOCK_SIZE`` tokens per block."""
+    def prompt_cached(self, prompt: list[int], *, lora: bool = False) -> bool:
+        """Whether the prefix cache holds the first full block of ``prompt`` (unsalted)
+        under the key a request would look it up by now: ``BlockPool.get_cached_block(hash,
+        [0])`` with the hash vLLM's scheduler gives that block (``hash_block_tokens`` with
+        the engine's ``prefix_caching_hash_algo``, ``vllm/v1/core/kv_cache_utils.py``). With
+        ``lora`` the block's extra keys are those of the adapter loaded now,
+        ``("lora", name, path)`` (``_gen_lora_extra_hash_keys`` in 0.32: the name and the
+        path, not the bytes and not ``lora_int_id``). Read from the scheduler's own block
+        pool; ``BLOCK_SIZE`` tokens per block."""
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import hash_block_tokens
 
         core = self._engine_core()
         algo = core.vllm_config.cache_config.prefix_caching_hash_algo
-        block = hash_block_tokens(get_hash_fn_by_name(algo), None, tuple(prompt[:BLOCK_SIZE]))
+        extra = None
+        if lora:
+            r = self.lora_request
+            if r is None:
+                raise VllmDriverError("a LoRA cache probe before any load_lora()")
+            extra = (("lora", r.lora_name, r.lora_path),)
+        block = hash_block_tokens(
+            get_hash_fn_by_name(algo), None, tuple(prompt[:BLOCK_SIZE]), extra
+        )
         pool = core.scheduler.kv_cache_manager.block_pool
         return pool.get_cached_block(block, [0]) is not None
 
@@ -268,6 +310,26 @@ class OfflineVllmDriver(DriverBase):
             self._broken = f"reload_weights({path}) failed: {exc!r}"
             raise WeightReloadError(self._broken) from exc
         self.loaded_version = version
+
+    def load_lora(self, path: Path, name: str = "kvfence-lora", lora_id: int = 1) -> None:
+        """(Re)load the LoRA adapter ``name`` from ``path`` in place: ``LLMEngine.add_lora(
+        LoRARequest(name, lora_id, path, load_inplace=True))`` (the offline twin of ``POST
+        /v1/load_lora_adapter`` with ``load_inplace=true``,
+        ``vllm/entrypoints/openai/models/serving.py``; the worker replaces the adapter's
+        weights, ``vllm/lora/worker_manager.py``). It never touches the prefix cache. Later
+        LoRA requests carry ``LoRARequest(name, lora_id, path)``."""
+        self._check_usable()
+        if not self.lora:
+            raise VllmDriverError("the engine was started without LoRA (lora=False)")
+        from vllm.lora.request import LoRARequest
+
+        path = Path(path)
+        if not (path / "adapter_config.json").is_file():
+            raise VllmDriverError(f"not a LoRA adapter directory (no adapter_config.json): {path}")
+        ok = self._llm.llm_engine.add_lora(LoRARequest(name, lora_id, str(path), load_inplace=True))
+        if ok is not True:
+            raise VllmDriverError(f"add_lora({name!r}, {path}) returned {ok!r}")
+        self.lora_request = LoRARequest(name, lora_id, str(path))
 
     def weight_version(self) -> str | None:
         """The engine's weight-version label (``LLM.get_weight_version()``).
@@ -388,7 +450,15 @@ def _param_sum(worker: Any) -> tuple[float, ...]:
 
     with torch.no_grad():
         params = dict(worker.model_runner.model.named_parameters())
-        return tuple(float(params[n].detach().double().sum().item()) for n in PROBED_PARAMETERS)
+        sums = []
+        for name in PROBED_PARAMETERS:
+            # With LoRA on, vLLM wraps the layer: its own weight is ``<module>.base_layer.weight``.
+            module, _, leaf = name.rpartition(".")
+            param = params.get(name, params.get(f"{module}.base_layer.{leaf}"))
+            if param is None:
+                raise KeyError(f"worker has neither {name} nor its LoRA base_layer twin")
+            sums.append(float(param.detach().double().sum().item()))
+        return tuple(sums)
 
 
 def checkpoint_fingerprint(path: Path) -> tuple[float, ...]:
