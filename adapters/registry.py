@@ -2,7 +2,9 @@
 
 Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``vllm``
 (offline in-process vLLM on CPU), ``vllm-raw`` (the same engine without the adapter's
-fail-closed guard and label updates), ``vllm-http`` (vLLM's OpenAI server on loopback),
+fail-closed guard and label updates), ``vllm-lora`` / ``vllm-lora-raw`` (the same, serving
+one LoRA adapter reloaded by ``LoadLora``: each revision in its own directory / new bytes
+over the old directory, vllm-project/vllm #42125), ``vllm-http`` (vLLM's OpenAI server on loopback),
 ``sglang`` / ``sglang@VERSION`` (upstream SGLang's scheduler control plane on CPU, optionally
 with a fork's ``overlay``), every engine mutant and every correct design by its catalog
 name. Clients: ``reference``, ``never-flush``, every client mutant, or
@@ -44,6 +46,20 @@ ENGINES: dict[str, Callable[..., EngineAdapter]] = {
         fail_closed=False,
         label_updates=False,
     ),
+    # The same engines serving one LoRA adapter (LoadLora, ENG-007): a separate name
+    # because the LoRA actions dilute the ci budget (docs/engines.md).
+    "vllm-lora": _lazy(
+        "kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline", lora=True, name="vllm-lora"
+    ),
+    "vllm-lora-raw": _lazy(
+        "kvfence.adapters.vllm_engine",
+        "VllmAdapter",
+        mode="offline",
+        fail_closed=False,
+        label_updates=False,
+        lora=True,
+        name="vllm-lora-raw",
+    ),
     "sglang": _lazy("kvfence.adapters.sglang_engine", "SglangAdapter"),
 }
 for _m in MUTANTS:
@@ -59,7 +75,7 @@ for _m in MUTANTS:
         CLIENTS[_m.name] = _m.build
 
 
-VLLM_ENGINES = ("vllm", "vllm-raw", "vllm-http")
+VLLM_ENGINES = ("vllm", "vllm-raw", "vllm-lora", "vllm-lora-raw", "vllm-http")
 """Engines that take the options of :func:`add_engine_options` (``log_dir`` always)."""
 
 

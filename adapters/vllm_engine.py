@@ -85,12 +85,30 @@ parameters cannot be read over HTTP):
   hash); its version is the version loaded when the adapter first saw that block
   appear (a block survives a reload unchanged: that is the stale entry).
 
+* ``lora`` (offline, ``lora=True``: engines ``vllm-lora`` / ``vllm-lora-raw``): the engine
+  runs with ``enable_lora`` (the CPU platform's punica wrapper) and serves one tiny adapter
+  (:func:`adapters.tiny_model.write_tiny_lora`, built locally) under the name
+  ``kvfence-lora``. ``ServeRequest(lora=True)`` / ``StartRequest(lora=True)`` carry its
+  ``LoRARequest``; ``LoadLora`` writes the next revision's bytes and reloads it in place
+  under the same name and id (``add_lora(..., load_inplace=True)``). The cache probe looks
+  a LoRA prompt up under the adapter's key now, ``("lora", name, path)``. With
+  ``lora_fresh_path`` (the guarded engine) each revision has its own directory; without it
+  (raw) new bytes go over the old directory: vllm-project/vllm #42125, which 0.32 still
+  shows (ENG-007).
+* Building blocks for lifecycle actions not yet in the model (offline; ``# wire:`` notes
+  in ``apply``): :meth:`VllmAdapter.pause_generation` (``clear_cache``),
+  :meth:`VllmAdapter.publish_version`, the native two-phase update
+  (:meth:`VllmAdapter.begin_weight_update`, ``update_weight_chunk``,
+  ``finish_weight_update``, ``abort_weight_update``, on the ``kvfence-disk`` transfer
+  backend of :mod:`adapters.vllm_transfer`), and the restart oracle
+  :meth:`VllmAdapter.fresh_bytes`.
+
 Not earned, and why (docs/engines.md): ``sleep`` (vLLM 0.32 has no sleep mode on CPU:
 ``CpuPlatform.is_sleep_mode_available()`` is False), ``exact_lane`` (vLLM has no
 ``rl_on_policy_target``), ``provenance``/``attribution`` (vLLM records no weight version
 per block or per token), ``exact_cache`` (vLLM evicts by LRU on its own), ``faults``
-(nothing to inject a refusal or a torn reload through), ``lora``/``encoder``/
-``tiers``/``draft``/``fp8_kv`` (not wired: see docs/engines.md).
+(nothing to inject a refusal or a torn reload through), ``encoder``/``tiers``/``draft``/
+``fp8_kv`` (not wired: see docs/engines.md).
 
 ``fail_closed`` (default on): after an update whose reset ``reset_prefix_cache`` answered
 ``False`` (the new weights are in, the old KV still cached) the adapter refuses every
@@ -253,7 +271,7 @@ class VllmAdapter:
         log_dir: Path | None = None,
         name: str | None = None,
         progress: bool = True,
-        lora: bool | None = None,
+        lora: bool = False,
         lora_fresh_path: bool | None = None,
     ):
         if mode not in _MODES:
@@ -274,7 +292,7 @@ class VllmAdapter:
         self.name = name or (default if fail_closed and label_updates else f"{default}-raw")
         self.capabilities = OFFLINE_CAPABILITIES if mode == "offline" else HTTP_CAPABILITIES
         #: LoRA (offline only): the engine serves one adapter, reloaded by ``LoadLora``.
-        self.lora = (mode == "offline") if lora is None else lora
+        self.lora = bool(lora)
         if self.lora and mode != "offline":
             raise ValueError("LoRA is wired for mode='offline' only")
         if not self.lora:
@@ -326,7 +344,9 @@ class VllmAdapter:
         #: launching a second engine. ``_state_lock`` guards the driver/epoch swap.
         self._start_lock = threading.Lock()
         self._state_lock = threading.Lock()
-        self._cold: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._cold: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        #: The restart oracle's outputs: (prefix, version) -> (token ids, logprobs).
+        self._fresh: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
         self._fingerprints: dict[int, tuple[float, ...]] = {}
         #: Versions loaded in this engine's life: the candidates the weights probe matches.
         self._loaded_versions: set[int] = {0}
@@ -461,6 +481,8 @@ class VllmAdapter:
         try:
             if self.mode == "offline" and driver.held():
                 driver.abort_requests(sorted(driver.held()))
+            if self.mode == "offline" and driver.window is not None:
+                driver.abort_weight_update()
             if driver.is_paused():
                 driver.resume()
             if driver.loaded_version != 0 or self.url is not None:
@@ -577,6 +599,24 @@ class VllmAdapter:
             handlers[Restart] = self._restart
         if Capability.LORA in self.capabilities:
             handlers[LoadLora] = self._load_lora
+        if self.mode == "offline":
+            # Building blocks for the lifecycle actions other branches add to the model,
+            # dispatched by name so they need no import here (each method's docstring says
+            # what vLLM call it makes):
+            handlers_by_name: dict[str, Callable[[Any], Observation]] = {
+                # wire: PublishVersion(endpoint, version, abort_requests)
+                "PublishVersion": lambda a: self.publish_version(a.version, a.abort_requests),
+                # wire: BeginWeightUpdate(endpoint, version, funnel)
+                "BeginWeightUpdate": lambda a: self.begin_weight_update(a.version),
+                # wire: UpdateWeightChunk(endpoint)
+                "UpdateWeightChunk": lambda a: self.update_weight_chunk(),
+                # wire: FinishWeightUpdate(endpoint, flush_cache)
+                "FinishWeightUpdate": lambda a: self.finish_weight_update(a.flush_cache),
+                # wire: AbortWeightUpdate(endpoint)
+                "AbortWeightUpdate": lambda a: self.abort_weight_update(),
+            }
+            if action.name in handlers_by_name and type(action) not in handlers:
+                handlers[type(action)] = handlers_by_name[action.name]
         handler = handlers.get(type(action))
         if handler is None:
             raise Unsupported(f"{self.name} does not support {action.name}")
@@ -737,21 +777,138 @@ class VllmAdapter:
 
     def _pause(self, a: PauseGeneration) -> Observation:
         """vLLM's own ``/pause`` default is ``clear_cache=true`` (it resets the prefix cache
-        for every mode, ``keep`` included); the spec's pause never flushes, so the adapter
-        always sends ``clear_cache=False``."""
-        mode = PAUSE_MODES[a.mode]
+        for every mode, ``keep`` included); the spec's pause has no flush on main, so the
+        adapter sends ``clear_cache=False`` unless the action carries ``clear_cache``."""
+        # wire: PauseGeneration(endpoint, mode, clear_cache): read here once the field lands.
+        return self.pause_generation(a.mode, bool(getattr(a, "clear_cache", False)))
+
+    def pause_generation(self, mode_: PauseMode, clear_cache: bool = False) -> Observation:
+        """Pause with vLLM's ``clear_cache``: ``EngineCore.pause_scheduler(mode,
+        clear_cache)`` (HTTP ``POST /pause?mode=&clear_cache=``, whose default is ``true``;
+        ``vllm/entrypoints/rl/online/api_router.py``). With ``clear_cache`` vLLM's
+        ``_finish_pause`` runs ``_reset_caches``: ``reset_prefix_cache(
+        reset_running_requests=True)`` (running requests are preempted first, so the reset
+        succeeds even in ``keep`` mode: a kept request loses its KV and is prefilled again
+        on resume), then the multimodal and encoder caches; a refused reset raises
+        (``vllm/v1/engine/core.py``). vLLM returns nothing, so ``flushed`` (offline) is what
+        the cache probe shows afterwards: no prompt seen in this example still cached."""
+        mode = PAUSE_MODES[mode_]
         before = dict(self._held)
-        self._driver.pause(mode, clear_cache=False)
-        self._paused = a.mode
+        self._driver.pause(mode, clear_cache=clear_cache)
+        self._paused = mode_
         aborted: frozenset[str] = frozenset()
         if self.mode == "offline":
             still = self._driver.held()
             aborted = frozenset(rid for rid, vid in before.items() if vid not in still)
             self._held = {rid: vid for rid, vid in before.items() if vid in still}
             self._held_prefix = {r: p for r, p in self._held_prefix.items() if r in self._held}
+        flushed: bool | None = None
+        if clear_cache and self.mode == "offline":
+            flushed = not any(
+                self._driver.prompt_cached(self._prompt(p), lora=lora) for p, lora in self._seen
+            )
+        if flushed:
+            self._closed = False
+            self._noisy.clear()
+        extra = {} if flushed is None else {"flushed": flushed}
         return self._observe(
-            Status.OK, aborted=aborted, detail=f"pause(mode={mode}, clear_cache=False)"
+            Status.OK,
+            aborted=aborted,
+            detail=f"pause(mode={mode}, clear_cache={clear_cache})"
+            + ("" if flushed is None else f"; cache cleared: {flushed}"),
+            **extra,
         )
+
+    # ----- lifecycle building blocks (PublishVersion, the two-phase update) ----------------
+
+    def publish_version(self, version: int, abort_requests: bool = False) -> Observation:
+        """Publish the label ``version`` without touching the weights:
+        ``LLM.update_weight_version(str(version))`` (HTTP ``POST /update_weight_version``,
+        read back by ``GET /weight_info``; ``vllm/entrypoints/rl/offline.py``). vLLM's call
+        never aborts requests; ``abort_requests`` (SGLang's ``abort_all_requests``) is done
+        by the client: ``abort_request`` of every request held in flight."""
+        aborted: frozenset[str] = frozenset()
+        if abort_requests and self._held:
+            self._driver.abort_requests(sorted(self._held.values()))
+            aborted = frozenset(self._held)
+            self._held, self._held_prefix = {}, {}
+        self._driver.set_weight_version(str(version))
+        return self._observe(
+            Status.OK,
+            aborted=aborted,
+            detail=f"update_weight_version({str(version)!r})"
+            + (f"; aborted {sorted(aborted)}" if aborted else ""),
+        )
+
+    def begin_weight_update(self, version: int) -> Observation:
+        """``start_weight_update`` (the native two-phase API on the ``kvfence-disk``
+        backend, :mod:`adapters.vllm_transfer`): the window opens, nothing lands."""
+        self._driver.begin_weight_update(version)
+        self._loaded_versions.add(version)
+        return self._observe_window(f"start_weight_update(v{version})")
+
+    def update_weight_chunk(self) -> Observation:
+        """``update_weights``: one chunk of the open update lands."""
+        left = self._driver.update_weight_chunk()
+        return self._observe_window(f"update_weights: chunk landed, {left} pending")
+
+    def finish_weight_update(self, flush_cache: bool | None = None) -> Observation:
+        """``finish_weight_update(weight_version)`` (the label only with
+        ``label_updates``), then with ``flush_cache=True`` the reset, as ``UpdateWeights``
+        does: OK only if it returned ``True``. vLLM's finish never resets the cache."""
+        version = self._driver.window.version
+        label = str(version) if self.label_updates else None
+        self._driver.finish_weight_update(label)
+        detail = f"finish_weight_update(weight_version={label!r})"
+        if flush_cache is not True:
+            return self._observe(Status.OK, detail=detail)
+        flushed = self._reset_cache(in_update=True)
+        detail += f"; reset_prefix_cache returned {flushed!r}"
+        return self._observe(Status.OK if flushed is True else Status.REJECTED, detail=detail)
+
+    def abort_weight_update(self) -> Observation:
+        """vLLM has no abort; the open window is rolled back by landing the previous
+        version's checkpoint in it and finishing (:meth:`OfflineVllmDriver.
+        abort_weight_update`)."""
+        before = self._driver.window.before
+        self._driver.abort_weight_update()
+        return self._observe(Status.OK, detail=f"rolled back to v{before} (finish, no label)")
+
+    def _observe_window(self, detail: str) -> Observation:
+        """Inside a window the weights are half loaded (layers on the meta device): the
+        weights probe would read meta tensors, so only label and cache are shown."""
+        label = label_version(self._driver.weight_version())
+        view = View(weights=None, label=label, cache=self._cache())
+        return Observation(Status.OK, view=view, detail=detail)
+
+    # ----- the restart oracle ------------------------------------------------------------
+
+    def fresh_bytes(self, prefix: str, version: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """The output of ``prefix``'s prompt from a vLLM engine freshly started at
+        checkpoint ``version`` (empty cache, weights loaded at start, not reloaded): a
+        second engine in a subprocess (:func:`adapters.vllm_cold.cold_generate` with
+        ``in_process=False``; its log goes under the work dir), cached per (prefix,
+        version) for the adapter's life. Cost measured on 0.32 CPU: one subprocess per
+        miss, ~15-40 s (import vLLM + start) on a 2-core machine."""
+        from .vllm_cold import cold_generate
+
+        key = (prefix, version)
+        if key not in self._fresh:
+            assert self.workdir is not None
+            got = cold_generate(
+                self.workdir / "models",
+                version,
+                self._prompt(prefix),
+                self.max_tokens,
+                self.workdir / "fresh" / f"v{version}",
+                in_process=False,
+            )
+            if got.cached_tokens != 0:
+                raise AdapterFailure(
+                    f"a freshly started engine reported {got.cached_tokens} cached"
+                )
+            self._fresh[key] = (tuple(got.token_ids), tuple(got.logprobs))
+        return self._fresh[key]
 
     def _resume(self, a: ContinueGeneration) -> Observation:
         self._driver.resume()

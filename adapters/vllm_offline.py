@@ -64,12 +64,18 @@ class OfflineVllmDriver(DriverBase):
         *,
         allow_cpu_sleep: bool = False,
         lora: bool = False,
+        two_phase: bool = True,
     ) -> None:
         super().__init__(checkpoints, version, workdir, allow_cpu_sleep)
         #: The engine serves one LoRA adapter (``enable_lora``); see :meth:`load_lora`.
         self.lora = lora
         #: The ``LoRARequest`` that LoRA requests carry now (set by :meth:`load_lora`).
         self.lora_request: Any = None
+        #: The engine runs with kvfence's ``kvfence-disk`` weight-transfer backend, so the
+        #: native two-phase update works on CPU (:mod:`adapters.vllm_transfer`).
+        self.two_phase = two_phase
+        self._window: Any = None
+        self._transfer_ready = False
         t0 = time.monotonic()
         env = {
             "HF_HUB_OFFLINE": "1",
@@ -90,13 +96,20 @@ class OfflineVllmDriver(DriverBase):
             path = self.weights_path(version)
             import vllm
 
-            lora_args: dict[str, Any] = {}
+            extra_args: dict[str, Any] = {}
             if lora:
                 from .tiny_model import LORA_RANK
 
                 # The CPU platform serves LoRA through its punica wrapper
                 # (vllm/lora/punica_wrapper/punica_cpu.py, vllm/platforms/cpu.py).
-                lora_args = {"enable_lora": True, "max_lora_rank": LORA_RANK, "max_loras": 1}
+                extra_args = {"enable_lora": True, "max_lora_rank": LORA_RANK, "max_loras": 1}
+            if two_phase:
+                from vllm.config import WeightTransferConfig
+
+                from .vllm_transfer import BACKEND, register_backend
+
+                register_backend()
+                extra_args["weight_transfer_config"] = WeightTransferConfig(backend=BACKEND)
             self._llm = vllm.LLM(
                 model=str(path),
                 enable_prefix_caching=True,
@@ -104,7 +117,7 @@ class OfflineVllmDriver(DriverBase):
                 enforce_eager=True,
                 max_model_len=MAX_MODEL_LEN,
                 block_size=BLOCK_SIZE,
-                **lora_args,
+                **extra_args,
             )
         except BaseException:
             self.close()
@@ -153,6 +166,7 @@ class OfflineVllmDriver(DriverBase):
         ``LoRARequest``). Raises VllmDriverError while paused (the loop would spin).
         """
         self._check_usable()
+        self._no_window("generate")
         with contextlib.suppress(NotImplementedError):
             if self._engine_core().is_scheduler_paused():
                 raise VllmDriverError("engine is paused/sleeping; call resume()/wake_up() first")
@@ -330,6 +344,102 @@ class OfflineVllmDriver(DriverBase):
         if ok is not True:
             raise VllmDriverError(f"add_lora({name!r}, {path}) returned {ok!r}")
         self.lora_request = LoRARequest(name, lora_id, str(path))
+
+    # -- the native two-phase update (kvfence-disk backend) ---------------------------------
+    def _no_window(self, what: str) -> None:
+        if self._window is not None:
+            raise VllmDriverError(
+                f"{what} inside an open two-phase update (v{self._window.version}): vLLM's "
+                "layerwise reload leaves layers on the meta device until finish, and a "
+                "forward pass fails ('Tensor on device cpu is not on the expected device meta')"
+            )
+
+    @property
+    def window(self) -> Any:
+        """The open two-phase update (``vllm_transfer.TwoPhase``) or ``None``."""
+        return self._window
+
+    def begin_weight_update(self, version: int) -> None:
+        """Open a native update to tiny-model ``version``: ``LLM.start_weight_update()``
+        (worker: ``initialize_layerwise_reload``), after a one-time
+        ``init_weight_transfer_engine``. Nothing lands yet; the chunks come from
+        :func:`adapters.vllm_transfer.chunks_of`. Raises if a window is open or the engine
+        started without ``two_phase``."""
+        self._check_usable()
+        from .vllm_transfer import TwoPhase, chunks_of
+
+        if not self.two_phase:
+            raise VllmDriverError("the engine was started without two_phase")
+        self._no_window("begin_weight_update")
+        pending = chunks_of(self.weights_path(version))
+        if not self._transfer_ready:
+            self._llm.init_weight_transfer_engine({"init_info": {}})
+            self._transfer_ready = True
+        self._llm.start_weight_update()
+        self._window = TwoPhase(version, pending, before=self.loaded_version)
+
+    def update_weight_chunk(self) -> int:
+        """Land the next chunk of the open update: ``LLM.update_weights({"update_info":
+        ...})``. Returns the chunks still pending. A chunk that raises ends vLLM's window
+        (the worker drops its flag) and leaves layers half loaded: the engine is then
+        marked unusable."""
+        self._check_usable()
+        w = self._window
+        if w is None:
+            raise VllmDriverError("update_weight_chunk without an open update")
+        if not w.pending:
+            raise VllmDriverError(f"every chunk of v{w.version} has landed; finish it")
+        info = w.pending.pop(0)
+        try:
+            self._llm.update_weights(w.payload(info))
+        except Exception as exc:
+            self._window = None
+            self._broken = f"update_weights chunk {w.landed + 1} of v{w.version} failed: {exc!r}"
+            raise WeightReloadError(self._broken) from exc
+        w.landed += 1
+        w.landed_names.update(info.names)
+        return len(w.pending)
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        """Land any chunk still pending, then ``LLM.finish_weight_update(weight_version)``
+        (worker: ``finalize_layerwise_reload``; the label is set when given). Does not
+        touch the prefix cache."""
+        self._check_usable()
+        w = self._window
+        if w is None:
+            raise VllmDriverError("finish_weight_update without an open update")
+        while w.pending:
+            self.update_weight_chunk()
+        self._llm.finish_weight_update(weight_version=weight_version)
+        self._window = None
+        self.loaded_version = w.version
+
+    def abort_weight_update(self) -> None:
+        """Give the open update up. vLLM 0.32 has no abort (no route, engine or worker
+        method); the rollback goes through vLLM's own API in two windows: the open one is
+        finished with the previous version's tensors for every layer not yet loaded (a
+        layer loads once per window), then a second window lands the previous version's
+        whole checkpoint. No label is set."""
+        self._check_usable()
+        from .vllm_transfer import DiskUpdateInfo, chunks_of
+
+        w = self._window
+        if w is None:
+            raise VllmDriverError("abort_weight_update without an open update")
+        old = chunks_of(self.weights_path(w.before))
+        rest = [n for c in old for n in c.names if n not in w.landed_names]
+        w.pending = [DiskUpdateInfo(old[0].path, rest)] if rest else []
+        while w.pending:
+            self.update_weight_chunk()
+        self._llm.finish_weight_update(weight_version=None)
+        self._window = None
+        self.begin_weight_update(w.before)
+        self._window.pending = chunks_of(self.weights_path(w.before))
+        while self._window.pending:
+            self.update_weight_chunk()
+        self._llm.finish_weight_update(weight_version=None)
+        self._window = None
+        self.loaded_version = w.before
 
     def weight_version(self) -> str | None:
         """The engine's weight-version label (``LLM.get_weight_version()``).
