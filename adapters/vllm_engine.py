@@ -384,6 +384,13 @@ class VllmAdapter:
             t0 = time.monotonic()
             fresh = self._driver is None
             if fresh:
+                # Issue 13 item 5: the terminal shows kvfence's progress while vLLM starts
+                # (it can take minutes on a busy machine), vLLM's own output goes to the log.
+                self._progress(
+                    f"attaching to the vLLM server at {self.url}"
+                    if self.url is not None
+                    else "starting the vLLM engine (the first start imports vLLM)"
+                )
                 self._open()
             with self._quiet():
                 self._reset()
@@ -586,7 +593,6 @@ class VllmAdapter:
             raise AdapterFailure(f"{self.name}: apply({action.name}) before start()")
         handlers: dict[type, Callable[[Any], Observation]] = {
             ServeRequest: self._serve,
-            # wire: LoadLora (already in the model; dispatched here)
             UpdateWeights: self._update,
             FlushCache: self._flush,
             PauseGeneration: self._pause,
