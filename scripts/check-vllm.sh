@@ -20,7 +20,8 @@
 # $OUT/vllm-engine.log; the terminal shows kvfence's engine start time and a line per
 # example. vLLM logs only errors there unless VLLM_LOGGING_LEVEL is set.
 # The reference check takes ~2-3 min on 2 cores (~30 s of it: importing vLLM and starting
-# the engine; each Restart starts a fresh engine, ~3 s).
+# the engine; each Restart starts a fresh engine, ~3 s); the vllm-lora run about as long
+# (both 10-15 min on a 2-core machine shared with other suites).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
