@@ -862,6 +862,8 @@ class VllmAdapter:
         """``finish_weight_update(weight_version)`` (the label only with
         ``label_updates``), then with ``flush_cache=True`` the reset, as ``UpdateWeights``
         does: OK only if it returned ``True``. vLLM's finish never resets the cache."""
+        if self._driver.window is None:
+            raise AdapterFailure("finish_weight_update without an open update")
         version = self._driver.window.version
         label = str(version) if self.label_updates else None
         self._driver.finish_weight_update(label)
@@ -876,6 +878,8 @@ class VllmAdapter:
         """vLLM has no abort; the open window is rolled back by landing the previous
         version's checkpoint in it and finishing (:meth:`OfflineVllmDriver.
         abort_weight_update`)."""
+        if self._driver.window is None:
+            raise AdapterFailure("abort_weight_update without an open update")
         before = self._driver.window.before
         self._driver.abort_weight_update()
         return self._observe(Status.OK, detail=f"rolled back to v{before} (finish, no label)")
@@ -898,6 +902,8 @@ class VllmAdapter:
         miss, ~15-40 s (import vLLM + start) on a 2-core machine."""
         from .vllm_cold import cold_generate
 
+        if self.mode != "offline":
+            raise Unsupported(f"{self.name}: the restart oracle starts the tiny model offline")
         key = (prefix, version)
         if key not in self._fresh:
             assert self.workdir is not None
