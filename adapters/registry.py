@@ -2,8 +2,10 @@
 
 Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``vllm``
 (offline in-process vLLM on CPU), ``vllm-raw`` (the same engine without the adapter's
-fail-closed guard and label updates), ``vllm-http`` (vLLM's OpenAI server on loopback),
-``sglang-http`` (a user's SGLang server by URL), ``sglang`` / ``sglang@VERSION``
+fail-closed guard and label updates), ``vllm-lora`` / ``vllm-lora-raw`` (the same, serving
+one LoRA adapter reloaded by ``LoadLora``: each revision in its own directory / new bytes
+over the old directory, vllm-project/vllm #42125), ``vllm-http`` (vLLM's OpenAI server on
+loopback), ``sglang-http`` (a user's SGLang server by URL), ``sglang`` / ``sglang@VERSION``
 (upstream SGLang's scheduler control plane on CPU, optionally with a fork's ``overlay``),
 every engine mutant and every correct design by its catalog name. Clients: ``reference``,
 ``never-flush``, every client mutant, or ``package.module:function`` for a user's own
@@ -46,6 +48,20 @@ ENGINES: dict[str, Callable[..., EngineAdapter]] = {
         fail_closed=False,
         label_updates=False,
     ),
+    # The same engines serving one LoRA adapter (LoadLora, ENG-007): a separate name
+    # because the LoRA actions dilute the ci budget (docs/engines.md).
+    "vllm-lora": _lazy(
+        "kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline", lora=True, name="vllm-lora"
+    ),
+    "vllm-lora-raw": _lazy(
+        "kvfence.adapters.vllm_engine",
+        "VllmAdapter",
+        mode="offline",
+        fail_closed=False,
+        label_updates=False,
+        lora=True,
+        name="vllm-lora-raw",
+    ),
     "sglang-http": _lazy("kvfence.adapters.sglang_http", "SglangHttpAdapter"),
 }
 for _m in MUTANTS:
@@ -75,7 +91,7 @@ for _d in DESIGNS:  # correct client programs (adapters/programs.py)
         CLIENTS[_d.name] = _d.build  # type: ignore[assignment]
 
 
-VLLM_ENGINES = ("vllm", "vllm-raw", "vllm-http")
+VLLM_ENGINES = ("vllm", "vllm-raw", "vllm-lora", "vllm-lora-raw", "vllm-http")
 """Engines that take the options of :func:`add_engine_options` (``log_dir`` always)."""
 
 ATTACH_ENGINES = ("vllm-http", "sglang-http")

@@ -204,3 +204,87 @@ def prompt_ids(n_tokens: int, offset: int = 0) -> list[int]:
     n_special = len(SPECIAL_TOKENS)
     n_words = VOCAB_SIZE - n_special
     return [n_special + (offset + 37 * i) % n_words for i in range(n_tokens)]
+
+
+# ----- a tiny LoRA adapter for the tiny model (kvfence's LoadLora on vLLM) -----------------
+
+#: Rank of the tiny LoRA adapter; vLLM's ``max_lora_rank`` must be at least this.
+LORA_RANK = 8
+#: Modules the tiny LoRA adapter adapts (PEFT names); every layer's attention projections
+#: whose output feeds the KV cache (``k_proj``/``v_proj``) and the query.
+LORA_TARGETS: tuple[str, ...] = ("q_proj", "k_proj", "v_proj")
+#: Std-dev of the LoRA A and B matrices: large enough that two revisions give clearly
+#: different logprobs on the tiny model (B is not zero, unlike PEFT's fresh init).
+LORA_STD = 0.3
+_LORA_SEED_BASE = 0x6C6F7261  # "lora"
+_LORA_MARKER = "KVFENCE_LORA_OK"
+
+
+def lora_seed(revision: int) -> int:
+    """Torch RNG seed of the LoRA bytes of ``revision`` (a non-negative int)."""
+    if revision < 0:
+        raise ValueError(f"LoRA revision must be >= 0, got {revision}")
+    return _LORA_SEED_BASE + 104729 * revision
+
+
+def write_tiny_lora(out: Path, revision: int) -> Path:
+    """Write the LoRA adapter of ``revision`` (PEFT layout) into directory ``out``.
+
+    ``out`` may already hold another revision: its files are overwritten in place (what a
+    trainer does when it saves a new adapter under the same name and path). Files:
+    ``adapter_config.json`` (``peft_type`` LORA, rank :data:`LORA_RANK`, ``lora_alpha``
+    = rank, targets :data:`LORA_TARGETS`) and ``adapter_model.safetensors`` with
+    ``base_model.model.model.layers.{i}.self_attn.{m}.lora_{A,B}.weight`` per layer and
+    target, shapes ``A: (rank, hidden)``, ``B: (out, rank)``, float32. Deterministic per
+    revision; the marker ``KVFENCE_LORA_OK`` names the revision last written. No download:
+    the shapes come from this module's constants, the format is what vLLM's
+    ``vllm/lora/peft_helper.py`` and ``vllm/lora/lora_model.py`` read.
+    """
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    head_dim = HIDDEN_SIZE // NUM_HEADS
+    widths = {
+        "q_proj": NUM_HEADS * head_dim,
+        "k_proj": NUM_KV_HEADS * head_dim,
+        "v_proj": NUM_KV_HEADS * head_dim,
+    }
+    gen = torch.Generator(device="cpu").manual_seed(lora_seed(revision))
+    tensors = {}
+    for layer in range(NUM_LAYERS):
+        for module in LORA_TARGETS:
+            base = f"base_model.model.model.layers.{layer}.self_attn.{module}"
+            a = torch.randn((LORA_RANK, HIDDEN_SIZE), generator=gen) * LORA_STD
+            b = torch.randn((widths[module], LORA_RANK), generator=gen) * LORA_STD
+            tensors[f"{base}.lora_A.weight"] = a.contiguous()
+            tensors[f"{base}.lora_B.weight"] = b.contiguous()
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": LORA_RANK,
+        "lora_alpha": LORA_RANK,
+        "lora_dropout": 0.0,
+        "bias": "none",
+        "target_modules": list(LORA_TARGETS),
+        "base_model_name_or_path": None,
+    }
+    marker = out / _LORA_MARKER
+    marker.unlink(missing_ok=True)
+    save_file(tensors, str(out / "adapter_model.safetensors"))
+    (out / "adapter_config.json").write_text(json.dumps(config, indent=1) + "\n")
+    marker.write_text(f"revision={revision} seed={lora_seed(revision)}\n")
+    return out
+
+
+def lora_revision_on_disk(out: Path) -> int | None:
+    """The revision :func:`write_tiny_lora` last wrote completely into ``out``, or
+    ``None``."""
+    marker = Path(out) / _LORA_MARKER
+    if not marker.is_file():
+        return None
+    text = marker.read_text().split()[0]
+    return int(text.split("=", 1)[1])

@@ -85,12 +85,30 @@ parameters cannot be read over HTTP):
   hash); its version is the version loaded when the adapter first saw that block
   appear (a block survives a reload unchanged: that is the stale entry).
 
+* ``lora`` (offline, ``lora=True``: engines ``vllm-lora`` / ``vllm-lora-raw``): the engine
+  runs with ``enable_lora`` (the CPU platform's punica wrapper) and serves one tiny adapter
+  (:func:`adapters.tiny_model.write_tiny_lora`, built locally) under the name
+  ``kvfence-lora``. ``ServeRequest(lora=True)`` / ``StartRequest(lora=True)`` carry its
+  ``LoRARequest``; ``LoadLora`` writes the next revision's bytes and reloads it in place
+  under the same name and id (``add_lora(..., load_inplace=True)``). The cache probe looks
+  a LoRA prompt up under the adapter's key now, ``("lora", name, path)``. With
+  ``lora_fresh_path`` (the guarded engine) each revision has its own directory; without it
+  (raw) new bytes go over the old directory: vllm-project/vllm #42125, which 0.32 still
+  shows (ENG-007).
+* Building blocks for lifecycle actions not yet in the model (offline; ``# wire:`` notes
+  in ``apply``): :meth:`VllmAdapter.pause_generation` (``clear_cache``),
+  :meth:`VllmAdapter.publish_version`, the native two-phase update
+  (:meth:`VllmAdapter.begin_weight_update`, ``update_weight_chunk``,
+  ``finish_weight_update``, ``abort_weight_update``, on the ``kvfence-disk`` transfer
+  backend of :mod:`adapters.vllm_transfer`), and the restart oracle
+  :meth:`VllmAdapter.fresh_bytes`.
+
 Not earned, and why (docs/engines.md): ``sleep`` (vLLM 0.32 has no sleep mode on CPU:
 ``CpuPlatform.is_sleep_mode_available()`` is False), ``exact_lane`` (vLLM has no
 ``rl_on_policy_target``), ``provenance``/``attribution`` (vLLM records no weight version
 per block or per token), ``exact_cache`` (vLLM evicts by LRU on its own), ``faults``
-(nothing to inject a refusal or a torn reload through), ``lora``/``encoder``/
-``tiers``/``draft``/``fp8_kv`` (not wired: see docs/engines.md).
+(nothing to inject a refusal or a torn reload through), ``encoder``/``tiers``/``draft``/
+``fp8_kv`` (not wired: see docs/engines.md).
 
 ``fail_closed`` (default on): after an update whose reset ``reset_prefix_cache`` answered
 ``False`` (the new weights are in, the old KV still cached) the adapter refuses every
@@ -132,6 +150,7 @@ from kvfence.model.actions import (
     ContinueGeneration,
     FinishRequest,
     FlushCache,
+    LoadLora,
     PauseGeneration,
     Restart,
     ServeRequest,
@@ -144,7 +163,7 @@ from kvfence.model.state import Config, Entry, server_info
 from kvfence.model.vocabulary import Kind, Lane, PauseMode, Status, Tier
 
 from .protocol import AdapterFailure, Unsupported
-from .tiny_model import SPECIAL_TOKENS, VOCAB_SIZE
+from .tiny_model import SPECIAL_TOKENS, VOCAB_SIZE, lora_revision_on_disk, write_tiny_lora
 
 #: Prompt length: three full 32-token KV blocks (96 cacheable tokens) plus a tail.
 PROMPT_TOKENS = 100
@@ -175,8 +194,12 @@ OFFLINE_CAPABILITIES = frozenset(
         C.WEIGHTS_PROBE,
         C.CACHE_PROBE,
         C.RESTART,
+        C.LORA,
     }
 )
+
+#: The LoRA adapter's name on the engine; every revision is loaded under it.
+LORA_NAME = "kvfence-lora"
 HTTP_CAPABILITIES = frozenset({C.BYTE_ORACLE, C.FLUSH_RESULT, C.PAUSE})
 
 
@@ -248,6 +271,8 @@ class VllmAdapter:
         log_dir: Path | None = None,
         name: str | None = None,
         progress: bool = True,
+        lora: bool = False,
+        lora_fresh_path: bool | None = None,
     ):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
@@ -266,6 +291,26 @@ class VllmAdapter:
         default = "vllm" if mode == "offline" else "vllm-http"
         self.name = name or (default if fail_closed and label_updates else f"{default}-raw")
         self.capabilities = OFFLINE_CAPABILITIES if mode == "offline" else HTTP_CAPABILITIES
+        #: LoRA (offline only): the engine serves one adapter, reloaded by ``LoadLora``.
+        self.lora = bool(lora)
+        if self.lora and mode != "offline":
+            raise ValueError("LoRA is wired for mode='offline' only")
+        if not self.lora:
+            self.capabilities = self.capabilities - {C.LORA}
+        #: Each LoRA revision in its own directory (the client's fix for vLLM #42125: vLLM
+        #: 0.32 keys LoRA blocks by name and path); ``False``: new bytes over the old
+        #: directory, the public report's shape (the raw engine).
+        self.lora_fresh_path = (
+            (fail_closed and label_updates) if lora_fresh_path is None else lora_fresh_path
+        )
+        self.fixed_configs = (
+            Config(
+                radix=True,
+                lane=Lane.STANDARD,
+                info=server_info(enable_prefix_caching=True),
+                lora=self.lora,
+            ),
+        )
         self.max_tokens = max_tokens
         self.fail_closed = fail_closed
         self.label_updates = label_updates
@@ -299,7 +344,9 @@ class VllmAdapter:
         #: launching a second engine. ``_state_lock`` guards the driver/epoch swap.
         self._start_lock = threading.Lock()
         self._state_lock = threading.Lock()
-        self._cold: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        self._cold: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        #: The restart oracle's outputs: (prefix, version) -> (token ids, logprobs).
+        self._fresh: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
         self._fingerprints: dict[int, tuple[float, ...]] = {}
         #: Versions loaded in this engine's life: the candidates the weights probe matches.
         self._loaded_versions: set[int] = {0}
@@ -311,13 +358,16 @@ class VllmAdapter:
         self._closed = False
         #: spec request id -> vLLM request id, for requests held in flight.
         self._held: dict[str, str] = {}
-        #: prefix -> the version loaded when its cached block was first seen.
-        self._tags: dict[str, int] = {}
-        #: prefixes whose cached KV was computed in a batch with another request.
-        self._noisy: set[str] = set()
-        self._seen: set[str] = set()
-        #: spec request id -> the prefix it was started with.
-        self._held_prefix: dict[str, str] = {}
+        #: (prefix, lora) -> (version, LoRA revision or None) loaded when its cached block
+        #: was first seen.
+        self._tags: dict[tuple[str, bool], tuple[int, int | None]] = {}
+        #: (prefix, lora) whose cached KV was computed in a batch with another request.
+        self._noisy: set[tuple[str, bool]] = set()
+        self._seen: set[tuple[str, bool]] = set()
+        #: spec request id -> the (prefix, lora) it was started with.
+        self._held_prefix: dict[str, tuple[str, bool]] = {}
+        #: The LoRA adapter's revision loaded now (``LoadLora`` adds one).
+        self._lora_rev = 0
 
     # ----- lifecycle ----------------------------------------------------------------------
 
@@ -334,6 +384,13 @@ class VllmAdapter:
             t0 = time.monotonic()
             fresh = self._driver is None
             if fresh:
+                # Issue 13 item 5: the terminal shows kvfence's progress while vLLM starts
+                # (it can take minutes on a busy machine), vLLM's own output goes to the log.
+                self._progress(
+                    f"attaching to the vLLM server at {self.url}"
+                    if self.url is not None
+                    else "starting the vLLM engine (the first start imports vLLM)"
+                )
                 self._open()
             with self._quiet():
                 self._reset()
@@ -424,19 +481,23 @@ class VllmAdapter:
         from .vllm_offline import OfflineVllmDriver
 
         with self._quiet():
-            return OfflineVllmDriver(workdir / "models", 0, workdir / "engine")
+            return OfflineVllmDriver(workdir / "models", 0, workdir / "engine", lora=self.lora)
 
     def _reset(self) -> None:
         driver = self._driver
         try:
             if self.mode == "offline" and driver.held():
                 driver.abort_requests(sorted(driver.held()))
+            if self.mode == "offline" and driver.window is not None:
+                driver.abort_weight_update()
             if driver.is_paused():
                 driver.resume()
             if driver.loaded_version != 0 or self.url is not None:
                 driver.reload_weights(0)
             # Each example starts from the label a fresh engine shows ("default").
             driver.set_weight_version("default")
+            if self.lora:
+                driver.load_lora(self._lora_dir(0), LORA_NAME)
             flushed = driver.reset_prefix_cache()
         except Exception as e:
             raise AdapterFailure(f"{self.name} reset failed: {type(e).__name__}: {e}") from e
@@ -498,16 +559,20 @@ class VllmAdapter:
         return matches[0] if len(matches) == 1 else None
 
     def _cache(self) -> frozenset[Entry]:
-        now = self._driver.loaded_version
-        for prefix in self._seen:
-            if self._driver.prompt_cached(self._prompt(prefix)):
-                self._tags.setdefault(prefix, now)
+        """Entries for the (prefix, lora) pairs seen in this example whose first block a
+        request would find now (for LoRA: under the key of the adapter loaded now), each
+        tagged with the version and LoRA revision loaded when the block was first seen."""
+        now = (self._driver.loaded_version, self._lora_rev)
+        for key in self._seen:
+            prefix, lora = key
+            if self._driver.prompt_cached(self._prompt(prefix), lora=lora):
+                self._tags.setdefault(key, (now[0], now[1] if lora else None))
             else:
-                self._tags.pop(prefix, None)
-                self._noisy.discard(prefix)
+                self._tags.pop(key, None)
+                self._noisy.discard(key)
         return frozenset(
-            Entry(prefix, Kind.TARGET, Tier.DEVICE, version, None)
-            for prefix, version in self._tags.items()
+            Entry(prefix, Kind.TARGET, Tier.DEVICE, version, rev)
+            for (prefix, _lora), (version, rev) in self._tags.items()
         )
 
     def _observe(self, status: Status, **fields: Any) -> Observation:
@@ -538,6 +603,26 @@ class VllmAdapter:
             handlers[FinishRequest] = self._finish_request
         if Capability.RESTART in self.capabilities:
             handlers[Restart] = self._restart
+        if Capability.LORA in self.capabilities:
+            handlers[LoadLora] = self._load_lora
+        if self.mode == "offline":
+            # Building blocks for the lifecycle actions other branches add to the model,
+            # dispatched by name so they need no import here (each method's docstring says
+            # what vLLM call it makes):
+            handlers_by_name: dict[str, Callable[[Any], Observation]] = {
+                # wire: PublishVersion(endpoint, version, abort_requests)
+                "PublishVersion": lambda a: self.publish_version(a.version, a.abort_requests),
+                # wire: BeginWeightUpdate(endpoint, version, funnel)
+                "BeginWeightUpdate": lambda a: self.begin_weight_update(a.version),
+                # wire: UpdateWeightChunk(endpoint)
+                "UpdateWeightChunk": lambda a: self.update_weight_chunk(),
+                # wire: FinishWeightUpdate(endpoint, flush_cache)
+                "FinishWeightUpdate": lambda a: self.finish_weight_update(a.flush_cache),
+                # wire: AbortWeightUpdate(endpoint)
+                "AbortWeightUpdate": lambda a: self.abort_weight_update(),
+            }
+            if action.name in handlers_by_name and type(action) not in handlers:
+                handlers[type(action)] = handlers_by_name[action.name]
         handler = handlers.get(type(action))
         if handler is None:
             raise Unsupported(f"{self.name} does not support {action.name}")
@@ -559,33 +644,37 @@ class VllmAdapter:
         return self.mode == "offline" and bool(self._driver.held())
 
     def _serve(self, a: ServeRequest) -> Observation:
-        if a.lora:
+        if a.lora and not self.lora:
             raise Unsupported(f"{self.name} serves no LoRA adapter")
         if self._closed:
             return self._observe(Status.REJECTED, detail="fail-closed: a reset was refused")
         self._check_held()
         prompt = self._prompt(a.prefix)
         batched = self._batched()
-        self._seen.add(a.prefix)
-        got = self._driver.generate(prompt, self.max_tokens)
+        key = (a.prefix, a.lora)
+        self._seen.add(key)
+        got = self._driver.generate(prompt, self.max_tokens, lora=a.lora)
         hit = got.cached_tokens > 0
         detail = f"cached_tokens={got.cached_tokens}"
+        if a.lora:
+            detail += f"; LoRA {LORA_NAME!r} revision {self._lora_rev}"
         if not hit:
-            self._tags.pop(a.prefix, None)  # a miss computed it afresh
+            self._tags.pop(key, None)  # a miss computed it afresh
             if batched:
-                self._noisy.add(a.prefix)
+                self._noisy.add(key)
             else:
-                self._noisy.discard(a.prefix)
-        if batched or (hit and a.prefix in self._noisy):
+                self._noisy.discard(key)
+        if batched or (hit and key in self._noisy):
             response = Response(hit=hit)
             detail += "; no bytes: computed beside a request in flight (not bit-exact)"
         else:
             output = (tuple(got.token_ids), tuple(got.logprobs))
-            response = Response(hit=hit, output=output, cold=self._cold_bytes(a.prefix, prompt))
+            cold = self._cold_bytes(a.prefix, prompt, a.lora)
+            response = Response(hit=hit, output=output, cold=cold)
         return self._observe(Status.OK, response=response, detail=detail)
 
     def _cold_bytes(
-        self, prefix: str, prompt: list[int]
+        self, prefix: str, prompt: list[int], lora: bool = False
     ) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """The bytes of a cold prefill of ``prompt`` under the weights loaded now: the
         same request with a fresh ``cache_salt``, so it shares no cached block.
@@ -594,10 +683,10 @@ class VllmAdapter:
         a pure function of prompt and weights (verified bit-exact on vLLM 0.32 CPU), and
         this halves the engine calls of a run. Reusing the first answer makes the oracle
         stricter, not looser: a later miss that differs from it is reported (ADP-002)."""
-        key = (prefix, self._driver.loaded_version)
+        key = (prefix, self._lora_rev if lora else None, self._driver.loaded_version)
         if key not in self._cold:
             salt = f"{self._salt_prefix}-{next(self._salts)}"
-            cold = self._driver.generate(prompt, self.max_tokens, cache_salt=salt)
+            cold = self._driver.generate(prompt, self.max_tokens, cache_salt=salt, lora=lora)
             if cold.cached_tokens != 0:
                 raise AdapterFailure(
                     f"cold prefill with fresh cache_salt {salt!r} reported "
@@ -619,24 +708,25 @@ class VllmAdapter:
             )
 
     def _start_request(self, a: StartRequest) -> Observation:
-        if a.lora:
+        if a.lora and not self.lora:
             raise Unsupported(f"{self.name} serves no LoRA adapter")
         if self._closed:
             return self._observe(Status.REJECTED, detail="fail-closed: a reset was refused")
         self._check_held()
         batched = self._batched()
         vid = f"kvfence-{a.rid}-{next(self._rids)}"
-        self._seen.add(a.prefix)
-        was_cached = self._driver.prompt_cached(self._prompt(a.prefix))
-        self._driver.start_request(vid, self._prompt(a.prefix), HELD_MAX_TOKENS)
+        key = (a.prefix, a.lora)
+        self._seen.add(key)
+        was_cached = self._driver.prompt_cached(self._prompt(a.prefix), lora=a.lora)
+        self._driver.start_request(vid, self._prompt(a.prefix), HELD_MAX_TOKENS, lora=a.lora)
         self._held[a.rid] = vid
-        self._held_prefix[a.rid] = a.prefix
+        self._held_prefix[a.rid] = key
         if not was_cached:
-            self._tags.pop(a.prefix, None)
+            self._tags.pop(key, None)
             if batched:
-                self._noisy.add(a.prefix)
+                self._noisy.add(key)
             else:
-                self._noisy.discard(a.prefix)
+                self._noisy.discard(key)
         return self._observe(Status.OK, detail=f"add_request({vid}) prefilled, held")
 
     def _finish_request(self, a: FinishRequest) -> Observation:
@@ -693,21 +783,144 @@ class VllmAdapter:
 
     def _pause(self, a: PauseGeneration) -> Observation:
         """vLLM's own ``/pause`` default is ``clear_cache=true`` (it resets the prefix cache
-        for every mode, ``keep`` included); the spec's pause never flushes, so the adapter
-        always sends ``clear_cache=False``."""
-        mode = PAUSE_MODES[a.mode]
+        for every mode, ``keep`` included); the spec's pause has no flush on main, so the
+        adapter sends ``clear_cache=False`` unless the action carries ``clear_cache``."""
+        # wire: PauseGeneration(endpoint, mode, clear_cache): read here once the field lands.
+        return self.pause_generation(a.mode, bool(getattr(a, "clear_cache", False)))
+
+    def pause_generation(self, mode_: PauseMode, clear_cache: bool = False) -> Observation:
+        """Pause with vLLM's ``clear_cache``: ``EngineCore.pause_scheduler(mode,
+        clear_cache)`` (HTTP ``POST /pause?mode=&clear_cache=``, whose default is ``true``;
+        ``vllm/entrypoints/rl/online/api_router.py``). With ``clear_cache`` vLLM's
+        ``_finish_pause`` runs ``_reset_caches``: ``reset_prefix_cache(
+        reset_running_requests=True)`` (running requests are preempted first, so the reset
+        succeeds even in ``keep`` mode: a kept request loses its KV and is prefilled again
+        on resume), then the multimodal and encoder caches; a refused reset raises
+        (``vllm/v1/engine/core.py``). vLLM returns nothing, so ``flushed`` (offline) is what
+        the cache probe shows afterwards: no prompt seen in this example still cached."""
+        mode = PAUSE_MODES[mode_]
         before = dict(self._held)
-        self._driver.pause(mode, clear_cache=False)
-        self._paused = a.mode
+        self._driver.pause(mode, clear_cache=clear_cache)
+        self._paused = mode_
         aborted: frozenset[str] = frozenset()
         if self.mode == "offline":
             still = self._driver.held()
             aborted = frozenset(rid for rid, vid in before.items() if vid not in still)
             self._held = {rid: vid for rid, vid in before.items() if vid in still}
             self._held_prefix = {r: p for r, p in self._held_prefix.items() if r in self._held}
+        flushed: bool | None = None
+        if clear_cache and self.mode == "offline":
+            flushed = not any(
+                self._driver.prompt_cached(self._prompt(p), lora=lora) for p, lora in self._seen
+            )
+        if flushed:
+            self._closed = False
+            self._noisy.clear()
+        extra = {} if flushed is None else {"flushed": flushed}
         return self._observe(
-            Status.OK, aborted=aborted, detail=f"pause(mode={mode}, clear_cache=False)"
+            Status.OK,
+            aborted=aborted,
+            detail=f"pause(mode={mode}, clear_cache={clear_cache})"
+            + ("" if flushed is None else f"; cache cleared: {flushed}"),
+            **extra,
         )
+
+    # ----- lifecycle building blocks (PublishVersion, the two-phase update) ----------------
+
+    def publish_version(self, version: int, abort_requests: bool = False) -> Observation:
+        """Publish the label ``version`` without touching the weights:
+        ``LLM.update_weight_version(str(version))`` (HTTP ``POST /update_weight_version``,
+        read back by ``GET /weight_info``; ``vllm/entrypoints/rl/offline.py``). vLLM's call
+        never aborts requests; ``abort_requests`` (SGLang's ``abort_all_requests``) is done
+        by the client: ``abort_request`` of every request held in flight."""
+        aborted: frozenset[str] = frozenset()
+        if abort_requests and self._held:
+            self._driver.abort_requests(sorted(self._held.values()))
+            aborted = frozenset(self._held)
+            self._held, self._held_prefix = {}, {}
+        self._driver.set_weight_version(str(version))
+        return self._observe(
+            Status.OK,
+            aborted=aborted,
+            detail=f"update_weight_version({str(version)!r})"
+            + (f"; aborted {sorted(aborted)}" if aborted else ""),
+        )
+
+    def begin_weight_update(self, version: int) -> Observation:
+        """``start_weight_update`` (the native two-phase API on the ``kvfence-disk``
+        backend, :mod:`adapters.vllm_transfer`): the window opens, nothing lands."""
+        self._driver.begin_weight_update(version)
+        self._loaded_versions.add(version)
+        return self._observe_window(f"start_weight_update(v{version})")
+
+    def update_weight_chunk(self) -> Observation:
+        """``update_weights``: one chunk of the open update lands."""
+        left = self._driver.update_weight_chunk()
+        return self._observe_window(f"update_weights: chunk landed, {left} pending")
+
+    def finish_weight_update(self, flush_cache: bool | None = None) -> Observation:
+        """``finish_weight_update(weight_version)`` (the label only with
+        ``label_updates``), then with ``flush_cache=True`` the reset, as ``UpdateWeights``
+        does: OK only if it returned ``True``. vLLM's finish never resets the cache."""
+        if self._driver.window is None:
+            raise AdapterFailure("finish_weight_update without an open update")
+        version = self._driver.window.version
+        label = str(version) if self.label_updates else None
+        self._driver.finish_weight_update(label)
+        detail = f"finish_weight_update(weight_version={label!r})"
+        if flush_cache is not True:
+            return self._observe(Status.OK, detail=detail)
+        flushed = self._reset_cache(in_update=True)
+        detail += f"; reset_prefix_cache returned {flushed!r}"
+        return self._observe(Status.OK if flushed is True else Status.REJECTED, detail=detail)
+
+    def abort_weight_update(self) -> Observation:
+        """vLLM has no abort; the open window is rolled back by landing the previous
+        version's checkpoint in it and finishing (:meth:`OfflineVllmDriver.
+        abort_weight_update`)."""
+        if self._driver.window is None:
+            raise AdapterFailure("abort_weight_update without an open update")
+        before = self._driver.window.before
+        self._driver.abort_weight_update()
+        return self._observe(Status.OK, detail=f"rolled back to v{before} (finish, no label)")
+
+    def _observe_window(self, detail: str) -> Observation:
+        """Inside a window the weights are half loaded (layers on the meta device): the
+        weights probe would read meta tensors, so only label and cache are shown."""
+        label = label_version(self._driver.weight_version())
+        view = View(weights=None, label=label, cache=self._cache())
+        return Observation(Status.OK, view=view, detail=detail)
+
+    # ----- the restart oracle ------------------------------------------------------------
+
+    def fresh_bytes(self, prefix: str, version: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
+        """The output of ``prefix``'s prompt from a vLLM engine freshly started at
+        checkpoint ``version`` (empty cache, weights loaded at start, not reloaded): a
+        second engine in a subprocess (:func:`adapters.vllm_cold.cold_generate` with
+        ``in_process=False``; its log goes under the work dir), cached per (prefix,
+        version) for the adapter's life. Cost measured on 0.32 CPU: one subprocess per
+        miss, ~15-40 s (import vLLM + start) on a 2-core machine."""
+        from .vllm_cold import cold_generate
+
+        if self.mode != "offline":
+            raise Unsupported(f"{self.name}: the restart oracle starts the tiny model offline")
+        key = (prefix, version)
+        if key not in self._fresh:
+            assert self.workdir is not None
+            got = cold_generate(
+                self.workdir / "models",
+                version,
+                self._prompt(prefix),
+                self.max_tokens,
+                self.workdir / "fresh" / f"v{version}",
+                in_process=False,
+            )
+            if got.cached_tokens != 0:
+                raise AdapterFailure(
+                    f"a freshly started engine reported {got.cached_tokens} cached"
+                )
+            self._fresh[key] = (tuple(got.token_ids), tuple(got.logprobs))
+        return self._fresh[key]
 
     def _resume(self, a: ContinueGeneration) -> Observation:
         self._driver.resume()
@@ -730,11 +943,52 @@ class VllmAdapter:
         old, self._driver = self._driver, None
         old.close()
         assert self.workdir is not None
-        self._driver = OfflineVllmDriver(self.workdir / "models", version, self.workdir / "engine")
+        self._driver = OfflineVllmDriver(
+            self.workdir / "models", version, self.workdir / "engine", lora=self.lora
+        )
         if self.label_updates:
             self._driver.set_weight_version(str(version))
+        revision = self._lora_rev
         self._clear_example_state()
+        if self.lora:
+            # The adapter the engine served before the restart comes back with it.
+            self._driver.load_lora(self._lora_dir(revision), LORA_NAME)
+            self._lora_rev = revision
         return self._observe(Status.OK, detail=f"new engine at v{version}")
 
-    def _prefix_of_held(self) -> set[str]:
+    def _prefix_of_held(self) -> set[tuple[str, bool]]:
         return set(self._held_prefix.values())
+
+    # ----- LoRA ---------------------------------------------------------------------------
+
+    def _lora_dir(self, revision: int) -> Path:
+        """The directory LoRA ``revision`` is loaded from, its bytes written there first.
+
+        ``lora_fresh_path``: ``WORKDIR/lora/rev{N}``, one directory per revision (written
+        once). Otherwise ``WORKDIR/lora/adapter`` for every revision, the new bytes written
+        over the old ones (a trainer saving each new adapter to the same path: vLLM
+        #42125's shape)."""
+        assert self.workdir is not None
+        root = self.workdir / "lora"
+        path = root / (f"rev{revision}" if self.lora_fresh_path else "adapter")
+        if lora_revision_on_disk(path) != revision:
+            write_tiny_lora(path, revision)
+        return path
+
+    def _load_lora(self, a: LoadLora) -> Observation:
+        """``LoadLora``: the adapter's next revision (new bytes, :func:`write_tiny_lora`),
+        loaded in place under the same name and ``lora_int_id``: ``LLMEngine.add_lora(
+        LoRARequest(name, 1, path, load_inplace=True))`` (HTTP twin: ``POST
+        /v1/load_lora_adapter`` with ``load_inplace=true``). vLLM 0.32 keys a LoRA block by
+        ``("lora", name, path)`` (``vllm/v1/core/kv_cache_utils.py``
+        ``_gen_lora_extra_hash_keys``): with the same path the old revision's blocks stay
+        reachable (vllm-project/vllm #42125, open on 0.32); with ``lora_fresh_path`` the
+        new path is a new key, so they are not."""
+        revision = self._lora_rev + 1
+        path = self._lora_dir(revision)
+        self._driver.load_lora(path, LORA_NAME)
+        self._lora_rev = revision
+        return self._observe(
+            Status.OK,
+            detail=f"add_lora({LORA_NAME!r}, {path.name}, load_inplace=True): revision {revision}",
+        )

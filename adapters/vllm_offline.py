@@ -63,8 +63,19 @@ class OfflineVllmDriver(DriverBase):
         workdir: Path | None = None,
         *,
         allow_cpu_sleep: bool = False,
+        lora: bool = False,
+        two_phase: bool = True,
     ) -> None:
         super().__init__(checkpoints, version, workdir, allow_cpu_sleep)
+        #: The engine serves one LoRA adapter (``enable_lora``); see :meth:`load_lora`.
+        self.lora = lora
+        #: The ``LoRARequest`` that LoRA requests carry now (set by :meth:`load_lora`).
+        self.lora_request: Any = None
+        #: The engine runs with kvfence's ``kvfence-disk`` weight-transfer backend, so the
+        #: native two-phase update works on CPU (:mod:`adapters.vllm_transfer`).
+        self.two_phase = two_phase
+        self._window: Any = None
+        self._transfer_ready = False
         t0 = time.monotonic()
         env = {
             "HF_HUB_OFFLINE": "1",
@@ -85,6 +96,20 @@ class OfflineVllmDriver(DriverBase):
             path = self.weights_path(version)
             import vllm
 
+            extra_args: dict[str, Any] = {}
+            if lora:
+                from .tiny_model import LORA_RANK
+
+                # The CPU platform serves LoRA through its punica wrapper
+                # (vllm/lora/punica_wrapper/punica_cpu.py, vllm/platforms/cpu.py).
+                extra_args = {"enable_lora": True, "max_lora_rank": LORA_RANK, "max_loras": 1}
+            if two_phase:
+                from vllm.config import WeightTransferConfig
+
+                from .vllm_transfer import BACKEND, register_backend
+
+                register_backend()
+                extra_args["weight_transfer_config"] = WeightTransferConfig(backend=BACKEND)
             self._llm = vllm.LLM(
                 model=str(path),
                 enable_prefix_caching=True,
@@ -92,6 +117,7 @@ class OfflineVllmDriver(DriverBase):
                 enforce_eager=True,
                 max_model_len=MAX_MODEL_LEN,
                 block_size=BLOCK_SIZE,
+                **extra_args,
             )
         except BaseException:
             self.close()
@@ -120,7 +146,12 @@ class OfflineVllmDriver(DriverBase):
 
     # -- generation -----------------------------------------------------------
     def generate(
-        self, prompt: list[int] | str, max_tokens: int = 8, *, cache_salt: str | None = None
+        self,
+        prompt: list[int] | str,
+        max_tokens: int = 8,
+        *,
+        cache_salt: str | None = None,
+        lora: bool = False,
     ) -> Generation:
         """Greedy generation of ``max_tokens`` tokens, run to completion.
 
@@ -131,14 +162,16 @@ class OfflineVllmDriver(DriverBase):
         :meth:`start_request` keep running instead of being drained with it).
         Logprobs are those of the sampled tokens, ``cached_tokens`` is
         ``RequestOutput.num_cached_tokens``; a salted request never shares prefix blocks
-        with other salts. Raises VllmDriverError while paused (the loop would spin).
+        with other salts. ``lora``: through the adapter :meth:`load_lora` loaded last (its
+        ``LoRARequest``). Raises VllmDriverError while paused (the loop would spin).
         """
         self._check_usable()
+        self._no_window("generate")
         with contextlib.suppress(NotImplementedError):
             if self._engine_core().is_scheduler_paused():
                 raise VllmDriverError("engine is paused/sleeping; call resume()/wake_up() first")
         rid = f"kvfence-gen-{next(self._ids)}"
-        self._add(rid, prompt, max_tokens, cache_salt)
+        self._add(rid, prompt, max_tokens, cache_salt, lora)
         out = self._run_until_finished(rid)
         completion = out.outputs[0]
         token_ids = tuple(int(t) for t in completion.token_ids)
@@ -152,7 +185,12 @@ class OfflineVllmDriver(DriverBase):
         return Generation(token_ids, logprobs, int(out.num_cached_tokens))
 
     def _add(
-        self, rid: str, prompt: list[int] | str, max_tokens: int, cache_salt: str | None
+        self,
+        rid: str,
+        prompt: list[int] | str,
+        max_tokens: int,
+        cache_salt: str | None,
+        lora: bool = False,
     ) -> None:
         from vllm import SamplingParams
 
@@ -163,7 +201,12 @@ class OfflineVllmDriver(DriverBase):
         if cache_salt is not None:
             request["cache_salt"] = cache_salt
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=1, ignore_eos=True)
-        self._llm.llm_engine.add_request(rid, request, params)
+        lora_request = None
+        if lora:
+            if self.lora_request is None:
+                raise VllmDriverError("a LoRA request before any load_lora()")
+            lora_request = self.lora_request
+        self._llm.llm_engine.add_request(rid, request, params, lora_request=lora_request)
 
     def _step(self) -> list[Any]:
         """One ``LLMEngine.step()``; remembers which held request ended and how."""
@@ -182,7 +225,9 @@ class OfflineVllmDriver(DriverBase):
         raise VllmDriverError(f"request {rid} did not finish in {max_steps} engine steps")
 
     # -- requests held in flight --------------------------------------------------------
-    def start_request(self, rid: str, prompt: list[int], max_tokens: int) -> None:
+    def start_request(
+        self, rid: str, prompt: list[int], max_tokens: int, *, lora: bool = False
+    ) -> None:
         """Admit a request that stays in flight: ``add_request`` then ``step()`` until it
         has been prefilled (its first output token came back), so it holds its KV blocks.
 
@@ -191,7 +236,7 @@ class OfflineVllmDriver(DriverBase):
         ``max_tokens`` (then ``ended[rid] == "finished"``).
         """
         self._check_usable()
-        self._add(rid, prompt, max_tokens, None)
+        self._add(rid, prompt, max_tokens, None, lora)
         self._held.add(rid)
         for _ in range(1000):
             if any(o.request_id == rid for o in self._step()):
@@ -227,18 +272,29 @@ class OfflineVllmDriver(DriverBase):
         raise VllmDriverError(f"requests still waiting after {max_steps} engine steps")
 
     # -- probes ---------------------------------------------------------------------------
-    def prompt_cached(self, prompt: list[int]) -> bool:
-        """Whether the prefix cache holds the first full block of ``prompt`` (unsalted,
-        no LoRA): ``BlockPool.get_cached_block(hash, [0])`` with the hash vLLM's scheduler
-        gives that block (``hash_block_tokens`` with the engine's
-        ``prefix_caching_hash_algo``, ``vllm/v1/core/kv_cache_utils.py``). Read from the
-        scheduler's own block pool; ``BLOCK_SIZE`` tokens per block."""
+    def prompt_cached(self, prompt: list[int], *, lora: bool = False) -> bool:
+        """Whether the prefix cache holds the first full block of ``prompt`` (unsalted)
+        under the key a request would look it up by now: ``BlockPool.get_cached_block(hash,
+        [0])`` with the hash vLLM's scheduler gives that block (``hash_block_tokens`` with
+        the engine's ``prefix_caching_hash_algo``, ``vllm/v1/core/kv_cache_utils.py``). With
+        ``lora`` the block's extra keys are those of the adapter loaded now,
+        ``("lora", name, path)`` (``_gen_lora_extra_hash_keys`` in 0.32: the name and the
+        path, not the bytes and not ``lora_int_id``). Read from the scheduler's own block
+        pool; ``BLOCK_SIZE`` tokens per block."""
         from vllm.utils.hashing import get_hash_fn_by_name
         from vllm.v1.core.kv_cache_utils import hash_block_tokens
 
         core = self._engine_core()
         algo = core.vllm_config.cache_config.prefix_caching_hash_algo
-        block = hash_block_tokens(get_hash_fn_by_name(algo), None, tuple(prompt[:BLOCK_SIZE]))
+        extra = None
+        if lora:
+            r = self.lora_request
+            if r is None:
+                raise VllmDriverError("a LoRA cache probe before any load_lora()")
+            extra = (("lora", r.lora_name, r.lora_path),)
+        block = hash_block_tokens(
+            get_hash_fn_by_name(algo), None, tuple(prompt[:BLOCK_SIZE]), extra
+        )
         pool = core.scheduler.kv_cache_manager.block_pool
         return pool.get_cached_block(block, [0]) is not None
 
@@ -268,6 +324,122 @@ class OfflineVllmDriver(DriverBase):
             self._broken = f"reload_weights({path}) failed: {exc!r}"
             raise WeightReloadError(self._broken) from exc
         self.loaded_version = version
+
+    def load_lora(self, path: Path, name: str = "kvfence-lora", lora_id: int = 1) -> None:
+        """(Re)load the LoRA adapter ``name`` from ``path`` in place: ``LLMEngine.add_lora(
+        LoRARequest(name, lora_id, path, load_inplace=True))`` (the offline twin of ``POST
+        /v1/load_lora_adapter`` with ``load_inplace=true``,
+        ``vllm/entrypoints/openai/models/serving.py``; the worker replaces the adapter's
+        weights, ``vllm/lora/worker_manager.py``). It never touches the prefix cache. Later
+        LoRA requests carry ``LoRARequest(name, lora_id, path)``."""
+        self._check_usable()
+        if not self.lora:
+            raise VllmDriverError("the engine was started without LoRA (lora=False)")
+        from vllm.lora.request import LoRARequest
+
+        path = Path(path)
+        if not (path / "adapter_config.json").is_file():
+            raise VllmDriverError(f"not a LoRA adapter directory (no adapter_config.json): {path}")
+        ok = self._llm.llm_engine.add_lora(LoRARequest(name, lora_id, str(path), load_inplace=True))
+        if ok is not True:
+            raise VllmDriverError(f"add_lora({name!r}, {path}) returned {ok!r}")
+        self.lora_request = LoRARequest(name, lora_id, str(path))
+
+    # -- the native two-phase update (kvfence-disk backend) ---------------------------------
+    def _no_window(self, what: str) -> None:
+        if self._window is not None:
+            raise VllmDriverError(
+                f"{what} inside an open two-phase update (v{self._window.version}): vLLM's "
+                "layerwise reload leaves layers on the meta device until finish, and a "
+                "forward pass fails ('Tensor on device cpu is not on the expected device meta')"
+            )
+
+    @property
+    def window(self) -> Any:
+        """The open two-phase update (``vllm_transfer.TwoPhase``) or ``None``."""
+        return self._window
+
+    def begin_weight_update(self, version: int) -> None:
+        """Open a native update to tiny-model ``version``: ``LLM.start_weight_update()``
+        (worker: ``initialize_layerwise_reload``), after a one-time
+        ``init_weight_transfer_engine``. Nothing lands yet; the chunks come from
+        :func:`adapters.vllm_transfer.chunks_of`. Raises if a window is open or the engine
+        started without ``two_phase``."""
+        self._check_usable()
+        from .vllm_transfer import TwoPhase, chunks_of
+
+        if not self.two_phase:
+            raise VllmDriverError("the engine was started without two_phase")
+        self._no_window("begin_weight_update")
+        pending = chunks_of(self.weights_path(version))
+        if not self._transfer_ready:
+            self._llm.init_weight_transfer_engine({"init_info": {}})
+            self._transfer_ready = True
+        self._llm.start_weight_update()
+        self._window = TwoPhase(version, pending, before=self.loaded_version)
+
+    def update_weight_chunk(self) -> int:
+        """Land the next chunk of the open update: ``LLM.update_weights({"update_info":
+        ...})``. Returns the chunks still pending. A chunk that raises ends vLLM's window
+        (the worker drops its flag) and leaves layers half loaded: the engine is then
+        marked unusable."""
+        self._check_usable()
+        w = self._window
+        if w is None:
+            raise VllmDriverError("update_weight_chunk without an open update")
+        if not w.pending:
+            raise VllmDriverError(f"every chunk of v{w.version} has landed; finish it")
+        info = w.pending.pop(0)
+        try:
+            self._llm.update_weights(w.payload(info))
+        except Exception as exc:
+            self._window = None
+            self._broken = f"update_weights chunk {w.landed + 1} of v{w.version} failed: {exc!r}"
+            raise WeightReloadError(self._broken) from exc
+        w.landed += 1
+        w.landed_names.update(info.names)
+        return len(w.pending)
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        """Land any chunk still pending, then ``LLM.finish_weight_update(weight_version)``
+        (worker: ``finalize_layerwise_reload``; the label is set when given). Does not
+        touch the prefix cache."""
+        self._check_usable()
+        w = self._window
+        if w is None:
+            raise VllmDriverError("finish_weight_update without an open update")
+        while w.pending:
+            self.update_weight_chunk()
+        self._llm.finish_weight_update(weight_version=weight_version)
+        self._window = None
+        self.loaded_version = w.version
+
+    def abort_weight_update(self) -> None:
+        """Give the open update up. vLLM 0.32 has no abort (no route, engine or worker
+        method); the rollback goes through vLLM's own API in two windows: the open one is
+        finished with the previous version's tensors for every layer not yet loaded (a
+        layer loads once per window), then a second window lands the previous version's
+        whole checkpoint. No label is set."""
+        self._check_usable()
+        from .vllm_transfer import DiskUpdateInfo, chunks_of
+
+        w = self._window
+        if w is None:
+            raise VllmDriverError("abort_weight_update without an open update")
+        old = chunks_of(self.weights_path(w.before))
+        rest = [n for c in old for n in c.names if n not in w.landed_names]
+        w.pending = [DiskUpdateInfo(old[0].path, rest)] if rest else []
+        while w.pending:
+            self.update_weight_chunk()
+        self._llm.finish_weight_update(weight_version=None)
+        self._window = None
+        self.begin_weight_update(w.before)
+        self._window.pending = chunks_of(self.weights_path(w.before))
+        while self._window.pending:
+            self.update_weight_chunk()
+        self._llm.finish_weight_update(weight_version=None)
+        self._window = None
+        self.loaded_version = w.before
 
     def weight_version(self) -> str | None:
         """The engine's weight-version label (``LLM.get_weight_version()``).
@@ -388,7 +560,15 @@ def _param_sum(worker: Any) -> tuple[float, ...]:
 
     with torch.no_grad():
         params = dict(worker.model_runner.model.named_parameters())
-        return tuple(float(params[n].detach().double().sum().item()) for n in PROBED_PARAMETERS)
+        sums = []
+        for name in PROBED_PARAMETERS:
+            # With LoRA on, vLLM wraps the layer: its own weight is ``<module>.base_layer.weight``.
+            module, _, leaf = name.rpartition(".")
+            param = params.get(name, params.get(f"{module}.base_layer.{leaf}"))
+            if param is None:
+                raise KeyError(f"worker has neither {name} nor its LoRA base_layer twin")
+            sums.append(float(param.detach().double().sum().item()))
+        return tuple(sums)
 
 
 def checkpoint_fingerprint(path: Path) -> tuple[float, ...]:

@@ -9,7 +9,10 @@
 #    of the 32 rules exercised (docs/engines.md says why the other ten are SKIP);
 # 3. kvfence check --engine vllm --client never-flush -> expects FAIL  (exit 1):
 #    a client that skips the flush makes vLLM reuse KV computed under the old weights,
-#    and the byte oracle shows it (INV-001, NoStalePrefixReuse).
+#    and the byte oracle shows it (INV-001, NoStalePrefixReuse);
+# 4. kvfence check --engine vllm-lora --client reference -> expects PASS (exit 0): the same
+#    engine serving a tiny LoRA adapter reloaded under its name, each revision in its own
+#    directory: 23 of the 34 rules exercised (ENG-007 added). KVFENCE_VLLM_LORA=0 skips it.
 # Both verdict tables are printed; results (tables, JUnit XML, JSON, counterexample
 # JSONL) go to kvfence-results/ (override with KVFENCE_OUT). Exits 1 if either verdict
 # is not the expected one. Runs the CLI as `PYTHON -m kvfence.conformance.cli`, so no
@@ -17,7 +20,8 @@
 # $OUT/vllm-engine.log; the terminal shows kvfence's engine start time and a line per
 # example. vLLM logs only errors there unless VLLM_LOGGING_LEVEL is set.
 # The reference check takes ~2-3 min on 2 cores (~30 s of it: importing vLLM and starting
-# the engine; each Restart starts a fresh engine, ~3 s).
+# the engine; each Restart starts a fresh engine, ~3 s); the vllm-lora run about as long
+# (both 10-15 min on a 2-core machine shared with other suites).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -42,24 +46,27 @@ fi
 mkdir -p "$OUT"
 
 status=0
-run() { # run CLIENT EXPECTED_EXIT EXPECTED_VERDICT
-    local client="$1" want="$2" word="$3" rc=0
+run() { # run CLIENT EXPECTED_EXIT EXPECTED_VERDICT [ENGINE]
+    local client="$1" want="$2" word="$3" engine="${4:-vllm}" rc=0
     echo
-    echo "check-vllm: kvfence check --engine vllm --client $client --profile ci" \
+    echo "check-vllm: kvfence check --engine $engine --client $client --profile ci" \
         "(expect $word, exit $want)"
-    "$PY" -m kvfence.conformance.cli check --engine vllm --client "$client" --profile ci \
+    "$PY" -m kvfence.conformance.cli check --engine "$engine" --client "$client" --profile ci \
         --timeout "$TIMEOUT" --out "$OUT" \
-        --junit "$OUT/vllm-$client.xml" --json "$OUT/vllm-$client.json" || rc=$?
+        --junit "$OUT/$engine-$client.xml" --json "$OUT/$engine-$client.json" || rc=$?
     if [ "$rc" -eq "$want" ]; then
-        echo "check-vllm: OK: vllm + $client gave $word (exit $rc)"
+        echo "check-vllm: OK: $engine + $client gave $word (exit $rc)"
     else
-        echo "check-vllm: UNEXPECTED: vllm + $client exited $rc, expected $want ($word)" >&2
+        echo "check-vllm: UNEXPECTED: $engine + $client exited $rc, expected $want ($word)" >&2
         status=1
     fi
 }
 
 run reference 0 PASS
 run never-flush 1 FAIL
+if [ "${KVFENCE_VLLM_LORA:-1}" != 0 ]; then
+    run reference 0 PASS vllm-lora
+fi
 
 if [ "$status" -eq 0 ]; then
     echo "check-vllm: both verdicts as expected; results in $OUT/"

@@ -16,6 +16,14 @@ case: ``fail_closed`` and ``label_updates`` are read at each action, so a case f
 * Label vs weights: ``collective_rpc("reload_weights")`` never changes the label that
   ``/weight_info`` / ``LLM.get_weight_version`` report (INV-003). Reproduces on 0.32; a
   client that calls ``update_weight_version`` after each reload PASSes.
+* Same-name LoRA reload (vllm-project/vllm #42125, open on 0.32): new adapter bytes written
+  over the old directory and loaded in place under the same name
+  (``add_lora(LoRARequest(name, id, path, load_inplace=True))``) leave the old revision's
+  blocks reachable, because 0.32 keys a LoRA block by ``("lora", name, path)``
+  (``_gen_lora_extra_hash_keys``; PR #27211 replaced ``lora_int_id`` by the name). The next
+  LoRA request hits KV of the old bytes: ENG-007 (cache probe) and INV-001 (bytes).
+  Reproduces on 0.32; a client that saves each revision to its own directory PASSes
+  (unfixed upstream: PR #42495 was closed, PR #48352, content-derived keys, is open).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from kvfence.adapters.vllm_engine import VllmAdapter
 from kvfence.conformance.replay import Replayed, replay_actions
 from kvfence.model.actions import (
     ContinueGeneration,
+    LoadLora,
     PauseGeneration,
     ServeRequest,
     StartRequest,
@@ -42,13 +51,23 @@ pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    adapter = VllmAdapter("offline", log_dir=tmp_path_factory.mktemp("vllm-log"), progress=False)
+    adapter = VllmAdapter(
+        "offline", log_dir=tmp_path_factory.mktemp("vllm-log"), progress=False, lora=True
+    )
     yield adapter
     adapter.close()
 
 
-def run(adapter: VllmAdapter, actions, *, fail_closed: bool, label_updates: bool) -> Replayed:
+def run(
+    adapter: VllmAdapter,
+    actions,
+    *,
+    fail_closed: bool,
+    label_updates: bool,
+    lora_fresh_path: bool = True,
+) -> Replayed:
     adapter.fail_closed, adapter.label_updates = fail_closed, label_updates
+    adapter.lora_fresh_path = lora_fresh_path
     return replay_actions(
         adapter, client("reference"), adapter.fixed_configs, Policy(), actions, timeout=300
     )
@@ -119,3 +138,47 @@ def test_label_updated_by_client_passes(vllm):
     actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, Funnel.TENSOR, True)]
     replayed = run(vllm, actions, fail_closed=True, label_updates=True)
     assert replayed.kind == "PASS", describe(replayed)
+
+
+LORA_RELOAD = [
+    ServeRequest(0, "P", lora=True),
+    LoadLora(0),
+    ServeRequest(0, "P", lora=True),
+]
+
+
+def test_same_name_lora_reload_fails_raw_engine(vllm):
+    """vllm-project/vllm #42125 on 0.32: same name, same path, new bytes, load_inplace."""
+    replayed = run(vllm, LORA_RELOAD, fail_closed=False, label_updates=False, lora_fresh_path=False)
+    assert replayed.kind == "FAIL", describe(replayed)
+    assert rules(replayed)[0] == "ENG-007", describe(replayed)
+    assert set(rules(replayed)) <= {"ENG-007", "INV-001"}, describe(replayed)
+    assert "cache" in replayed.violations[0].where, describe(replayed)
+
+
+def test_same_name_lora_reload_to_fresh_path_passes(vllm):
+    """The client's fix on 0.32: each revision in its own directory (a new key)."""
+    replayed = run(vllm, LORA_RELOAD, fail_closed=False, label_updates=False, lora_fresh_path=True)
+    assert replayed.kind == "PASS", describe(replayed)
+
+
+def test_same_path_new_lora_int_id_still_hits_old_blocks(vllm):
+    """0.32 leaves ``lora_int_id`` out of the block key (PR #27211: the name replaced it), so
+    a new id does not separate revisions either: the bytes at the same path change, the
+    next LoRA request still reports cached tokens and differs from a salted cold run."""
+    from kvfence.adapters.tiny_model import write_tiny_lora
+    from kvfence.adapters.vllm_engine import LORA_NAME, prompt_for
+
+    vllm.lora_fresh_path = False
+    vllm.start(vllm.fixed_configs)
+    driver = vllm._driver
+    prompt = prompt_for("P")
+    first = driver.generate(prompt, 8, lora=True)
+    assert first.cached_tokens == 0
+    path = write_tiny_lora(vllm.workdir / "lora" / "adapter", 7)
+    driver.load_lora(path, LORA_NAME, lora_id=2)
+    again = driver.generate(prompt, 8, lora=True)
+    cold = driver.generate(prompt, 8, lora=True, cache_salt="kvfence-test-new-id")
+    assert again.cached_tokens > 0
+    assert cold.cached_tokens == 0
+    assert again.logprobs != cold.logprobs
