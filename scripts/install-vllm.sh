@@ -2,7 +2,7 @@
 # Install a CPU build of vLLM into the environment of a given Python.
 #
 # Usage: bash scripts/install-vllm.sh PYTHON
-#   e.g. bash scripts/install-vllm.sh /work/main/.venv/bin/python
+#   e.g. bash scripts/install-vllm.sh .venv/bin/python
 #
 # Steps (idempotent: does nothing if `import vllm` already works there):
 #   1. pip install torch==2.13.0          (the CPU wheel)
@@ -12,7 +12,7 @@
 #      `import transformers`, and vLLM's text path does not need them)
 #
 # On this project's machines pip finds the torch 2.13.0 CPU wheel locally
-# (pip config: find-links /opt/wheels plus a constraints file). Users off
+# (the machine's pip config: a local find-links folder plus a constraints file). Users off
 # this machine get the same CPU build from PyTorch's CPU wheel index, i.e.
 #   PYTHON -m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 # This script deliberately does not use that index.
