@@ -665,7 +665,14 @@ class InProcessAdapter:
             response = Response(reply.hit, reply.uses, reply.sampled, reply.output, cold, fresh)
         elif isinstance(action, FinishRequest) and reply.ok:
             response = Response(hit=reply.hit, uses=reply.uses, sampled=reply.sampled)
-        aborting = (PauseGeneration, FinishRequest, PublishVersion, UpdateWeights)  # CD-08
+        # an update may abort to flush (CD-08), through either funnel shape
+        aborting = (
+            PauseGeneration,
+            FinishRequest,
+            PublishVersion,
+            UpdateWeights,
+            FinishWeightUpdate,
+        )
         aborted = reply.aborted if isinstance(action, aborting) else None
         return Observation(
             status=_reply_status(reply),

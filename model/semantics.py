@@ -717,7 +717,7 @@ def pause_generation(s: State, a: PauseGeneration) -> Branches:
         ep3 = evolve(ep2, refuse_flush=False)
         refused = rejected(ep3, "FC-003", flushed="FC-003", aborted="ENG-009")
         return ((s.with_endpoint(a.endpoint, ep3), seen(refused, flushed=False, aborted=aborted)),)
-    ep3 = evolve(emptied(ep2), cleared=True)
+    ep3 = evolve(encoder_kept(ep2, emptied(ep2)), cleared=True)  # as FlushCache
     done = ok(ep3, "LIV-001", flushed="LIV-001", cache="FC-003", aborted="ENG-009")
     done = evolve(seen(done, flushed=True, aborted=aborted), flushed_from=ep.cache)
     return ((s.with_endpoint(a.endpoint, ep3), done),)
