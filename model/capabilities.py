@@ -214,7 +214,9 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     "WIN-003": (C.TWO_PHASE, C.FAULTS),
     "DER-001": (C.DERIVED,),
     "CLI-009": (C.ENCODER, C.ENCODER_RESET),
-    "CLI-010": (C.INFLIGHT,),
+    # A refused reset inside a sync comes reliably only from an injected refusal: running
+    # requests on a real engine refuse one by chance within a ci budget (vLLM: never in 25).
+    "CLI-010": (C.INFLIGHT, C.FAULTS),
 }
 """Rule ID -> the capabilities its evidence needs; an adapter lacking one gets SKIP."""
 
