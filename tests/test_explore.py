@@ -173,6 +173,10 @@ SHORTEST: dict[str, int] = {
     "finish-publishes-after-failed-chunk": 4,  # begin, fault, chunk, finish
     "derived-skipped-on-tensor-funnel": 1,  # a tensor sync: the probe shows derived v0
     "relabel-without-loading": 2,  # a sync, then a serve the restart oracle judges
+    # client programs (issue 11), each on the engine profile its mutant names
+    "reset-before-finish": 1,
+    "refused-reset-ignored": 2,
+    "prefix-only-reset": 1,
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 
@@ -205,21 +209,36 @@ STATEFUL: dict[str, int] = {
     "finish-publishes-after-failed-chunk": 4,
     "relabel-without-loading": 3,
     "derived-skipped-on-tensor-funnel": 1,
+    # client programs (issue 11), each on the engine profile its mutant names
+    "reset-before-finish": 1,  # the sync resets before its update
+    "refused-reset-ignored": 2,  # a refusal injected, then a sync that resumes anyway
+    "prefix-only-reset": 1,  # a sync on an engine leaving the encoder cache to the client
 }
 """``run_check(..., focus=mutant.rule).steps`` at the ci profile (derandomized); every
 mutant not listed took 2 steps. ``test_no_longer_than_the_stateful_run`` re-measures."""
 
 
+NOT_EXPLORED: dict[str, str] = {
+    "endpoint0-info-only": "its fault shows only where endpoints report different server "
+    "info, and the explorer's setups give every endpoint the same; the stateful search kills "
+    "it (tests/test_programs.py, the kill matrix)",
+}
+"""Mutants the product explorer cannot reach at its bounds, each with the reason."""
+
+
 def _sides(mutant) -> tuple[str, str]:
-    return (mutant.name, "reference") if mutant.side == "engine" else ("reference", mutant.name)
+    return (mutant.name, "reference") if mutant.side == "engine" else (mutant.engine, mutant.name)
 
 
 def test_every_mutant_is_pinned():
-    assert set(SHORTEST) == {m.name for m in MUTANTS}
+    assert set(SHORTEST) | set(NOT_EXPLORED) == {m.name for m in MUTANTS}
+    assert not set(SHORTEST) & set(NOT_EXPLORED)
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_explorer_finds_a_shortest_counterexample(mutant, out_dir):
+    if mutant.name in NOT_EXPLORED:
+        pytest.skip(NOT_EXPLORED[mutant.name])
     engine, client = _sides(mutant)
     x = explore_adapter(
         registry.engine(engine),
@@ -326,6 +345,8 @@ def test_main_explore_against_a_mutant(out_dir, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_no_longer_than_the_stateful_run(mutant, out_dir):
+    if mutant.name in NOT_EXPLORED:
+        pytest.skip(NOT_EXPLORED[mutant.name])
     engine, client = _sides(mutant)
     stateful = run_check(
         registry.engine(engine),
