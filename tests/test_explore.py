@@ -15,7 +15,7 @@ from kvfence.conformance.explore import (
     fingerprint,
     setups_for,
 )
-from kvfence.conformance.matrix import FOCUSED_EXAMPLES
+from kvfence.conformance.matrix import BEYOND_FIRST_KILL, FOCUSED_EXAMPLES
 from kvfence.conformance.replay import replay_trace, trace_actions
 from kvfence.conformance.runner import run_check
 from kvfence.conformance.trace import read_trace
@@ -218,11 +218,7 @@ STATEFUL: dict[str, int] = {
 mutant not listed took 2 steps. ``test_no_longer_than_the_stateful_run`` re-measures."""
 
 
-NOT_EXPLORED: dict[str, str] = {
-    "endpoint0-info-only": "its fault shows only where endpoints report different server "
-    "info, and the explorer's setups give every endpoint the same; the stateful search kills "
-    "it (tests/test_programs.py, the kill matrix)",
-}
+NOT_EXPLORED = BEYOND_FIRST_KILL
 """Mutants the product explorer cannot reach at its bounds, each with the reason."""
 
 
