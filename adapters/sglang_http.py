@@ -112,10 +112,17 @@ class HttpSglangDriver(HttpVllmDriver):
             )
 
     def generate(
-        self, prompt: list[int] | str, max_tokens: int = 8, *, cache_salt: str | None = None
+        self,
+        prompt: list[int] | str,
+        max_tokens: int = 8,
+        *,
+        cache_salt: str | None = None,
+        lora: bool = False,
     ) -> Generation:
         """Greedy generation via ``POST /generate`` (see the module doc); ``cache_salt``
         is sent as SGLang's ``extra_key``."""
+        if lora:  # LoRA is served by the offline engine only (docs/engines.md)
+            raise ValueError("LoRA is not served over HTTP")
         body: dict[str, Any] = {
             "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0,
                                 "ignore_eos": True},

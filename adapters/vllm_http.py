@@ -345,7 +345,12 @@ class HttpVllmDriver(DriverBase):
 
     # -- generation -----------------------------------------------------------
     def generate(
-        self, prompt: list[int] | str, max_tokens: int = 8, *, cache_salt: str | None = None
+        self,
+        prompt: list[int] | str,
+        max_tokens: int = 8,
+        *,
+        cache_salt: str | None = None,
+        lora: bool = False,
     ) -> Generation:
         """Greedy generation via ``POST /v1/completions``.
 
@@ -357,6 +362,8 @@ class HttpVllmDriver(DriverBase):
         ``--enable-prompt-tokens-details``). While paused the request waits in
         the queue until resume (or the client timeout).
         """
+        if lora:  # LoRA is served by the offline engine only (docs/engines.md)
+            raise ValueError("LoRA is not served over HTTP")
         body: dict[str, Any] = {
             "model": self.served_model,
             "prompt": prompt if isinstance(prompt, str) else [int(t) for t in prompt],
