@@ -75,6 +75,15 @@ BEYOND_FIRST_KILL: dict[str, str] = {
 """Mutants the breadth-first kill cannot reach at its setups, each with the reason; the
 kill matrix falls back to the stateful search for them."""
 
+BEYOND_STATEFUL_BUDGET: dict[str, str] = {
+    "kv-resumed-stale-after-weights-only-update": "four particular steps (serve, evict to "
+    "host, release the KV, update) that the focused ci budget no longer draws once the spec "
+    "0.3 vocabulary dilutes it; the breadth-first kill finds them (the kill matrix's default)",
+}
+"""Mutants the stateful search alone misses at the focused ci budget, each with the reason;
+each is killed by the breadth-first kill (``first_kill``), the kill matrix's default; ``kvfence
+mutants --stateful`` reports them unkilled, which is the truth of that search."""
+
 KILL_STATES = 20000
 """Nodes the breadth-first kill may visit before it gives up for the stateful search."""
 

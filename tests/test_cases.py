@@ -96,8 +96,14 @@ def test_deferred_case(case_id):
 
 
 def test_every_correct_design_is_in_the_pass_matrix():
-    """Every CD design of the shared case files is a catalogued design, and nothing else."""
-    assert set(case_ids("CD")) == set(BY_CASE)
+    """Every CD design of the shared case files is a catalogued design; a catalogued case id
+    the shared files lack (CD-08, CD-09 came from adversarial trials) is written up in
+    docs/designs.md instead, so no case id is invented without its description."""
+    shared = set(case_ids("CD"))
+    assert shared <= set(BY_CASE), shared - set(BY_CASE)
+    written = (Path(__file__).parents[1] / "docs" / "designs.md").read_text()
+    for case_id in sorted(set(BY_CASE) - shared):
+        assert f"### {case_id} `{BY_CASE[case_id].name}`" in written, case_id
 
 
 def test_case_01_real_consequence_is_stale_reuse():

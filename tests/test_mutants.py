@@ -9,6 +9,7 @@ from kvfence.adapters import registry
 from kvfence.adapters.mutants import MUTANTS
 from kvfence.conformance.matrix import (
     BEYOND_FIRST_KILL,
+    BEYOND_STATEFUL_BUDGET,
     KILL_DEPTH,
     first_kill,
     killed,
@@ -27,15 +28,6 @@ def test_reference_passes_every_rule(name, out_dir):
     assert {v for k, v in verdicts.items() if k.startswith("REACH")} == {"PASS"}
     assert result.counterexample is None
     assert result.exit_code == 0
-
-
-BEYOND_STATEFUL_BUDGET: dict[str, str] = {
-    "kv-resumed-stale-after-weights-only-update": "four particular steps (serve, evict to "
-    "host, release the KV, update) that the focused ci budget no longer draws once the spec "
-    "0.3 vocabulary dilutes it; the breadth-first kill finds them (the kill matrix's default)",
-}
-"""Mutants the stateful search alone misses at the focused ci budget, each with the reason;
-each is killed by ``test_mutant_killed_by_breadth_first_search``."""
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
