@@ -181,15 +181,19 @@ def test_colocated_mistakes_named(engine, rule):
     assert r.kind == "FAIL" and rule in {v.rule for v in r.violations}, r.message
 
 
+COLOCATED_WITH_HOST_TIER = [
+    ServeRequest(0, "P"),
+    EvictPrefix(0, "P", Tier.HOST),
+    Sleep(0, KV),
+    UpdateWeights(0, 1, T, True),
+    WakeUp(0, KV),
+    ServeRequest(0, "P"),
+]
+"""The colocated order with KV that outlives the release in the host tier."""
+
+
 def test_weights_only_update_while_released_leaves_a_tier():
-    actions = [
-        ServeRequest(0, "P"),
-        EvictPrefix(0, "P", Tier.HOST),
-        Sleep(0, KV),
-        UpdateWeights(0, 1, T, True),
-        WakeUp(0, KV),
-        ServeRequest(0, "P"),
-    ]
+    actions = COLOCATED_WITH_HOST_TIER
     assert replay("reference", actions, (HOST,)).kind == "PASS"
     r = replay("kv-resumed-stale-after-weights-only-update", actions, (HOST,))
     assert r.kind == "FAIL" and {v.rule for v in r.violations} == {"ENG-003"}, r.message
@@ -197,15 +201,7 @@ def test_weights_only_update_while_released_leaves_a_tier():
 
 def test_flush_at_release_design_passes_the_colocated_order():
     """SGLang's release flushes the radix cache with the kv_cache tag (CD-02): with tags."""
-    actions = [
-        ServeRequest(0, "P"),
-        EvictPrefix(0, "P", Tier.HOST),
-        Sleep(0, KV),
-        UpdateWeights(0, 1, T, True),
-        WakeUp(0, KV),
-        ServeRequest(0, "P"),
-    ]
-    assert replay("sleep-flushes-every-tier", actions, (HOST,)).kind == "PASS"
+    assert replay("sleep-flushes-every-tier", COLOCATED_WITH_HOST_TIER, (HOST,)).kind == "PASS"
 
 
 # ----- version publishing (PUB-001, PUB-002) -----------------------------------------------
