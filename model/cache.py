@@ -7,8 +7,9 @@ it MAY hold after each event, and a prefill returns every way it may go.
 
 from __future__ import annotations
 
-from attrs import evolve, frozen
+from attrs import frozen
 
+from .fast import evolve
 from .state import Endpoint, Entry, Use
 from .vocabulary import MIXED, Kind, Tier
 

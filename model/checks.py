@@ -13,10 +13,11 @@ from collections.abc import Collection
 from enum import Enum
 from typing import Any
 
-from attrs import evolve, frozen
+from attrs import frozen
 
 from .capabilities import Capability
 from .client import parse_radix
+from .fast import evolve
 from .observation import Observation, Outcome
 from .state import Config, Served, State, Use
 from .vocabulary import MIXED, Kind, Status, Tier

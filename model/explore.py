@@ -126,12 +126,13 @@ def explore(
         # Most transitions lead to a state seen before: its representative is looked up,
         # not recomputed (the renamings cost more than the step itself).
         reps: dict[State, State] = {}
+        renamed: dict = {}
 
         def keyed(s: State) -> State:
             bare = _bare(s)
             rep = reps.get(bare)
             if rep is None:
-                rep = reps[bare] = canonical(bare, bounds)
+                rep = reps[bare] = canonical(bare, bounds, renamed)
             return rep
     else:
         keyed = _bare

@@ -24,7 +24,7 @@ status, so the same rules apply to a Python program and to a client talking HTTP
 
 from __future__ import annotations
 
-from attrs import evolve, frozen
+from attrs import frozen
 
 from .actions import (
     Action,
@@ -38,6 +38,7 @@ from .actions import (
     UpdateWeights,
 )
 from .checks import Violation
+from .fast import evolve
 from .state import State
 from .vocabulary import PauseMode, Status
 

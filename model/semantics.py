@@ -24,8 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 
-from attrs import evolve
-
 from . import lifecycle
 from .actions import (
     AbortWeightUpdate,
@@ -65,6 +63,7 @@ from .cache import (
     window_dropped,
 )
 from .client import Plan, resolve_plan
+from .fast import evolve
 from .observation import Blame, Observation, Outcome, Response, View
 from .state import Bounds, Endpoint, Entry, OpenUpdate, Policy, Request, Served, ServerInfo, State
 from .vocabulary import MIXED, Kind, MemoryTag, PauseMode, Phase, Status, Tier

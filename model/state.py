@@ -16,8 +16,9 @@ What is NOT modelled, and why:
 
 from __future__ import annotations
 
-from attrs import evolve, field, frozen
+from attrs import field, frozen
 
+from .fast import evolve
 from .vocabulary import GARBAGE, MIXED, CacheMode, Kind, Lane, MemoryTag, PauseMode, Phase, Tier
 
 ServerInfo = tuple[tuple[str, object], ...] | None

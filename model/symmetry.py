@@ -100,12 +100,29 @@ def _orders(configs: tuple[Config, ...]) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
-def images(state: State, bounds: Bounds) -> Iterator[State]:
+def images(
+    state: State, bounds: Bounds, memo: dict[tuple[int, Any], Any] | None = None
+) -> Iterator[State]:
     """Every renaming of ``state`` (itself first): prefixes, request IDs, and endpoints of
-    equal config. The ledger is kept as it is (the explorer strips it first)."""
+    equal config. The ledger is kept as it is (the explorer strips it first).
+
+    ``memo``: renamed endpoints by ``(renaming number, endpoint)``, kept by the caller across
+    calls. States share most endpoints with their neighbours, so one search renames each
+    distinct endpoint once per renaming instead of once per state it appears in."""
     orders = _orders(tuple(ep.config for ep in state.endpoints))
-    for names in _renamings(bounds):
-        base = relabel(state, names) if names else state
+    for k, names in enumerate(_renamings(bounds)):
+        if not names:
+            base = state
+        elif memo is None or state.ledger:
+            base = relabel(state, names)
+        else:
+            eps = []
+            for ep in state.endpoints:
+                renamed = memo.get((k, ep))
+                if renamed is None:
+                    renamed = memo[(k, ep)] = relabel(ep, names)
+                eps.append(renamed)
+            base = evolve(state, endpoints=tuple(eps))
         for order in orders:
             if order == tuple(range(len(order))):
                 yield base
@@ -121,11 +138,14 @@ def trivial(state: State, bounds: Bounds) -> bool:
     )
 
 
-def canonical(state: State, bounds: Bounds) -> State:
-    """The representative of ``state``'s orbit: the renaming with the smallest hash."""
+def canonical(
+    state: State, bounds: Bounds, memo: dict[tuple[int, Any], Any] | None = None
+) -> State:
+    """The representative of ``state``'s orbit: the renaming with the smallest hash
+    (``memo``: see ``images``)."""
     if trivial(state, bounds):
         return state
-    return min(images(state, bounds), key=hash)
+    return min(images(state, bounds, memo), key=hash)
 
 
 __all__ = ["OPAQUE", "canonical", "images", "relabel", "trivial"]
