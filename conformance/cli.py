@@ -22,7 +22,7 @@ from kvfence.adapters import registry
 from kvfence.adapters.mutants import BY_NAME as MUTANTS_BY_NAME
 from kvfence.model import lifecycle
 from kvfence.model.actions import Action, TraceError
-from kvfence.model.capabilities import EVIDENCE, PROFILE_CAPABILITIES, Capability
+from kvfence.model.capabilities import EVIDENCE, Capability
 from kvfence.model.capabilities import parse as parse_capabilities
 from kvfence.model.checks import Violation
 from kvfence.model.explore import explore, initial_states
@@ -289,13 +289,11 @@ def missing_capabilities(engine: object, required: Sequence[Capability]) -> str:
 
 def must_skipped(result: Result) -> str:
     """The MUST rules a run left SKIP, each with its reason, in words ("" when none). A rule
-    that binds only engines of another profile (``PROFILE_CAPABILITIES``) is no gap."""
+    that binds only engines of another profile is N/A, not SKIP: no gap."""
     return "; ".join(
         f"{r.rule.id} ({r.reason})"
         for r in result.rules
-        if r.verdict is Verdict.SKIP
-        and r.rule.level == "MUST"
-        and not PROFILE_CAPABILITIES & set(EVIDENCE.get(r.rule.id, ()))
+        if r.verdict is Verdict.SKIP and r.rule.level == "MUST"
     )
 
 

@@ -41,7 +41,13 @@ from kvfence.model.actions import (
     TraceError,
     UpdateWeights,
 )
-from kvfence.model.capabilities import NEEDED_BY_ACTION, Capability, needed, parse
+from kvfence.model.capabilities import (
+    NEEDED_BY_ACTION,
+    PROFILE_CAPABILITIES,
+    Capability,
+    needed,
+    parse,
+)
 from kvfence.model.checks import (
     ColdBytes,
     SpecError,
@@ -530,6 +536,10 @@ class Lockstep:
             problem = misreported(c)
             if problem:
                 raise AdapterError("ADP-002", f"endpoint {i}: {problem}")
+        for cap, flag in PROFILE_CAPABILITIES.items():
+            if any(getattr(c, flag) for c in configs) and cap not in self.engine.capabilities:
+                why = f"the adapter's profile sets {flag} but it does not declare {cap.value}"
+                raise AdapterError("ADP-002", why)
         call_with_timeout(lambda: self.engine.start(configs), limit, "start", self.direct)
         self.states = frozenset({initial_state(configs, policy)})
         self.unsettled = False

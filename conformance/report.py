@@ -14,7 +14,7 @@ from rich.table import Table
 
 from .runner import Result
 from .trace import violation_json, write_atomic
-from .verdict import Verdict
+from .verdict import SILENT, Verdict
 
 STYLE = {
     Verdict.PASS: "green",
@@ -23,6 +23,7 @@ STYLE = {
     Verdict.UNKNOWN: "yellow",
     Verdict.WARN: "yellow",
     Verdict.SKIP: "dim",
+    Verdict.NA: "dim",
 }
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -137,7 +138,7 @@ def write_json(results: list[Result], path: Path) -> None:
 
 def write_junit(results: list[Result], path: Path) -> None:
     """One testsuite per check, one testcase per rule. FAIL is a failure; ERROR and UNKNOWN
-    are errors (a checker that could not see is never a pass); SKIP is skipped. Written
+    are errors (a checker that could not see is never a pass); SKIP and N/A are skipped. Written
     atomically; every text is XML-safe (``xml_text``)."""
     bad, unseen = (Verdict.FAIL, Verdict.WARN), (Verdict.ERROR, Verdict.UNKNOWN)
     root = ET.Element("testsuites", name="kvfence")
@@ -149,7 +150,7 @@ def write_junit(results: list[Result], path: Path) -> None:
             tests=str(len(result.rules)),
             failures=str(sum(rv.verdict in bad for rv in result.rules)),
             errors=str(sum(rv.verdict in unseen for rv in result.rules)),
-            skipped=str(sum(rv.verdict is Verdict.SKIP for rv in result.rules)),
+            skipped=str(sum(rv.verdict in SILENT for rv in result.rules)),
             time=f"{result.seconds:.3f}",
         )
         for rv in result.rules:
@@ -165,7 +166,7 @@ def write_junit(results: list[Result], path: Path) -> None:
             elif rv.verdict in unseen:
                 el = ET.SubElement(case, "error", message=xml_text(f"{rv.verdict}: {rv.reason}"))
                 el.text = text
-            elif rv.verdict is Verdict.SKIP:
+            elif rv.verdict in SILENT:
                 ET.SubElement(case, "skipped", message=xml_text(rv.reason))
     ET.indent(root)
     body = ET.tostring(root, encoding="unicode")

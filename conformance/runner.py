@@ -25,7 +25,7 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import get_state_machine_test
 
 from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
-from kvfence.model.capabilities import EVIDENCE, Capability
+from kvfence.model.capabilities import EVIDENCE, PROFILE_CAPABILITIES, Capability
 from kvfence.model.checks import Violation, unknown_reason
 from kvfence.model.rules import BY_ID, RULES, Rule
 from kvfence.model.state import Bounds
@@ -167,6 +167,10 @@ def _rule_verdicts(
             out.append(RuleVerdict(r, Verdict.ERROR, n, str(error)))
         elif r.id in recorder.skipped:
             out.append(RuleVerdict(r, Verdict.SKIP, n, recorder.skipped[r.id]))
+        elif missing and all(Capability(c) in PROFILE_CAPABILITIES for c in missing):
+            fields = ", ".join(PROFILE_CAPABILITIES[Capability(c)] for c in missing)
+            why = f"not at stake: binds only engines whose profile sets {fields}"
+            out.append(RuleVerdict(r, Verdict.NA, n, why))
         elif missing:
             # Evidence counted without a capability it needs could not have shown a
             # violation: never a PASS.

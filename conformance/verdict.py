@@ -15,7 +15,9 @@ class Verdict(str, Enum):
     FAIL: a rule broken. ERROR: the SUT or its adapter could not answer. UNKNOWN: a rule or
     scenario never exercised. WARN: a SHOULD rule broken (FAIL under ``--strict``). PASS:
     exercised with evidence that could have shown a violation. SKIP: the adapter cannot
-    observe the rule's evidence (never decides a run).
+    observe the rule's evidence (never decides a run). N/A: not at stake, the rule binds
+    only engines of another declared profile (``PROFILE_CAPABILITIES``: an engine that
+    resets the encoder cache on every update owes no separate reset; never decides a run).
     """
 
     FAIL = "FAIL"
@@ -24,6 +26,7 @@ class Verdict(str, Enum):
     WARN = "WARN"
     PASS = "PASS"
     SKIP = "SKIP"
+    NA = "N/A"
 
     def __str__(self) -> str:
         return self.value
@@ -38,10 +41,14 @@ ORDER: tuple[Verdict, ...] = tuple(Verdict)
 """Worst first: a run's verdict is the first of these any of its rules holds."""
 
 
+SILENT: frozenset[Verdict] = frozenset({Verdict.SKIP, Verdict.NA})
+"""Verdicts that never decide a run: nothing was judged."""
+
+
 def worst(verdicts: list[Verdict]) -> Verdict:
-    """The run's verdict over its rules' verdicts; SKIP never decides it, and a run with
-    nothing but SKIP is UNKNOWN."""
-    present = [v for v in verdicts if v is not Verdict.SKIP] or [Verdict.UNKNOWN]
+    """The run's verdict over its rules' verdicts; SKIP and N/A never decide it, and a run
+    with nothing but those is UNKNOWN."""
+    present = [v for v in verdicts if v not in SILENT] or [Verdict.UNKNOWN]
     return min(present, key=ORDER.index)
 
 

@@ -143,10 +143,11 @@ TABLE: dict[Capability, Unlocks] = {
 }
 """Capability -> what it unlocks: the single source."""
 
-PROFILE_CAPABILITIES: frozenset[Capability] = frozenset({C.ENCODER_RESET})
-"""Capabilities only an engine with the matching profile declares (``encoder_reset`` with
-``encoder_reset_separate``): a rule whose evidence needs one is an obligation only on such
-engines, so its SKIP elsewhere is no gap in the run (no MUST-SKIP warning)."""
+PROFILE_CAPABILITIES: dict[Capability, str] = {C.ENCODER_RESET: "encoder_reset_separate"}
+"""Capability -> the profile field (``state.PROFILE_FIELDS``) of the engines that declare it,
+and only they: a rule whose evidence needs one is an obligation only on such engines, so
+elsewhere it is N/A (not at stake), no gap in the run and no MUST-SKIP warning. An engine
+whose profile sets the field must declare the capability (ADP-002 otherwise)."""
 
 NEEDED_BY_ACTION: dict[str, Capability] = {
     name: cap for cap, unlocks in TABLE.items() for name in unlocks.actions

@@ -200,6 +200,46 @@ def test_require_met_runs_as_usual(tmp_path, capsys):
     assert "warning: MUST rules SKIP" not in capsys.readouterr().out
 
 
+def test_a_rule_of_another_profile_is_not_at_stake_not_skip(tmp_path):
+    """CLI-009 (the client resets an encoder cache the engine leaves to it) binds only engines
+    whose profile sets encoder_reset_separate: on the reference, which resets it on every
+    update, it is N/A with that reason, not a SKIP the MUST-SKIP warning would name."""
+    from kvfence.adapters import registry
+    from kvfence.conformance.cli import must_skipped
+    from kvfence.conformance.runner import run_check
+
+    result = run_check(
+        registry.engine("reference"),
+        registry.client("reference"),
+        out_dir=tmp_path,
+        max_examples=20,
+    )
+    by_id = {r.rule.id: r for r in result.rules}
+    assert by_id["CLI-009"].verdict == "N/A"
+    assert "encoder_reset_separate" in by_id["CLI-009"].reason
+    assert "CLI-009" not in must_skipped(result)
+
+
+class SaysSeparateButNoReset(InProcessAdapter):
+    """A profile that leaves the encoder reset to the client, without the call to do it."""
+
+    def __init__(self) -> None:
+        super().__init__(ReferenceEndpoint, "says-separate")
+        self.profile = {"encoder_reset_separate": True}
+        self.capabilities = self.capabilities - {"encoder_reset"}
+
+
+def test_a_profile_without_its_capability_is_an_adapter_error(tmp_path):
+    from kvfence.adapters import registry
+    from kvfence.conformance.runner import run_check
+
+    result = run_check(
+        SaysSeparateButNoReset(), registry.client("reference"), out_dir=tmp_path, max_examples=5
+    )
+    assert result.verdict == "ERROR", result.verdict
+    assert "encoder_reset_separate" in result.error and "ADP-002" in result.error
+
+
 def test_require_unknown_capability_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["check", "--require", "cache_probe,telepathy"])
