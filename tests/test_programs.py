@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +28,7 @@ from kvfence.conformance.cli import EXIT_USAGE, main
 from kvfence.conformance.matrix import killed, mutant_job, run_job
 from kvfence.conformance.replay import replay_actions, replay_trace
 from kvfence.conformance.runner import run_check
-from kvfence.conformance.trace import read_trace
+from kvfence.conformance.trace import header, read_trace, step_json, write_trace
 from kvfence.model.actions import (
     ContinueGeneration,
     FaultRefuseFlush,
@@ -281,13 +282,36 @@ def test_a_program_that_raises_is_the_clients_failure(user_module, tmp_path, cap
     assert re.search(r"ADP-001\s+│ PASS", out)  # not an adapter failure
 
 
-@pytest.mark.skip(reason="needs two-phase actions (task T)")
-def test_pf23_reset_between_begin_and_finish():
-    """PF-23 exactly (huggingface/trl PR #6765 review): BeginWeightUpdate; FlushCache ->
-    True; ServeRequest(P) admitted meanwhile and cached under half-updated weights;
-    FinishWeightUpdate(flush_cache=False); ServeRequest(P) hits that KV. Expected: CLI-008
-    (the reset came before the weights were final) and INV-001 on the second ServeRequest.
-    TODO(integrator): once task T's actions land, add ``begin_weight_update`` /
-    ``finish_weight_update`` to ``conformance.program.VERBS``, make ``observe`` treat
-    FinishWeightUpdate as the update that installs the final weights, record this trace
-    under tests/regressions, and drop the skip."""
+PF23 = Path(__file__).parent / "regressions" / "PF-23-reset-before-finish.jsonl"
+
+
+def test_pf23_is_a_replayable_program_trace_that_names_cli_008(tmp_path):
+    """PF-23 (huggingface/trl PR #6765 review) through the program protocol: the sync's own
+    calls are recorded (pause, reset, update without a flush, continue) and replay judges
+    them: CLI-008 alone, model-only and against the engine; a correct program on the same
+    trace passes. Writing the recorded run back out and reading it again keeps every line
+    (the round trip a ``kvfence replay`` of a program run relies on)."""
+    from kvfence.adapters.cases import BY_ID
+
+    case = BY_ID["PF-23"]
+    assert (case.mutant, case.rule) == ("reset-before-finish", "CLI-008")
+    trace = read_trace(PF23)
+    sync = next(s for s in trace.steps if s.program is not None)
+    calls = [type(s.action).__name__ for s in trace.steps if s.within == sync.step]
+    assert calls == ["PauseGeneration", "FlushCache", "UpdateWeights", "ContinueGeneration"]
+    assert [c.endpoint for c in sync.program.infos] == [0]
+    for replayed in (
+        replay_trace(trace, None, None),
+        replay_trace(trace, registry.engine("reference"), registry.client(case.mutant)),
+    ):
+        assert replayed.kind == "FAIL" and _rules(replayed) == {"CLI-008"}, replayed.message
+        assert [v.actual for v in replayed.violations] == ["reset only before the update"]
+    good = replay_trace(trace, registry.engine("reference"), registry.client("reference-program"))
+    assert good.kind == "PASS", good.violations
+    # the round trip: the replayed run written as a trace reads back to the same lines
+    again = replay_trace(trace, registry.engine("reference"), registry.client(case.mutant))
+    head = header("reference", case.mutant, None, "case", trace.configs, trace.policy)
+    out = write_trace(tmp_path / "pf23.jsonl", head, again.run.lines, {"verdict": "FAIL"})
+    back = read_trace(out)
+    assert [step_json(s) for s in back.steps] == [step_json(s) for s in trace.steps]
+    assert _rules(replay_trace(back, None, None)) == {"CLI-008"}
