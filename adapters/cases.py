@@ -1,9 +1,10 @@
 """The track record: public fault reports as minimal traces in the model's vocabulary.
 
 Each ``Case`` is one report from ``shared/cases/public-faults.md`` (PF-01..PF-18) or
-``shared/cases/more-faults.md`` (PF-19, PF-20, PF-21, PF-22 in two variants, PF-24): the
-endpoint configs and client policy, the smallest action list that shows the fault, the
-mutant that makes the general mistake, and the rule a checker must name. The regression
+``shared/cases/more-faults.md`` (PF-19..PF-24, PF-22 in two variants; PF-23 is a client
+program's call sequence): the endpoint configs and client policy, the smallest action list
+that shows the fault, the mutant that makes the general mistake, and the rule a checker
+must name. The regression
 tests replay every case against the reference (it must pass) and against its mutant (it
 must fail with that rule); ``tests/regressions/`` holds the recorded counterexamples.
 """
@@ -372,10 +373,27 @@ CASES += (
     ),
 )
 
-DEFERRED: dict[str, int] = {"PF-23": 11}
-"""Public cases of ``shared/cases/more-faults.md`` that another issue expresses, by issue
-number: PF-23 a client written as a program (issue 11; its engine-level trace is drawn in
-``tests/test_twophase.py``)."""
+CASES += (
+    Case(
+        "PF-23",
+        "The client resets the prefix cache before the weight update has finished",
+        "huggingface/trl PR #6765 (review)",
+        "reset-before-finish",
+        "CLI-008",
+        (STANDARD,),
+        AUTO,
+        # A client program (issue 11): its sync pauses, resets the prefix cache, then
+        # updates without a flush and resumes. The right decision in the wrong order; the
+        # recorded calls of the sync are the trace's ``within`` steps, judged on replay.
+        # The two-phase form (a request admitted between the reset and the finish, its KV
+        # computed under mixed weights) is drawn at engine level in tests/test_twophase.py.
+        (ServeRequest(0, "P"), SyncWeights(1, T), ServeRequest(0, "P")),
+    ),
+)
+
+DEFERRED: dict[str, int] = {}
+"""Public cases of the shared case files that another issue expresses, by issue number
+(none today: PF-23 became a client-program case once issue 11's protocol landed)."""
 
 BY_ID: dict[str, Case] = {}
 """The first case of each ID (PF-22 has two variants, one per mutant: see ``BY_MUTANT``)."""

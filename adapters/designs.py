@@ -336,11 +336,12 @@ def _engine(name: str, case: str | None, cls: type[ReferenceEndpoint]) -> Design
 
 def _programs() -> tuple[Design, ...]:
     """The correct client programs (``adapters/programs.py``), run against the reference."""
-    from .programs import AnyOnFlushesEverywhere, ReferenceProgram
+    from .programs import AnyOnFlushesEverywhere, ReferenceProgram, RequeueLabelsEveryVersion
 
     return (
         Design("reference-program", None, "client", ReferenceProgram),
         Design("any-on-flushes-everywhere", None, "client", AnyOnFlushesEverywhere),
+        Design("requeue-labels-every-version", None, "client", RequeueLabelsEveryVersion),
     )
 
 

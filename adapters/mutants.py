@@ -742,6 +742,7 @@ def _program_mutants() -> tuple[Mutant, ...]:
         Endpoint0InfoOnly,
         PrefixOnlyReset,
         RefusedResetIgnored,
+        RequeueAcrossVersions,
         ResetBeforeFinishProgram,
     )
 
@@ -750,6 +751,8 @@ def _program_mutants() -> tuple[Mutant, ...]:
         Mutant("refused-reset-ignored", "CLI-010", "client", RefusedResetIgnored),
         Mutant("endpoint0-info-only", "CLI-001", "client", Endpoint0InfoOnly),
         Mutant("prefix-only-reset", "CLI-009", "client", PrefixOnlyReset, engine=ENCODER_ENGINE),
+        # requeue across versions (issue 11 item 2)
+        Mutant("requeue-across-versions", "CLI-012", "client", RequeueAcrossVersions),
     )
 
 

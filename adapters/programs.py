@@ -41,6 +41,10 @@ class Endpoint(Protocol):
     ) -> bool: ...
     def flush_cache(self, kind: str = "prefix") -> bool: ...
     def continue_generation(self) -> bool: ...
+    @property
+    def aborted(self) -> dict[str, tuple[int, ...]]: ...
+    def requeue_request(self, rid: str, keep_partial: bool = True) -> bool: ...
+    def deliver_response(self, rid: str, versions: Sequence[int]) -> bool: ...
 
 
 class ProgramClient:
@@ -278,6 +282,52 @@ class PrefixOnlyReset(ReferenceProgram):
             ep.continue_generation()
 
 
+# ----- requeue across versions (CLI-012) --------------------------------------------------
+
+
+class RequeueLabelsEveryVersion(ReferenceProgram):
+    """Keeps: CLI-012.
+
+    Partial rollout done right: after the reference sync, every request the sync's pause
+    aborted is requeued with its partial output kept, and the stitched response is
+    delivered labelled with every weight version that sampled it (the aborted partial's,
+    then the new one). The per-segment ``weight_versions`` list slime keeps on a sample
+    (THUDM/slime PR #2092) and the per-token attribution asked for in vllm-project/vllm
+    #54443 are this label. A correct client unlike the reference: it keeps what the
+    reference drops.
+    """
+
+    name = "requeue-labels-every-version"
+    keep_partial = True
+
+    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
+        super().sync(endpoints, version, policy)  # raises (requests dropped) if it failed
+        for ep in endpoints:
+            for rid, versions in ep.aborted.items():
+                if ep.requeue_request(rid, keep_partial=self.keep_partial):
+                    ep.deliver_response(rid, self.label(versions, version))
+
+    def label(self, partial: Sequence[int], version: int) -> list[int]:
+        """The versions the stitched response spans: the partial's, then ``version``."""
+        return sorted({*partial, version}) if self.keep_partial else [version]
+
+
+class RequeueAcrossVersions(RequeueLabelsEveryVersion):
+    """Violates: CLI-012.
+
+    Requeues each aborted request with its partial output kept and labels the stitched
+    response with the one version the sync pushed: tokens sampled under the old weights
+    train as if on-policy. THUDM/slime PR #2092 (fully-async requeue of ABORTED groups: a
+    sample spanning weight versions 2, 4 and 6, earlier tokens unmasked); rllm-org/rllm PR
+    #622 (the version stamped at completion, not dispatch).
+    """
+
+    name = "requeue-across-versions"
+
+    def label(self, partial: Sequence[int], version: int) -> list[int]:
+        return [version]
+
+
 PROGRAMS: dict[str, type[ReferenceProgram]] = {
     p.name: p
     for p in (
@@ -287,6 +337,8 @@ PROGRAMS: dict[str, type[ReferenceProgram]] = {
         RefusedResetIgnored,
         Endpoint0InfoOnly,
         PrefixOnlyReset,
+        RequeueLabelsEveryVersion,
+        RequeueAcrossVersions,
     )
 }
 """Every program by name (the registry's clients)."""

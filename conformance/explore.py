@@ -29,6 +29,8 @@ fp8        one endpoint with FP8 KV (reported)             ENG-005
 lora       one endpoint serving a LoRA adapter             ENG-007
 two-phase  one standard endpoint; mode none                WIN-001/002/003
 derived    one endpoint with derived weight state          DER-001
+mixed-info radix off (reported) + radix on (reported)      CLI-001 across endpoints
+abort      one standard endpoint; auto, pause abort        CLI-012
 ========== ============================================== ==================================
 
 Every endpoint runs with the radix cache on and honestly reported (except where the
@@ -181,6 +183,18 @@ SETUPS: tuple[Setup, ...] = (
         _rules("WIN-001", "WIN-002", "WIN-003"),
     ),
     Setup("derived", (Config(derived=True),), Policy(), _rules("DER-001")),
+    # Endpoints that report different server info: endpoint 0 without the radix cache,
+    # endpoint 1 with it, so a decision read from one endpoint is wrong for the other
+    # (endpoint0-info-only, CLI-001).
+    Setup(
+        "mixed-info",
+        (Config(radix=False, info=server_info(radix_cache_enabled=False)), STANDARD),
+        Policy(),
+        _rules("CLI-001"),
+    ),
+    # A pause that aborts in-flight requests, so a client program has aborted requests to
+    # requeue (CLI-012).
+    Setup("abort", (STANDARD,), Policy(pause_mode=PauseMode.ABORT), _rules("CLI-012")),
 )
 """The default starting points (see the module table)."""
 

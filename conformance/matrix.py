@@ -67,13 +67,10 @@ KILL_DEPTH = 5
 """Depth of the breadth-first kill: every catalogued mutant's shortest counterexample is
 at most 5 steps (``tests/test_explore.py``'s ``SHORTEST``), except those below."""
 
-BEYOND_FIRST_KILL: dict[str, str] = {
-    "endpoint0-info-only": "its fault shows only where endpoints report different server "
-    "info, and the explorer's setups give every endpoint the same; the stateful search kills "
-    "it (tests/test_programs.py, the kill matrix)",
-}
+BEYOND_FIRST_KILL: dict[str, str] = {}
 """Mutants the breadth-first kill cannot reach at its setups, each with the reason; the
-kill matrix falls back to the stateful search for them."""
+kill matrix falls back to the stateful search for them. Empty since the ``mixed-info``
+setup (endpoints reporting different server info) reaches ``endpoint0-info-only``."""
 
 BEYOND_STATEFUL_BUDGET: dict[str, str] = {
     "kv-resumed-stale-after-weights-only-update": "four particular steps (serve, evict to "

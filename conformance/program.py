@@ -63,6 +63,8 @@ from kvfence.model.obligations import (
     PREFIX,
     SERVING_CALLS,
     Owed,
+    Partial,
+    delivered,
     evidence,
     flush_asked,
     observe,
@@ -82,7 +84,7 @@ __all__ = [
     "load_program",
 ]
 
-from .trace import InfoCall, PlanRecord, Step
+from .trace import ClientCall, InfoCall, PlanRecord, Step
 
 if TYPE_CHECKING:
     from .lockstep import Lockstep
@@ -95,6 +97,13 @@ NOT_PROGRAM_RULES = {
 """Plan rules with no counterpart over a call sequence: SKIP for a program, never PASS
 (CLI-003 and CLI-005 ask that a flush be left out, which costs only cold prefills; a
 program's parsing mistake shows as the CLI-001/002 obligation it then misses)."""
+
+
+NOT_RESOLVER_RULES = {
+    "CLI-012": "a resolver never requeues an aborted request; judged on client programs"
+}
+"""Program rules with no counterpart for a resolver (its thin program drops what a pause
+aborted): SKIP, never PASS."""
 
 
 class ProgramError(ValueError):
@@ -131,15 +140,39 @@ def _generate(i: int, prefix: str) -> Action:
     return ServeRequest(i, prefix)
 
 
-VERBS: dict[str, Callable[..., Action]] = {
+def _requeue(i: int, rid: str, keep_partial: bool = True) -> ClientCall:
+    if not isinstance(rid, str):
+        raise ProgramError(f"requeue_request(rid): expected a str, got {rid!r}")
+    if not isinstance(keep_partial, bool):
+        raise ProgramError(f"requeue_request(keep_partial): expected a bool, got {keep_partial!r}")
+    return ClientCall(i, 0, "requeue_request", (rid, keep_partial))
+
+
+def _deliver(i: int, rid: str, versions: Any) -> ClientCall:
+    if not isinstance(rid, str):
+        raise ProgramError(f"deliver_response(rid): expected a str, got {rid!r}")
+    if isinstance(versions, (str, bytes, dict)) or not hasattr(versions, "__iter__"):
+        raise ProgramError(f"deliver_response(versions): expected ints, got {versions!r}")
+    out = list(versions)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in out):
+        raise ProgramError(f"deliver_response(versions): expected ints, got {versions!r}")
+    return ClientCall(i, 0, "deliver_response", (rid, sorted(set(out))))
+
+
+VERBS: dict[str, Callable[..., Action | ClientCall]] = {
     "pause": _pause,
     "update_weights": _update,
     "flush_cache": _flush,
     "continue_generation": _continue,
     "generate": _generate,
+    # ----- requeue across versions (CLI-012): client-side calls, recorded as ClientCall --
+    "requeue_request": _requeue,
+    "deliver_response": _deliver,
 }
 """Handle verb -> the model action it makes for endpoint ``i`` (the table the pending
-verbs join)."""
+verbs join), or a ``ClientCall`` for a call that is the client's own bookkeeping:
+``requeue_request`` (then one engine call, a ServeRequest of the request's prefix) and
+``deliver_response`` (none)."""
 
 VERB_OF: dict[type[Action], str] = {
     PauseGeneration: "pause",
@@ -207,6 +240,32 @@ class EndpointHandle:
     def generate(self, prefix: str) -> bool:
         return self._run.call(self.index, "generate", prefix)
 
+    @property
+    def aborted(self) -> dict[str, tuple[int, ...]]:
+        """Requests a call of this sync aborted on this endpoint, not yet requeued: request
+        ID -> the weight versions that sampled its partial output (SGLang returns an
+        aborted request's partial with ``meta_info.weight_version``, sgl-project/sglang PR
+        #11673, #17610)."""
+        return {
+            p.rid: tuple(sorted(p.versions))
+            for p in self._run.partials.values()
+            if p.endpoint == self.index and not p.requeued
+        }
+
+    def requeue_request(self, rid: str, keep_partial: bool = True) -> bool:
+        """Resubmit aborted request ``rid`` and let it run to the end (SGLang ``/generate``
+        with the partial output appended to the prompt when ``keep_partial``: partial
+        rollout, as slime's ``sglang_rollout`` and verl's agent loop do; else from its prompt
+        alone). ``True`` when the engine served it. ``ProgramError``: ``rid`` is not an
+        aborted request of this endpoint (``aborted``)."""
+        return self._run.call(self.index, "requeue_request", rid, keep_partial)
+
+    def deliver_response(self, rid: str, versions: Sequence[int]) -> bool:
+        """Hand the response of requeued (or aborted) request ``rid`` to the trainer,
+        labelled with the weight ``versions`` it claims (CLI-012 judges the label). No
+        engine call; ``True``."""
+        return self._run.call(self.index, "deliver_response", rid, versions)
+
 
 class SyncRun:
     """One SyncWeights driven by a client (a program, or a resolver through
@@ -222,6 +281,7 @@ class SyncRun:
         self.halt: BaseException | None = None
         self.calls = 0
         self.quiet: set[int] = set()  # endpoints whose resolver plan was already judged
+        self.partials: dict[tuple[int, str], Partial] = {}  # aborted requests (CLI-012)
         self.handles = [EndpointHandle(self, i) for i in range(len(lock.configs))]
 
     @property
@@ -254,6 +314,8 @@ class SyncRun:
     def call(self, index: int, verb: str, *args: Any) -> bool:
         self._check_index(index)
         action = VERBS[verb](index, *args)
+        if isinstance(action, ClientCall):
+            return self.client_call(action)
         if isinstance(action, UpdateWeights) and action.funnel is None:
             action = evolve(action, funnel=self.action.funnel)
         return self.apply(action)
@@ -296,9 +358,45 @@ class SyncRun:
         assert obs is not None
         self.owed[index], bad = observe(self.owed[index], before, action, obs.status)
         self.report(index, bad)
+        self.note_aborted(index, before)
         if isinstance(action, FlushCache) and obs.flushed is not None:
             return bool(obs.flushed) and obs.status is Status.OK
         return obs.status is Status.OK
+
+    def note_aborted(self, index: int, before: Any) -> None:
+        """Requests the call just made ended on endpoint ``index`` (the model's account:
+        in flight before, gone after) become the client's partials (CLI-012)."""
+        after = {r.rid for r in self.state.endpoint(index).requests}
+        for r in before.endpoint(index).requests:
+            if r.rid not in after:
+                self.partials[(index, r.rid)] = Partial(index, r.rid, r.prefix, r.sampled)
+
+    def client_call(self, call: ClientCall) -> bool:
+        """A requeue (one engine call) or a delivery (none), recorded for replay at the
+        number of engine calls made before it."""
+        index, (rid, arg) = call.endpoint, call.args
+        partial = self.partials.get((index, rid))
+        if partial is None or (call.verb == "requeue_request" and partial.requeued):
+            held = ", ".join(repr(r) for (i, r), p in self.partials.items() if i == index)
+            raise ProgramError(
+                f"{call.verb}({rid!r}): not a request this sync aborted on endpoint {index}"
+                f"{' and did not requeue yet' if call.verb == 'requeue_request' else ''} "
+                f"(aborted: {held or 'none'})"
+            )
+        if self.step.program is not None:
+            self.step.program.calls.append(ClientCall(index, self.calls, call.verb, call.args))
+        if call.verb == "deliver_response":
+            self.lock.recorder.exercised["CLI-012"] += 1
+            self.report(index, delivered(partial, frozenset(arg)))
+            del self.partials[(index, rid)]
+            return True
+        live = self.state.endpoint(index).live
+        ok = self.apply(ServeRequest(index, partial.prefix))
+        continuation = frozenset({live}) if ok else frozenset()
+        self.partials[(index, rid)] = evolve(
+            partial, requeued=True, kept=bool(arg), continuation=continuation
+        )
+        return ok
 
     def settle(self, index: int, how: str) -> None:
         for rule_id in evidence(self.owed[index]):
@@ -330,6 +428,8 @@ class SyncRun:
         if self.halt is not None:
             raise self.halt
         self.lock.recorder.exercised["CLI-011"] += 1
+        # Aborted requests the client dropped (never delivered): CLI-012 judged its answer.
+        self.lock.recorder.exercised["CLI-012"] += len(self.partials)
         if error is not None:
             message = f"{type(error).__name__}: {error}"
             if isinstance(error, RecordedRaise):
@@ -370,6 +470,7 @@ def resolver_sync(lock: Lockstep, action: SyncWeights, step: Step) -> None:
     from .lockstep import call_with_timeout, refusal, resolve
 
     run = SyncRun(lock, action, step)
+    lock.recorder.skipped.update(NOT_RESOLVER_RULES)
     p = lock.policy
     plans: list[Plan] = []
     for i in range(len(lock.configs)):
@@ -452,14 +553,31 @@ class RecordedProgram:
         head, calls = self.syncs[self.cursor]
         self.cursor += 1
         assert head.program is not None
-        infos = list(head.program.infos)
-        for n, call in enumerate(calls):
-            while infos and infos[0].at <= n:
-                endpoints[infos.pop(0).endpoint].server_info()
-            index = getattr(call.action, "endpoint", 0)
-            endpoints[index]._run.apply(call.action)
-        for c in infos:
-            endpoints[c.endpoint].server_info()
+        # server_info() and client-side calls, in recorded order, at their engine-call counts
+        events: list[InfoCall | ClientCall] = sorted(
+            [*head.program.infos, *head.program.calls], key=lambda c: c.at
+        )
+        n = 0
+        while True:
+            while events and events[0].at <= n:
+                event = events.pop(0)
+                ep = endpoints[event.endpoint]
+                if isinstance(event, InfoCall):
+                    ep.server_info()
+                    continue
+                made = ep._run.calls
+                getattr(ep, event.verb)(*event.args)
+                n += ep._run.calls - made  # a requeue's ServeRequest is the next step
+            if n >= len(calls):
+                break
+            index = getattr(calls[n].action, "endpoint", 0)
+            endpoints[index]._run.apply(calls[n].action)
+            n += 1
+        for event in events:  # recorded after the last engine call
+            if isinstance(event, InfoCall):
+                endpoints[event.endpoint].server_info()
+            else:
+                getattr(endpoints[event.endpoint], event.verb)(*event.args)
         if head.program.raised is not None:
             raise RecordedRaise(head.program.raised)
 

@@ -221,6 +221,16 @@ def step_json(s: Step) -> dict[str, Any]:
                 for c in s.program.infos
             ],
             **({} if s.program.raised is None else {"raised": s.program.raised}),
+            **(
+                {}
+                if not s.program.calls
+                else {
+                    "calls": [
+                        {"endpoint": c.endpoint, "at": c.at, "verb": c.verb, "args": list(c.args)}
+                        for c in s.program.calls
+                    ]
+                }
+            ),
         }
     if s.observed is not None:
         out["observed"] = observation_json(s.observed)
@@ -459,14 +469,37 @@ class InfoCall:
     server_info: dict[str, Any] | None
 
 
+CLIENT_VERBS: dict[str, tuple[type, ...]] = {
+    "requeue_request": (str, bool),
+    "deliver_response": (str, list),
+}
+"""Client-side calls of a program (issue 11 item 2, CLI-012) -> the types of their
+arguments: ``requeue_request(rid, keep_partial)`` (its engine call is the sync's next
+``within`` step) and ``deliver_response(rid, versions)`` (no engine call)."""
+
+
+@define
+class ClientCall:
+    """A client program's call that is not one engine call: the ``endpoint``, the number
+    of engine calls of the sync made before it (``at``), the ``verb`` (``CLIENT_VERBS``)
+    and its ``args`` as JSON values."""
+
+    endpoint: int
+    at: int
+    verb: str
+    args: tuple[Any, ...]
+
+
 @define
 class ProgramRecord:
     """What a client program's sync did besides engine calls (those are the sync's
-    ``within`` steps): its ``server_info()`` calls and the message of the exception it
+    ``within`` steps): its ``server_info()`` calls, its client-side ``calls``
+    (``ClientCall``: requeue and deliver, CLI-012) and the message of the exception it
     raised (``None``: it returned)."""
 
     infos: list[InfoCall] = field(factory=list)
     raised: str | None = None
+    calls: list[ClientCall] = field(factory=list)
 
 
 @define
@@ -584,7 +617,39 @@ def _program(obj: Any, where: str) -> ProgramRecord:
     raised = obj.get("raised")
     if raised is not None and not isinstance(raised, str):
         raise TraceError(f"{where}: field 'program.raised' must be a string")
-    return ProgramRecord(infos, raised)
+    calls_raw = obj.get("calls", [])
+    if not isinstance(calls_raw, list):
+        raise TraceError(f"{where}: field 'program.calls' must be a list")
+    return ProgramRecord(
+        infos,
+        raised,
+        [_client_call(c, f"{where}.program.calls[{i}]") for i, c in enumerate(calls_raw)],
+    )
+
+
+def _client_call(c: Any, where: str) -> ClientCall:
+    """One recorded client-side call: ``verb`` one of ``CLIENT_VERBS`` with its arguments'
+    types (``deliver_response``'s versions a list of ints)."""
+    if not isinstance(c, dict):
+        raise TraceError(f"{where}: must be an object")
+    verb = _need(c, "verb", str, where)
+    if verb not in CLIENT_VERBS:
+        raise TraceError(f"{where}: verb {verb!r} is not one of {', '.join(CLIENT_VERBS)}")
+    args = _need(c, "args", list, where)
+    types = CLIENT_VERBS[verb]
+    if len(args) != len(types) or not all(
+        isinstance(a, t) and not (t is not bool and isinstance(a, bool))
+        for a, t in zip(args, types, strict=False)
+    ):
+        shape = ", ".join(t.__name__ for t in types)
+        raise TraceError(f"{where}: {verb} args must be [{shape}], got {args!r}")
+    if verb == "deliver_response" and not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in args[1]
+    ):
+        raise TraceError(f"{where}: deliver_response versions must be ints, got {args[1]!r}")
+    return ClientCall(
+        _need(c, "endpoint", int, where), _need(c, "at", int, where), verb, tuple(args)
+    )
 
 
 def _sync_step(obj: dict[str, Any], n: int, number: int, action: Action, where: str) -> Step:

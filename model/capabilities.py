@@ -218,6 +218,8 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     # A refused reset inside a sync comes reliably only from an injected refusal: running
     # requests on a real engine refuse one by chance within a ci budget (vLLM: never in 25).
     "CLI-010": (C.INFLIGHT, C.FAULTS),
+    # An aborted request exists only where requests stay in flight and a pause aborts them.
+    "CLI-012": (C.PAUSE, C.INFLIGHT),
 }
 """Rule ID -> the capabilities its evidence needs; an adapter lacking one gets SKIP."""
 

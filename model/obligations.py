@@ -20,6 +20,11 @@ status, so the same rules apply to a Python program and to a client talking HTTP
 * CLI-007 (reused): a flush is never asked of an endpoint paused ``in_place``.
 * CLI-011: a sync raises only after an engine call failed (a refused reset, a failed
   update); raising otherwise is the client's own failure.
+* CLI-012: a response the client delivers for a request the sync aborted and the client
+  requeued is labelled with exactly the weight versions that sampled its tokens: the
+  aborted partial's (when the client kept it) and the continuation's. Stitching tokens of
+  two versions under one label is the fault (THUDM/slime PR #2092, rllm-org/rllm PR #622,
+  vllm-project/vllm #54443); dropping the partial and regenerating is correct.
 """
 
 from __future__ import annotations
@@ -187,3 +192,42 @@ def raised(owed: tuple[Owed, ...], message: str) -> list[Violation]:
     if any(o.failed for o in owed):
         return []
     return [Violation("CLI-011", "a completed sync (no engine call failed)", message, "the sync")]
+
+
+# ----- requeue across versions (CLI-012) ---------------------------------------------------
+
+
+@frozen
+class Partial:
+    """A request the sync aborted, as the client holds it (``Endpoint.aborted``).
+
+    ``endpoint``, ``rid``, ``prefix``: the request. ``versions``: the weight versions that
+    sampled its partial output (what SGLang returns with an aborted request's partial
+    result, ``meta_info.weight_version``: sgl-project/sglang PR #11673, #17610).
+    ``requeued``: the client resubmitted it; ``kept``: with the partial output in front
+    (partial rollout), else from its prompt alone; ``continuation``: the versions that
+    sampled what the requeued request generated.
+    """
+
+    endpoint: int
+    rid: str
+    prefix: str
+    versions: frozenset[int]
+    requeued: bool = False
+    kept: bool = True
+    continuation: frozenset[int] = frozenset()
+
+    @property
+    def spans(self) -> frozenset[int]:
+        """The weight versions that sampled the tokens of the response the client holds."""
+        return (self.versions if self.kept else frozenset()) | self.continuation
+
+
+def delivered(partial: Partial, label: frozenset[int]) -> list[Violation]:
+    """CLI-012: the client delivers ``partial``'s response labelled with ``label``; a
+    violation unless the label is exactly the versions its tokens span."""
+    if label == partial.spans:
+        return []
+    where = f"endpoint {partial.endpoint} response {partial.rid!r}"
+    expected = f"labelled with every version that sampled it: {sorted(partial.spans)}"
+    return [Violation("CLI-012", expected, f"labelled {sorted(label)}", where)]

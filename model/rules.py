@@ -153,6 +153,19 @@ RULES: tuple[Rule, ...] = (
         "reason the engine gave.",
         "kvfence client-program protocol (docs/clients.md)",
     ),
+    Rule(
+        "CLI-012",
+        "RequeuedResponseLabelledByEveryVersion",
+        "MUST",
+        "A response the client delivers for a request that a sync aborted and the client "
+        "requeued is labelled with exactly the weight versions that sampled its tokens: the "
+        "aborted partial's, when the client kept the partial, and the continuation's. "
+        "Discarding the partial and regenerating from the prompt is correct.",
+        "A response stitched from tokens of two weight versions under one label trains on "
+        "off-policy tokens as if on-policy; the label is all the trainer sees.",
+        "THUDM/slime PR #2092 (one sample across weight versions 2, 4, 6); rllm-org/rllm "
+        "PR #622 (stamped at completion); vllm-project/vllm #54443",
+    ),
     # ----- engine ------------------------------------------------------------------------
     Rule(
         "ENG-001",

@@ -181,6 +181,10 @@ SHORTEST: dict[str, int] = {
     "reset-before-finish": 1,
     "refused-reset-ignored": 2,
     "prefix-only-reset": 1,
+    # one sync on the mixed-info setup (endpoint 0 radix off, endpoint 1 on): reachable
+    # since that setup was added; before it no setup told the endpoints' infos apart
+    "endpoint0-info-only": 1,
+    "requeue-across-versions": 2,  # start a request, then a sync that aborts it (abort setup)
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 
@@ -314,6 +318,11 @@ def test_setups_for_a_rule():
     assert [s.name for s in setups_for("ENG-003")] == ["plain", "tiers", "encoder"]
     assert setups_for(None) == SETUPS == setups_for("ADP-001")
     assert all(s.configs for s in SETUPS)
+    # endpoint0-info-only's fault needs endpoints that report different server info
+    assert [s.name for s in setups_for("CLI-001")] == ["plain", "mixed-info"]
+    (mixed,) = (s for s in SETUPS if s.name == "mixed-info")
+    assert len({str(c.info) for c in mixed.configs}) == 2
+    assert [s.name for s in setups_for("CLI-012")] == ["abort"]  # a pause that aborts
 
 
 def test_snapshot_restore_and_fingerprint():

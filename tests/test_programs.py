@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+from attrs import evolve
 
 from kvfence.adapters import registry
 from kvfence.adapters.programs import (
@@ -21,23 +23,27 @@ from kvfence.adapters.programs import (
     PrefixOnlyReset,
     ReferenceProgram,
     RefusedResetIgnored,
+    RequeueAcrossVersions,
+    RequeueLabelsEveryVersion,
     ResetBeforeFinishProgram,
 )
 from kvfence.conformance.cli import EXIT_USAGE, main
 from kvfence.conformance.matrix import killed, mutant_job, run_job
 from kvfence.conformance.replay import replay_actions, replay_trace
 from kvfence.conformance.runner import run_check
-from kvfence.conformance.trace import read_trace
+from kvfence.conformance.trace import header, read_trace, step_json, write_trace
 from kvfence.model.actions import (
     ContinueGeneration,
     FaultRefuseFlush,
     FlushCache,
     PauseGeneration,
     ServeRequest,
+    StartRequest,
     SyncWeights,
+    TraceError,
     UpdateWeights,
 )
-from kvfence.model.obligations import Owed, observe, raised, resumes
+from kvfence.model.obligations import Owed, Partial, delivered, observe, raised, resumes
 from kvfence.model.state import Config, Policy, initial_state, server_info
 from kvfence.model.vocabulary import CacheMode, PauseMode, Status
 
@@ -49,6 +55,7 @@ PROGRAM_MUTANTS = (
     "refused-reset-ignored",
     "endpoint0-info-only",
     "prefix-only-reset",
+    "requeue-across-versions",
 )
 
 
@@ -216,12 +223,104 @@ def test_program_mutant_killed_by_its_rule_in_the_kill_matrix(name, out_dir):
     assert again.kind == "FAIL" and mutant.rule in _rules(again)
 
 
-@pytest.mark.parametrize("name", ["reference-program", "any-on-flushes-everywhere"])
+# ----- requeue across versions (CLI-012) -----------------------------------------------------
+
+
+def test_a_stitched_response_is_labelled_with_every_version_it_spans():
+    aborted = Partial(0, "r1", "P", frozenset({0}))
+    kept = evolve(aborted, requeued=True, continuation=frozenset({1}))
+    assert [v.rule for v in delivered(kept, frozenset({1}))] == ["CLI-012"]
+    assert delivered(kept, frozenset({0, 1})) == []
+    assert [v.rule for v in delivered(kept, frozenset({0, 1, 2}))] == ["CLI-012"]  # not sampled
+    dropped = evolve(kept, kept=False)  # regenerated from the prompt: v1 alone
+    assert delivered(dropped, frozenset({1})) == []
+    assert [v.rule for v in delivered(dropped, frozenset({0, 1}))] == ["CLI-012"]
+    assert delivered(aborted, frozenset({0})) == []  # the partial as it is
+
+
+ABORT = Policy(pause_mode=PauseMode.ABORT)
+IN_FLIGHT = [StartRequest(0, "r1", "P"), SyncWeights(1)]
+
+
+class RequeueDiscardsPartial(RequeueLabelsEveryVersion):
+    """The other correct answer: drop the partial, regenerate from the prompt under the new
+    weights, label with the new version alone (slime's ``abort()`` without partial
+    rollout, THUDM/slime PR #2092)."""
+
+    name = "requeue-discards-partial"
+    keep_partial = False
+
+
+def test_requeue_across_versions_is_cli_012_and_the_correct_requeues_pass():
+    bad = _run(RequeueAcrossVersions(), (ON,), IN_FLIGHT, ABORT)
+    assert bad.kind == "FAIL" and _rules(bad) == {"CLI-012"}, bad.violations
+    assert bad.violations[0].actual == "labelled [1]" and "[0, 1]" in bad.violations[0].expected
+    for good in (RequeueLabelsEveryVersion(), RequeueDiscardsPartial()):
+        r = _run(good, (ON,), IN_FLIGHT, ABORT)
+        assert r.kind == "PASS", (good.name, r.violations)
+        requeued = [
+            s for s in r.run.steps if s.within is not None and s.action == ServeRequest(0, "P")
+        ]
+        assert len(requeued) == 1, good.name  # the requeue reached the engine
+    # a retract pause aborts nothing: nothing is requeued, the mutant's mistake stays hidden
+    assert _run(RequeueAcrossVersions(), (ON,), IN_FLIGHT).kind == "PASS"
+
+
+def test_requeue_calls_are_recorded_and_replayed(tmp_path):
+    """The requeue and the delivery are in the trace (``program.calls``), so a model-only
+    replay judges the label again; a trace with a malformed call is refused by name."""
+    import json
+
+    bad = _run(RequeueAcrossVersions(), (ON,), IN_FLIGHT, ABORT)
+    head = header("reference", "requeue-across-versions", None, "t", (ON,), ABORT)
+    path = write_trace(tmp_path / "rq.jsonl", head, bad.run.lines, {"verdict": "FAIL"})
+    trace = read_trace(path)
+    sync = next(s for s in trace.steps if s.program is not None)
+    assert [(c.verb, c.args) for c in sync.program.calls] == [
+        ("requeue_request", ("r1", True)),
+        ("deliver_response", ("r1", [1])),
+    ]
+    alone = replay_trace(trace, None, None)
+    assert alone.kind == "FAIL" and _rules(alone) == {"CLI-012"}, alone.message
+    fixed = replay_trace(trace, registry.engine("reference"), registry.client("reference"))
+    assert fixed.kind == "PASS"
+    lines = path.read_text().splitlines()
+    n = next(i for i, line in enumerate(lines) if '"calls"' in line)
+    obj = json.loads(lines[n])
+    obj["program"]["calls"][1]["args"] = ["r1", ["one"]]
+    lines[n] = json.dumps(obj)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(TraceError, match="deliver_response versions must be ints"):
+        read_trace(path)
+
+
+def test_requeue_of_a_request_never_aborted_is_the_programs_mistake():
+    def requeue_stranger(endpoints, version, policy):
+        endpoints[0].requeue_request("r9")
+
+    from kvfence.adapters.programs import ProgramClient
+
+    r = _run(ProgramClient(requeue_stranger, "requeue-stranger"), (ON,), IN_FLIGHT, ABORT)
+    assert r.kind == "FAIL" and _rules(r) == {"CLI-011"}
+    assert "not a request this sync aborted on endpoint 0" in str(r.violations[0].actual)
+
+
+def test_a_resolver_is_not_judged_by_cli_012(out_dir):
+    result = run_check(registry.engine("reference"), registry.client("reference"), out_dir=out_dir)
+    verdicts = {r.rule.id: r.verdict for r in result.rules}
+    assert verdicts["CLI-012"] == "SKIP"
+
+
+@pytest.mark.parametrize(
+    "name", ["reference-program", "any-on-flushes-everywhere", "requeue-labels-every-version"]
+)
 def test_correct_program_passes(name, out_dir):
     result = run_check(registry.engine("reference"), registry.client(name), out_dir=out_dir)
     assert result.verdict == "PASS", [(r.rule.id, r.verdict, r.reason) for r in result.rules]
     verdicts = {r.rule.id: r.verdict for r in result.rules}
     assert {verdicts[r] for r in ("CLI-001", "CLI-008", "CLI-010", "CLI-011")} == {"PASS"}
+    if name == "requeue-labels-every-version":
+        assert verdicts["CLI-012"] == "PASS"  # it delivered stitched responses, judged
 
 
 # ----- the CLI ---------------------------------------------------------------------------------
@@ -281,13 +380,36 @@ def test_a_program_that_raises_is_the_clients_failure(user_module, tmp_path, cap
     assert re.search(r"ADP-001\s+│ PASS", out)  # not an adapter failure
 
 
-@pytest.mark.skip(reason="needs two-phase actions (task T)")
-def test_pf23_reset_between_begin_and_finish():
-    """PF-23 exactly (huggingface/trl PR #6765 review): BeginWeightUpdate; FlushCache ->
-    True; ServeRequest(P) admitted meanwhile and cached under half-updated weights;
-    FinishWeightUpdate(flush_cache=False); ServeRequest(P) hits that KV. Expected: CLI-008
-    (the reset came before the weights were final) and INV-001 on the second ServeRequest.
-    TODO(integrator): once task T's actions land, add ``begin_weight_update`` /
-    ``finish_weight_update`` to ``conformance.program.VERBS``, make ``observe`` treat
-    FinishWeightUpdate as the update that installs the final weights, record this trace
-    under tests/regressions, and drop the skip."""
+PF23 = Path(__file__).parent / "regressions" / "PF-23-reset-before-finish.jsonl"
+
+
+def test_pf23_is_a_replayable_program_trace_that_names_cli_008(tmp_path):
+    """PF-23 (huggingface/trl PR #6765 review) through the program protocol: the sync's own
+    calls are recorded (pause, reset, update without a flush, continue) and replay judges
+    them: CLI-008 alone, model-only and against the engine; a correct program on the same
+    trace passes. Writing the recorded run back out and reading it again keeps every line
+    (the round trip a ``kvfence replay`` of a program run relies on)."""
+    from kvfence.adapters.cases import BY_ID
+
+    case = BY_ID["PF-23"]
+    assert (case.mutant, case.rule) == ("reset-before-finish", "CLI-008")
+    trace = read_trace(PF23)
+    sync = next(s for s in trace.steps if s.program is not None)
+    calls = [type(s.action).__name__ for s in trace.steps if s.within == sync.step]
+    assert calls == ["PauseGeneration", "FlushCache", "UpdateWeights", "ContinueGeneration"]
+    assert [c.endpoint for c in sync.program.infos] == [0]
+    for replayed in (
+        replay_trace(trace, None, None),
+        replay_trace(trace, registry.engine("reference"), registry.client(case.mutant)),
+    ):
+        assert replayed.kind == "FAIL" and _rules(replayed) == {"CLI-008"}, replayed.message
+        assert [v.actual for v in replayed.violations] == ["reset only before the update"]
+    good = replay_trace(trace, registry.engine("reference"), registry.client("reference-program"))
+    assert good.kind == "PASS", good.violations
+    # the round trip: the replayed run written as a trace reads back to the same lines
+    again = replay_trace(trace, registry.engine("reference"), registry.client(case.mutant))
+    head = header("reference", case.mutant, None, "case", trace.configs, trace.policy)
+    out = write_trace(tmp_path / "pf23.jsonl", head, again.run.lines, {"verdict": "FAIL"})
+    back = read_trace(out)
+    assert [step_json(s) for s in back.steps] == [step_json(s) for s in trace.steps]
+    assert _rules(replay_trace(back, None, None)) == {"CLI-008"}
