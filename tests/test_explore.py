@@ -53,10 +53,14 @@ CLI_DEFAULT = Bounds(prefixes=("P",), rids=("r1",), versions=2)
         # clean rejection of an unflushable opt-out update (CD-09). Merged, the memory tags
         # and the windows multiply (a window may open on a paused endpoint whose cache a
         # clearing pause emptied; a publish may run inside a window and is refused there).
-        (2, CLI_DEFAULT, 4, 18076, 296891, 4),
-        (2, Bounds(), 3, 6779, 71736, 3),
+        # The lifecycle designs (CD-10..CD-15) added branches: a chunk staged aside (CD-14),
+        # a refusal to serve or start anywhere inside a window (CD-13), a publish the
+        # weights back refused (CD-11), a refused publish reporting the asked-for aborts
+        # (CD-12). No state was removed.
+        (2, CLI_DEFAULT, 4, 18995, 315029, 4),
+        (2, Bounds(), 3, 6863, 75106, 3),
         # one exact-lane endpoint: the windows keep the frontier going past depth 12
-        (1, CLI_DEFAULT, 12, 4213, 165473, 12),
+        (1, CLI_DEFAULT, 12, 4820, 193011, 12),
     ],
     ids=["cli-bounds-depth4", "default-bounds-depth3", "one-endpoint-depth12"],
 )
