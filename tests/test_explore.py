@@ -181,7 +181,9 @@ SHORTEST: dict[str, int] = {
     # so the probe's v0 after the chunk is no lie by itself)
     "p2p-prepare-writes-live": 3,
     "finish-publishes-after-failed-chunk": 4,  # begin, fault, chunk, finish
-    "derived-skipped-on-tensor-funnel": 1,  # a tensor sync: the probe shows derived v0
+    # a tensor sync, then a forward: the probe shows derived v0 after it (before it, a lazy
+    # rebuild may still be pending: CD-15)
+    "derived-skipped-on-tensor-funnel": 2,
     "relabel-without-loading": 2,  # a sync, then a serve the restart oracle judges
     # client programs (issue 11), each on the engine profile its mutant names
     "reset-before-finish": 1,
@@ -221,7 +223,8 @@ STATEFUL: dict[str, int] = {
     "publish-aborts-kept-requests": 4,
     "finish-publishes-after-failed-chunk": 4,
     "relabel-without-loading": 3,
-    "derived-skipped-on-tensor-funnel": 1,
+    "derived-skipped-on-tensor-funnel": 2,  # CD-15: the lag shows only after a forward
+    "p2p-prepare-writes-live": 3,  # CD-14: the chunk may be staged; the forward is not
     # client programs (issue 11), each on the engine profile its mutant names
     "reset-before-finish": 1,  # the sync resets before its update
     "refused-reset-ignored": 2,  # a refusal injected, then a sync that resumes anyway
