@@ -23,7 +23,7 @@ from typing import ClassVar
 from attrs import frozen
 
 from kvfence.model.state import Config
-from kvfence.model.vocabulary import Funnel, Kind, PauseMode
+from kvfence.model.vocabulary import Funnel, Kind, MemoryTag, PauseMode
 
 from .reference import ClosingEndpoint, Key, ReferenceEndpoint, Reply
 
@@ -279,6 +279,174 @@ class AlwaysFlushes(ReferenceEndpoint):
         return True
 
 
+# ----- CD-10..CD-15: the spec 0.3 lifecycle rules (memory tags, publishing, windows,
+# derived state), each kept by other means than the reference ---------------------------
+
+
+class RefusesFlushWhileKvReleased(ReferenceEndpoint):
+    """Keeps: MEM-001, ENG-003.
+
+    While the KV memory is released, a flush, or an update that must flush, is refused
+    cleanly: the reply reports failure and nothing changes (the update touches no tensor;
+    the index and lower tiers stay as they were, all of them KV of the weights still
+    installed). The caller resumes ``kv_cache`` first and then updates. The reference
+    instead runs such a flush on the index alone and answers success (sgl-project/sglang
+    PR #19029, PF-19's fix); refusing is the other answer MEM-001 allows, and it is what
+    SGLang's scheduler ``flush_cache`` already does whenever it cannot run safely (it
+    returns failure when the scheduler is not idle, ``python/sglang/srt/managers/
+    scheduler.py``). The cost is availability: the colocated order (release all, resume
+    weights, update with ``flush_cache``, resume KV) must resume KV before the update.
+    """
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        if MemoryTag.KV_CACHE in self.released and self._must_flush(funnel, flush_cache):
+            self.refuse_next_flush = False  # the flush was attempted: a pending fault is spent
+            return Reply(False, message="KV memory released: resume kv_cache first; not updated")
+        return super().update_weights(version, funnel, flush_cache)
+
+    def _flush_while_released(self) -> Reply:
+        return Reply(False, message="KV memory released: flush refused, nothing changed")
+
+
+class LabelsOnlyWithUpdates(ReferenceEndpoint):
+    """Keeps: PUB-001, PUB-002.
+
+    The label moves only together with the weights: every update (and a window's finish)
+    sets it to the version it installed, and a label-only publish (PublishVersion) is
+    refused, whatever version it names, and changes nothing (no label move, no abort). The
+    engine has no ``/update_weight_version`` route of its own: the label travels with the
+    update, as vLLM's ``finish_weight_update(weight_version)`` does (``vllm/entrypoints/
+    serve/dev/rlhf/api_router.py``, ``POST /finish_weight_update`` with
+    ``weight_version``) and SGLang's update requests with their ``weight_version`` field
+    (``python/sglang/srt/managers/io_struct.py``). The reference accepts a publish of the
+    version its whole weights are; this design refuses that too, which is safe (a refused
+    publish lies about nothing) and costs the caller a label it could have set.
+    """
+
+    def publish_version(self, version: int, abort_requests: bool) -> Reply:
+        return Reply(False, message="labels are published with updates only")
+
+
+class AbortsBeforePublishCheck(ReferenceEndpoint):
+    """Keeps: PUB-002, PUB-001.
+
+    A publish with ``abort_requests`` aborts every in-flight request first, as asked, and
+    only then checks that the weights back the label: a publish the weights do not back is
+    refused, with the requests already aborted, and says so (their IDs in the reply).
+    SGLang's HTTP handler for ``/update_weight_version`` runs in that order
+    (``UpdateWeightVersionReqInput.abort_all_requests``: ``abort_request(abort_all=True)``
+    before ``_update_weight_version_if_provided``, sgl-project/sglang
+    ``python/sglang/srt/entrypoints/http_server.py``); this design adds the weights check
+    SGLang lacks. The aborts were asked for, so PUB-002 holds; the label stays (PUB-001).
+    """
+
+    def publish_version(self, version: int, abort_requests: bool) -> Reply:
+        aborted = self._publish_aborts(abort_requests)
+        for rid in aborted:
+            del self.requests[rid]
+        reply = super().publish_version(version, abort_requests=False)
+        return Reply(reply.ok, aborted=aborted, message=reply.message)
+
+
+class RefusesInsideWindow(ClosingEndpoint):
+    """Keeps: WIN-001, WIN-002.
+
+    While a two-phase update window is open the endpoint serves nothing: every new request
+    is refused, a request in flight is aborted when it would decode, and retracted requests
+    wait; from the first chunk to the finish or abort no token is computed, so no KV of the
+    mixed weights exists. SGLang's tokenizer manager holds every ``generate`` behind
+    ``model_update_lock`` (the reader side) while an update holds the writer side
+    (``python/sglang/srt/managers/tokenizer_manager.py``); this design keeps the lock for
+    the whole window and answers at once instead of queueing. The reference serves under the
+    mixed weights (probe unlabelled), and its closing variant refuses only once a chunk has
+    landed; this one refuses from the begin.
+    """
+
+    @property
+    def closed(self) -> bool:
+        return self.window is not None or super().closed
+
+
+class StagesChunksAside(ReferenceEndpoint):
+    """Keeps: WIN-001, WIN-003.
+
+    Chunks received inside a window are staged in a side buffer that no forward reads: the
+    live weights stay the old version, whole and labelled, and the endpoint serves them
+    inside the window, correctly attributed to the old version. The finish swaps the staged
+    tensors in whole (then it is a one-shot update: flush, label); a failed chunk or an
+    abort drops the buffer, and the old weights never changed. The shape of RD211/actors
+    (``docs/updating_weights.md``: workers move streamed weight batches to a CPU cache and
+    apply them once all have arrived) and of SGLang's P2P prepare/complete split when
+    prepare really stages (issue 10); vLLM's layerwise reload instead writes the live
+    parameters (``vllm/model_executor/model_loader/reload``), the reference's shape.
+    """
+
+    def update_weight_chunk(self) -> Reply:
+        window = self.window
+        assert window is not None
+        if window.failed:
+            return Reply(False, message="an earlier chunk failed; the window is dead")
+        if self.fail_next_chunk:
+            self.fail_next_chunk = False
+            window.failed = True
+            return Reply(False, message="chunk failed; the staged buffer was dropped")
+        return Reply(True)  # staged: nothing the forward reads has changed
+
+
+class DerivedRebuiltLazily(ReferenceEndpoint):
+    """Keeps: DER-001.
+
+    State derived from the weights (a transposed router gate, repacked quantized operands)
+    is rebuilt lazily: an update only loads the parameters, and the first forward after it
+    compares the derived state's version with the weights' and rebuilds before computing.
+    No token is ever computed with derived state of other weights, but between an update
+    and the next forward the probe shows the old derived version. The reference rebuilds in
+    a post-load hook, as vLLM's ``process_weights_after_loading``
+    (``vllm/model_executor/model_loader/utils.py``) and SGLang's ``post_load_weights``
+    (``python/sglang/srt/models/deepseek_v2.py``) do; moving that hook behind a version
+    check is the fix shape for hooks a funnel forgets (sgl-project/sglang PR #31937, PF-20).
+    """
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.loaded = 0  # the version of the parameters last loaded whole
+
+    def _install(self, version: int, funnel: Funnel) -> None:
+        derived = self.derived
+        super()._install(version, funnel)
+        self.loaded, self.derived = version, derived  # rebuilt by the next forward, not here
+
+    def _forward(self) -> None:
+        if self.derived != self.loaded:
+            self.derived = self.loaded  # the version check before every forward
+
+    def generate(self, prefix: str, lora: bool = False, namespace: int | None = None) -> Reply:
+        if not self.closed:
+            self._forward()
+        return super().generate(prefix, lora, namespace)
+
+    def start(
+        self, rid: str, prefix: str, lora: bool = False, namespace: int | None = None
+    ) -> Reply:
+        if not self.closed:
+            self._forward()
+        return super().start(rid, prefix, lora, namespace)
+
+    def finish(self, rid: str) -> Reply:
+        if not self.closed:
+            self._forward()
+        return super().finish(rid)
+
+    def continue_generation(self) -> Reply:
+        if not self.closed and any(r.retracted for r in self.requests.values()):
+            self._forward()  # the retracted requests' recompute
+        return super().continue_generation()
+
+    def cold_output(self, prefix: str, lora: bool = False) -> tuple[object, ...]:
+        self._forward()  # the byte oracle's cold prefill is a forward too
+        return super().cold_output(prefix, lora)
+
+
 # ----- the catalog ------------------------------------------------------------------------
 
 
@@ -357,6 +525,13 @@ DESIGNS: tuple[Design, ...] = (
     _engine("stops-on-refused-flush", "CD-07", StopsOnRefusedFlush),
     _engine("aborts-then-flushes", "CD-08", AbortsThenFlushes),
     _engine("always-flushes", "CD-09", AlwaysFlushes),
+    # the spec 0.3 lifecycle rules: memory tags, publishing, windows, derived state
+    _engine("refuses-flush-while-kv-released", "CD-10", RefusesFlushWhileKvReleased),
+    _engine("labels-only-with-updates", "CD-11", LabelsOnlyWithUpdates),
+    _engine("aborts-before-publish-check", "CD-12", AbortsBeforePublishCheck),
+    _engine("refuses-inside-window", "CD-13", RefusesInsideWindow),
+    _engine("stages-chunks-aside", "CD-14", StagesChunksAside),
+    _engine("derived-rebuilt-lazily", "CD-15", DerivedRebuiltLazily),
     # client programs and the engine profile they are checked on (docs/clients.md)
     _engine("encoder-left-to-client", None, EncoderLeftToClient),
     *_programs(),
@@ -369,15 +544,21 @@ __all__ = [
     "BY_CASE",
     "BY_NAME",
     "DESIGNS",
+    "AbortsBeforePublishCheck",
     "AbortsThenFlushes",
     "AlwaysFlushes",
+    "DerivedRebuiltLazily",
     "Design",
     "EncoderFollowsWeights",
     "EncoderLeftToClient",
+    "LabelsOnlyWithUpdates",
     "OmittedFlushMeansFlush",
     "PauseAbortClearsCache",
     "RadixOffSkipsFlush",
+    "RefusesFlushWhileKvReleased",
+    "RefusesInsideWindow",
     "SleepFlushesEveryTier",
+    "StagesChunksAside",
     "StopsOnRefusedFlush",
     "VersionKeyedCache",
 ]

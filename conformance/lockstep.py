@@ -654,6 +654,9 @@ class Lockstep:
         for _, o in agreeing:
             if got is not None and got.cold is not None and o.served is not None:
                 self.recorder.cold.record(o.served, lora, got.cold)
+            if got is not None and got.fresh is not None and o.served is not None:
+                # the restart oracle's bytes: without them it never counts as evidence
+                self.recorder.cold.record_fresh(o.served, lora, got.fresh)
         for _, o in agreeing:
             for rule_id in evidence(o, obs, caps, self.recorder.cold, lora):
                 self.recorder.exercised[rule_id] += 1

@@ -134,6 +134,18 @@ def _cache_rule(outcome: Outcome, observed: frozenset) -> str:
     return "ENG-003" if partial or only_lower else rule
 
 
+def _derived_lags(expected: Any, actual: Any, outcome: Outcome) -> bool:
+    """Derived state an engine rebuilds lazily, on the first forward after an update (a
+    version check instead of a post-load hook), is allowed to show an older version than
+    the weights until a forward runs: no token was computed with it. A response, a streamed
+    request's prefill and a recompute are forwards (``Outcome.forward``): after one, the
+    probe must show derived state of the weights in force (DER-001). Only an older version
+    lags; a newer or unknown one never does."""
+    lagging = isinstance(actual, int) and isinstance(expected, int) and 0 <= actual < expected
+    ran = outcome.forward or outcome.observation.response is not None
+    return lagging and not ran and outcome.served is None
+
+
 def compare(
     outcome: Outcome, obs: Observation, capabilities: Collection[str], where: str = ""
 ) -> list[Violation]:
@@ -172,6 +184,8 @@ def compare(
             e, a = getattr(exp.view, name), getattr(obs.view, name)
             if name == "derived" and a is None:
                 continue  # an engine that cannot show its derived state: the oracle's job
+            if name == "derived" and _derived_lags(e, a, outcome):
+                continue  # rebuilt lazily at the next forward (CD-15): none ran since
             if name == "label" and a is None:
                 continue  # an engine that reports no label: not observed, not a lie
             if e != a:
@@ -362,7 +376,9 @@ def evidence(
     seen = {
         "status": True,
         "flushed": Capability.FLUSH_RESULT in capabilities,
-        "aborted": obs.aborted is not None and bool(exp.aborted),
+        # an abort list is evidence where it names ends, or where requests were in flight
+        # that a wrong abort would have ended (``Outcome.at_risk``, PUB-002)
+        "aborted": obs.aborted is not None and (bool(exp.aborted) or outcome.at_risk),
         "view.weights": view_seen and Capability.WEIGHTS_PROBE in capabilities,
         "view.label": view_seen
         and Capability.WEIGHTS_PROBE in capabilities
@@ -381,7 +397,7 @@ def evidence(
         "view.derived": view_seen
         and Capability.WEIGHTS_PROBE in capabilities
         and exp.view.derived is not None
-        and obs.view.derived is not None,
+        and obs.view.derived == exp.view.derived,  # a lag allowed by _derived_lags is none
         "response.sampled": obs.response is not None
         and obs.response.sampled is not None
         and Capability.ATTRIBUTION in capabilities
@@ -398,6 +414,11 @@ def evidence(
         compared = _restart_compared(got, capabilities) is not None
         if compared and oracle is not None and oracle.fresh_distinguishes(served.prefix, lora):
             rules.add(fresh_rule)
+            if fresh_rule == "WIN-001":
+                # Bytes of the old whole weights inside a window that received chunks show
+                # that the KV this forward computed is not of mixed weights: the evidence
+                # WIN-002 has on an engine that stages chunks aside (CD-14).
+                rules.add("WIN-002")
     if got is not None and served is not None and served.hit:
         if got.uses is not None and Capability.PROVENANCE in capabilities:
             rules.add("INV-001")

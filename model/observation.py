@@ -154,6 +154,10 @@ class Outcome:
     note: str = ""
     at_risk: bool = False
     """Requests were in flight that a wrong abort would have ended (PUB-002's evidence)."""
+    forward: bool = False
+    """This branch ran a forward without answering with a response (a streamed request's
+    prefill, a retracted request's recompute): derived state must be rebuilt by then, a
+    lazy rebuild included (``checks._derived_lags``, CD-15)."""
     shows_aborts: bool = False
     """This branch is allowed only where the system shows the requests it ended
     (``Observation.aborted``): abort-then-flush (CD-08) cannot otherwise be told from a flush

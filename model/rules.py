@@ -415,7 +415,8 @@ RULES: tuple[Rule, ...] = (
         "MUST",
         "A label-only publish (PublishVersion) of version v succeeds only when the whole "
         "weights installed (target, draft, KV scales, not torn) are v; any other publish is "
-        "refused and leaves the label as it was.",
+        "refused and leaves the label as it was. A publish the weights back may also be "
+        "refused, changing nothing (an engine that labels only through its updates).",
         "INV-003 judges the label an update leaves; a separate publish call can move the "
         "label without any weights, and the trainer then attributes old-policy tokens to "
         "the new version.",
@@ -426,8 +427,10 @@ RULES: tuple[Rule, ...] = (
         "PUB-002",
         "PublishKeepsRequests",
         "MUST",
-        "A publish aborts in-flight requests only when asked (abort_requests); otherwise "
-        "every request stays, including those a pause kept (retract, in place).",
+        "A publish aborts in-flight requests only when asked (abort_requests), whether or "
+        "not the label then moves (the asked-for abort may run before the weights check, and "
+        "is then reported with the refusal); otherwise every request stays, including those "
+        "a pause kept (retract, in place).",
         "A pause mode promised to keep those requests; an abort the caller did not ask for "
         "silently throws away rollouts (one tenant's publish kills another's sampling).",
         "SGLang UpdateWeightVersionReqInput.abort_all_requests; radixark/miles "
@@ -456,10 +459,12 @@ RULES: tuple[Rule, ...] = (
         "WIN-001",
         "WindowNeverClaimsNewVersion",
         "MUST",
-        "Inside an open two-phase update window, once a chunk has landed, the live weights "
-        "are mixed: the endpoint either refuses to serve, or serves under them with a weights "
-        "probe that shows no whole version, no label, and responses attributed to no version; "
-        "nothing is labelled with the new version before the finish.",
+        "Inside an open two-phase update window the endpoint may refuse to serve. Once a "
+        "chunk has landed in the live parameters they are mixed: served under, the weights "
+        "probe shows no whole version, no label, and responses are attributed to no version. "
+        "A chunk staged aside (no forward reads it) leaves the old version whole, labelled "
+        "and served as such, and its output must be the old version's; nothing is labelled "
+        "with the new version before the finish.",
         "A window that serves mixed weights as the old (or the new) version hides torn "
         "numerics behind a clean label; P2P prepare writing live parameters does exactly that.",
         "vLLM /start_weight_update, /update_weights, /finish_weight_update "
@@ -496,7 +501,9 @@ RULES: tuple[Rule, ...] = (
         "State derived from the weights at load time (transposed router gates, repacked "
         "quantized operands, caches built by a post-load hook) follows the target weights "
         "after every completed update, on every funnel, and after a restart: the output "
-        "equals that of an engine freshly started at the same version.",
+        "equals that of an engine freshly started at the same version. It may be rebuilt "
+        "lazily, by a version check before the next forward: until a forward runs the probe "
+        "may show an older derived version, never after one.",
         "New parameters mixed with old derived tensors compute under no weight version, "
         "cached or cold, while the label says the new one.",
         "sgl-project/sglang PR #31937, issue #14158 (PF-20)",

@@ -260,7 +260,7 @@ def serve_request(s: State, a: ServeRequest) -> Branches:
     ep = s.endpoint(a.endpoint)
     if ep.closed:
         return ((s, rejected(ep, "FC-002")),)
-    out = list(_window_refusal(s, ep))
+    out = list(_window_refusal(s, ep, mixed=True))
     for p in prefills(ep, a.prefix, a.lora, a.namespace):
         served = _served(s, a.endpoint, a, p, {ep.live})
         response = Response(hit=served.hit, uses=served.uses, sampled=served.sampled)
@@ -268,15 +268,25 @@ def serve_request(s: State, a: ServeRequest) -> Branches:
         outcome = ok(p.ep, cache=cache_rule(p.reused), hit="INV-001", **_window_blame(ep))
         outcome = evolve(seen(outcome, response=response), served=served, dropped=p.dropped)
         out.append((s2, outcome))
+    out += _window_refusal(s, ep, mixed=False)
     return tuple(out)
 
 
-def _window_refusal(s: State, ep: Endpoint) -> Branches:
-    """WIN-001: inside a window whose chunks have made the weights mixed, an endpoint may
-    refuse to serve (changing nothing) instead of serving under them."""
+def _window_refusal(s: State, ep: Endpoint, mixed: bool) -> Branches:
+    """WIN-001: inside an open window an endpoint may refuse to serve (changing nothing)
+    instead of serving: under mixed weights once a chunk has landed (``mixed``), or at all
+    while the window is open (``not mixed``: no chunk landed, or chunks staged aside), as
+    SGLang's tokenizer manager holds every generate behind ``model_update_lock`` while an
+    update holds it for writing. Refusing is always safe; a refusal before any chunk landed
+    is appended after the serving branches, so that a wrong answer there is still blamed on
+    the rule it breaks, not on the refusal it did not make."""
     # A refusal that a cache listing confirms is evidence that no KV of the mixed weights
     # exists to outlive the window (WIN-002).
-    return ((s, rejected(ep, "WIN-001", cache="WIN-002")),) if ep.live != ep.weights else ()
+    if mixed and ep.live != ep.weights:
+        return ((s, rejected(ep, "WIN-001", cache="WIN-002")),)
+    if not mixed and ep.update is not None and ep.live == ep.weights:
+        return ((s, rejected(ep, "WIN-001")),)
+    return ()
 
 
 def _window_blame(ep: Endpoint) -> dict[str, str]:
@@ -286,6 +296,12 @@ def _window_blame(ep: Endpoint) -> dict[str, str]:
     INV-003 (the claimed version is not what computes)."""
     if ep.live != ep.weights:
         return {"weights": "WIN-001", "label": "WIN-001", "sampled": "WIN-001"}
+    if ep.update is not None and ep.update.landed:
+        # Inside a window that received chunks, on whole (old) weights: output that differs
+        # from an engine freshly started at the claimed version means a chunk reached the
+        # live parameters while the probe claims them whole (WIN-001), or a failed chunk
+        # was not rolled back (WIN-003).
+        return {"fresh": "WIN-003" if ep.update.failed else "WIN-001"}
     return {"fresh": "DER-001" if ep.config.derived else "INV-003"}
 
 
@@ -295,12 +311,13 @@ def start_request(s: State, a: StartRequest) -> Branches:
     ep = s.endpoint(a.endpoint)
     if ep.closed:
         return ((s, rejected(ep, "FC-002")),)
-    out = list(_window_refusal(s, ep))
+    out = list(_window_refusal(s, ep, mixed=True))
     for p in prefills(ep, a.prefix, a.lora, a.namespace):
         req = Request(a.rid, a.prefix, a.lora, frozenset({ep.live}), p.uses, a.namespace)
         ep2 = evolve(p.ep, requests=(*p.ep.requests, req))
-        outcome = evolve(ok(ep2, cache=cache_rule(p.reused)), dropped=p.dropped)
+        outcome = evolve(ok(ep2, cache=cache_rule(p.reused)), dropped=p.dropped, forward=True)
         out.append((s.with_endpoint(a.endpoint, ep2), outcome))
+    out += _window_refusal(s, ep, mixed=False)
     return tuple(out)
 
 
@@ -313,7 +330,8 @@ def finish_request(s: State, a: FinishRequest) -> Branches:
     aborted = seen(rejected(ep2, "FC-002", aborted="FC-002"), aborted=frozenset({a.rid}))
     if ep.closed:
         return ((s.with_endpoint(a.endpoint, ep2), aborted),)
-    # WIN-001: inside a window with mixed weights the request may be aborted instead.
+    # WIN-001: inside a window the request may be aborted instead (first once the weights
+    # are mixed; after the serving branch while no chunk has landed, see _window_refusal).
     refused = (
         [
             (
@@ -323,9 +341,10 @@ def finish_request(s: State, a: FinishRequest) -> Branches:
                 ),
             )
         ]
-        if ep.live != ep.weights
+        if ep.update is not None
         else []
     )
+    mixed = ep.live != ep.weights
     served = Served(
         endpoint=a.endpoint,
         prefix=req.prefix,
@@ -345,6 +364,8 @@ def finish_request(s: State, a: FinishRequest) -> Branches:
     blame = {"sampled": "INV-002", **_window_blame(ep)}
     blame.pop("fresh", None)
     outcome = evolve(seen(ok(ep2, **blame), response=response), served=served)
+    if not mixed:
+        return ((s2, outcome), *refused)
     return (*refused, (s2, outcome))
 
 
@@ -520,9 +541,11 @@ def begin_weight_update(s: State, a: BeginWeightUpdate) -> Branches:
 def update_weight_chunk(s: State, a: UpdateWeightChunk) -> Branches:
     """A chunk lands in the live parameters: they are mixed from now on (the torn state a
     failed bucketed update leaves, but inside an open window: no whole version, no label;
-    WIN-001). A chunk after a failed one is refused (WIN-003). A chunk that fails reports
-    failure and leaves the endpoint rolled back (old weights whole, its label, and no KV of
-    the mixed weights: WIN-002) or closed (torn, FC-002 until a new update or restart)."""
+    WIN-001); or it is staged aside and the live weights stay the old version, whole and
+    labelled, until the finish swaps the staged tensors in (CD-14). A chunk after a failed
+    one is refused (WIN-003). A chunk that fails reports failure and leaves the endpoint
+    rolled back (old weights whole, its label, and no KV of the mixed weights: WIN-002) or
+    closed (torn, FC-002 until a new update or restart)."""
     ep = s.endpoint(a.endpoint)
     assert ep.update is not None
     if ep.update.failed:
@@ -538,7 +561,15 @@ def update_weight_chunk(s: State, a: UpdateWeightChunk) -> Branches:
             for e in (back, closed)
         )
     ep2 = evolve(ep, torn=True, label=None, update=evolve(ep.update, landed=True))
-    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, weights="WIN-001", label="WIN-001")),)
+    landed = (s.with_endpoint(a.endpoint, ep2), ok(ep2, weights="WIN-001", label="WIN-001"))
+    # Or the chunk is staged aside (a buffer the forward never reads) and swapped in whole
+    # at the finish: the live weights stay the old version, whole and labelled as before.
+    staged_ep = evolve(ep, update=evolve(ep.update, landed=True))
+    staged = (
+        s.with_endpoint(a.endpoint, staged_ep),
+        ok(staged_ep, weights="WIN-001", label="WIN-001"),
+    )
+    return (staged, landed)
 
 
 @action(FinishWeightUpdate, when=_window_open)
@@ -739,11 +770,15 @@ def continue_generation(s: State, a: ContinueGeneration) -> Branches:
             for p in prefills(e, r.prefix, r.lora, r.namespace):
                 again = evolve(r, uses=p.uses, retracted=False)
                 nxt.append((evolve(p.ep, requests=(*p.ep.requests, again)), dropped or p.dropped))
-            if ep.live != ep.weights:  # WIN-001: it may refuse to recompute on mixed weights
+            if ep.update is not None:  # WIN-001: it may wait while the window is open
                 nxt.append((evolve(e, requests=(*e.requests, r)), dropped))
         frontier = nxt
+    recomputes = any(r.retracted for r in ep.requests) and not ep.closed
     return tuple(
-        (s.with_endpoint(a.endpoint, e), evolve(ok(e, cache="ENG-009"), dropped=d))
+        (
+            s.with_endpoint(a.endpoint, e),
+            evolve(ok(e, cache="ENG-009"), dropped=d, forward=recomputes),
+        )
         for e, d in frontier
     )
 
@@ -778,23 +813,46 @@ def wake_up(s: State, a: WakeUp) -> Branches:
 @action(PublishVersion, when=_known_version)
 def publish_version(s: State, a: PublishVersion) -> Branches:
     """PUB-001: the label names the whole weights installed. A publish of any other version
-    (ahead of the weights, behind them, or on torn weights) is refused and changes nothing:
-    a label the weights do not back is a lie (the engine checks; SGLang and vLLM set it
-    unchecked). PUB-002: it aborts in-flight requests only when ``abort_requests`` (SGLang
-    ``abort_all_requests``); requests a pause kept (retract, in place) stay kept."""
+    (ahead of the weights, behind them, or on torn weights) is refused and leaves the label
+    as it was: a label the weights do not back is a lie (the engine checks; SGLang and vLLM
+    set it unchecked). A publish the weights back may succeed or be refused (an engine that
+    labels only through its updates, CD-11). PUB-002: it aborts in-flight requests only when
+    ``abort_requests`` (SGLang ``abort_all_requests``), whether or not the label moves (SGLang
+    aborts before it sets the label, CD-12); requests a pause kept (retract, in place) stay
+    kept."""
     ep = s.endpoint(a.endpoint)
     parts = {ep.weights, *((ep.draft,) if ep.config.draft else ())}
     parts |= {ep.scales} if ep.config.fp8_kv else set()
     whole = not ep.torn and parts == {a.version}
     at_risk = bool(ep.requests)
-    if not whole:
-        out = seen(rejected(ep, "PUB-001", label="PUB-001", aborted="PUB-002"), aborted=frozenset())
-        return ((s, evolve(out, at_risk=at_risk)),)
     aborted = frozenset(r.rid for r in ep.requests) if a.abort_requests else frozenset()
     requests = () if a.abort_requests else ep.requests
+    refusals = [_publish_refused(s, a.endpoint, ep, frozenset(), ep.requests, at_risk)]
+    if aborted:  # the asked-for abort may run before the check (SGLang's order), CD-12
+        refusals.append(_publish_refused(s, a.endpoint, ep, aborted, requests, at_risk))
+    if not whole:
+        return tuple(refusals)
     ep2 = evolve(ep, label=a.version, requests=requests)
     out = seen(ok(ep2, label="PUB-001", aborted="PUB-002"), aborted=aborted)
-    return ((s.with_endpoint(a.endpoint, ep2), evolve(out, at_risk=at_risk)),)
+    # An engine may also refuse a publish the weights back: it publishes labels only with
+    # an update (CD-11). Refusing changes nothing and lies about nothing.
+    note = "availability: the engine refused a label-only publish its weights back"
+    later = [evolve(b, note=note) for s2, b in refusals]
+    return (
+        (s.with_endpoint(a.endpoint, ep2), evolve(out, at_risk=at_risk)),
+        *((s2, o) for (s2, _), o in zip(refusals, later, strict=True)),
+    )
+
+
+def _publish_refused(
+    s: State, index: int, ep: Endpoint, aborted: frozenset[str], requests, at_risk: bool
+) -> Branch:
+    """A refused publish: the label stays as it was (PUB-001); requests are aborted only if
+    the caller asked (PUB-002), and SGLang's handler runs that abort before anything else,
+    so a refused publish may have aborted them (``aborted``) or not."""
+    ep2 = evolve(ep, requests=requests)
+    out = seen(rejected(ep2, "PUB-001", label="PUB-001", aborted="PUB-002"), aborted=aborted)
+    return (s.with_endpoint(index, ep2), evolve(out, at_risk=at_risk))
 
 
 @action(Restart, when=_always)

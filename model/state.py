@@ -210,8 +210,10 @@ class Served:
 class OpenUpdate:
     """An open two-phase update window (BeginWeightUpdate .. Finish/AbortWeightUpdate).
 
-    ``version``: the target version. ``landed``: some chunk has landed in the live
-    parameters (they are mixed from then on: ``Endpoint.torn``). ``failed``: a chunk
+    ``version``: the target version. ``landed``: some chunk has arrived, in the live
+    parameters (they are mixed from then on: ``Endpoint.torn``) or staged aside (CD-14:
+    the live weights stay whole; a forward that then differs from the old version's is
+    WIN-001's). ``failed``: a chunk
     failed; the finish must then report failure and publish nothing (WIN-003). The funnel
     is the system's business: no rule of the spec depends on it.
     """

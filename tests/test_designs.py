@@ -19,28 +19,42 @@ import pytest
 from attrs import frozen
 
 from kvfence.adapters import registry
-from kvfence.adapters.designs import BY_CASE, BY_NAME, DESIGNS
+from kvfence.adapters.designs import (
+    BY_CASE,
+    BY_NAME,
+    DESIGNS,
+    AbortsBeforePublishCheck,
+    DerivedRebuiltLazily,
+    RefusesFlushWhileKvReleased,
+    StagesChunksAside,
+)
 from kvfence.adapters.mutants import MUTANTS
+from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint, Reply
 from kvfence.conformance.cli import main
 from kvfence.conformance.explore import explore_adapter
 from kvfence.conformance.matrix import Matrices, killed, level, passed, run_matrices
 from kvfence.conformance.replay import Replayed, replay_actions
 from kvfence.model.actions import (
     Action,
+    BeginWeightUpdate,
     ContinueGeneration,
     EvictPrefix,
+    FaultChunkFails,
     FinishRequest,
+    FinishWeightUpdate,
     PauseGeneration,
+    PublishVersion,
     Restart,
     ServeRequest,
     Sleep,
     StartRequest,
+    UpdateWeightChunk,
     UpdateWeights,
     WakeUp,
 )
 from kvfence.model.rules import BY_ID
-from kvfence.model.state import Config, Policy, server_info
-from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
+from kvfence.model.state import Config, Policy, Use, server_info
+from kvfence.model.vocabulary import MIXED, CacheMode, Funnel, Lane, MemoryTag, PauseMode, Tier
 
 JOBS = os.cpu_count() or 1
 EXPLORE_DEPTH = 3
@@ -118,7 +132,7 @@ def test_every_design_documents_what_it_keeps():
         assert d.keeps and all(r in BY_ID for r in d.keeps), (d.name, d.keeps)
         assert any(w in d.doc for w in ("vllm", "sglang", "xorl")), f"{d.name} cites no source"
     assert [d.case for d in DESIGNS[:2]] == [None, None]
-    assert sorted(BY_CASE) == [f"CD-0{i}" for i in range(1, 10)]
+    assert sorted(BY_CASE) == [f"CD-{i:02d}" for i in range(1, 16)]
 
 
 # ----- witnesses: the run reaches what makes each design differ ---------------------------
@@ -142,6 +156,9 @@ STANDARD = Config()
 EXACT = Config(lane=Lane.EXACT)
 OPT_OUT = Policy(mode=CacheMode.NONE)
 RADIX_OFF = Config(radix=False, info=server_info(radix_cache_enabled=False))
+WEIGHTS = frozenset({MemoryTag.WEIGHTS})
+KV = frozenset({MemoryTag.KV_CACHE})
+DERIVED = Config(derived=True)
 
 WITNESSES = (
     Witness(
@@ -216,6 +233,66 @@ WITNESSES = (
             FinishRequest(0, "r1"),
         ),
     ),
+    Witness(
+        "refuses-flush-while-kv-released",  # the colocated order: the update is refused
+        (STANDARD,),
+        Policy(),
+        (
+            ServeRequest(0, "P"),
+            Sleep(0),
+            WakeUp(0, WEIGHTS),
+            UpdateWeights(0, 1, flush_cache=True),
+            WakeUp(0, KV),
+            ServeRequest(0, "P"),
+        ),
+    ),
+    Witness(
+        "labels-only-with-updates",  # the reference accepts a publish its weights back
+        (STANDARD,),
+        Policy(),
+        (UpdateWeights(0, 1, flush_cache=True), PublishVersion(0, 1), ServeRequest(0, "P")),
+    ),
+    Witness(
+        "aborts-before-publish-check",  # refused, and the asked-for abort already ran
+        (STANDARD,),
+        Policy(),
+        (StartRequest(0, "r1", "P"), PublishVersion(0, 1, abort_requests=True)),
+    ),
+    Witness(
+        "refuses-inside-window",  # refused from the begin, before any chunk landed
+        (STANDARD,),
+        Policy(),
+        (
+            BeginWeightUpdate(0, 1),
+            ServeRequest(0, "P"),
+            UpdateWeightChunk(0),
+            ServeRequest(0, "P"),
+            FinishWeightUpdate(0, flush_cache=True),
+            ServeRequest(0, "P"),
+        ),
+    ),
+    Witness(
+        "stages-chunks-aside",  # serves the old version, whole and labelled, in the window
+        (STANDARD,),
+        OPT_OUT,
+        (
+            ServeRequest(0, "P"),
+            UpdateWeights(0, 1, flush_cache=True),
+            ServeRequest(0, "P"),
+            BeginWeightUpdate(0, 2),
+            UpdateWeightChunk(0),
+            ServeRequest(0, "P"),
+            FaultChunkFails(0),
+            UpdateWeightChunk(0),
+            ServeRequest(0, "P"),
+        ),
+    ),
+    Witness(
+        "derived-rebuilt-lazily",  # the probe shows the old derived state until a forward
+        (DERIVED,),
+        Policy(),
+        (UpdateWeights(0, 1, flush_cache=True), ServeRequest(0, "P"), Restart(0)),
+    ),
 )
 
 
@@ -280,3 +357,177 @@ def test_a_failing_design_fails_the_command(tmp_path, capsys):
     # is exit 2 with the reason printed (it was 1, as for a survivor, until the trust
     # trials: an UNKNOWN design is not shown broken either).
     assert code == 2 and "NOT OK" in out and "UNKNOWN reference:" in out
+
+
+# ----- adversarial: broken engines dressed up as the lifecycle designs ---------------------
+#
+# Each looks like one of CD-10..CD-15 (or the reference) on the surface: the same replies,
+# the same probe in the common case. Each is broken in one place, and kvfence must FAIL it
+# with the rule that place breaks. None is a general mistake from a public report, so they
+# stay here rather than in adapters/mutants.py.
+
+
+class FailedChunkKeptLive(ReferenceEndpoint):
+    """Dressed as the reference's rollback: a failed chunk reports failure and the probe and
+    the label go back to the old version, but the landed tensors stay in the live
+    parameters (only the bookkeeping is rolled back). Breaks WIN-003."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.mixed = False
+
+    def _chunk_failed(self) -> None:
+        self.mixed = self.mixed or self.torn
+        super()._chunk_failed()
+
+    def _install(self, version: int, funnel: Funnel) -> None:
+        super()._install(version, funnel)
+        self.mixed = False
+
+    def _numerics(self, prefix: str, uses: set[Use], hit: bool) -> tuple[object, ...]:
+        if self.mixed:
+            uses = {Use(u.component, MIXED) if u.component == "target" else u for u in uses}
+        return super()._numerics(prefix, uses, hit)
+
+
+class ReleaseDemotesIndexToHost(ReferenceEndpoint):
+    """Dressed as the reference's release (lower tiers survive it): releasing the KV memory
+    re-files every device entry of the index as a host-tier entry, so that the index
+    'survives for the host tier', but no KV was copied to host. Breaks ENG-006."""
+
+    def _on_sleep(self) -> None:
+        for kv in self.cache.values():
+            if kv.tier is Tier.DEVICE:
+                kv.tier = Tier.HOST
+
+
+class LazyDerivedOnWholeRequestsOnly(DerivedRebuiltLazily):
+    """Dressed as CD-15: the version check runs before a whole request's forward, but a
+    streamed request's prefill skips it and computes its KV with the old derived state.
+    Breaks DER-001."""
+
+    def start(
+        self, rid: str, prefix: str, lora: bool = False, namespace: int | None = None
+    ) -> Reply:
+        return ReferenceEndpoint.start(self, rid, prefix, lora, namespace)
+
+
+class AbortsOnAnyRefusedPublish(AbortsBeforePublishCheck):
+    """Dressed as CD-12: a refused publish aborts the in-flight requests whether or not the
+    caller asked. Breaks PUB-002."""
+
+    def publish_version(self, version: int, abort_requests: bool) -> Reply:
+        reply = super().publish_version(version, abort_requests)
+        if reply.ok:
+            return reply
+        aborted = reply.aborted | frozenset(self.requests)
+        self.requests.clear()
+        return Reply(False, aborted=aborted, message=reply.message)
+
+
+class StagesButLabelsEarly(StagesChunksAside):
+    """Dressed as CD-14: chunks are staged and the old weights serve, but the first chunk
+    already publishes the new version's label. Breaks WIN-001."""
+
+    def update_weight_chunk(self) -> Reply:
+        reply = super().update_weight_chunk()
+        if reply.ok and self.window is not None:
+            self.label = self.window.version
+        return reply
+
+
+class RefusesAfterInstalling(RefusesFlushWhileKvReleased):
+    """Dressed as CD-10: the update with a flush while the KV is released is refused, but
+    only after the weights were installed, and the endpoint keeps serving them. Breaks
+    MEM-001 (a refusal must change nothing)."""
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        if MemoryTag.KV_CACHE in self.released and self._must_flush(funnel, flush_cache):
+            self._install(version, funnel)
+            return Reply(False, message="flush refused while KV is released")
+        return super().update_weights(version, funnel, flush_cache)
+
+
+@frozen
+class Adversary:
+    cls: type[ReferenceEndpoint]
+    rule: str
+    configs: tuple[Config, ...]
+    policy: Policy
+    actions: tuple[Action, ...]
+    looks_like: str
+
+
+ADVERSARIES = (
+    Adversary(
+        FailedChunkKeptLive,
+        "WIN-003",
+        (STANDARD,),
+        Policy(),
+        (
+            ServeRequest(0, "P"),
+            UpdateWeights(0, 1, flush_cache=True),
+            ServeRequest(0, "P"),
+            BeginWeightUpdate(0, 2),
+            UpdateWeightChunk(0),
+            FaultChunkFails(0),
+            UpdateWeightChunk(0),
+            ServeRequest(0, "P"),
+        ),
+        "reference",
+    ),
+    Adversary(
+        ReleaseDemotesIndexToHost,
+        "ENG-006",
+        (Config(tiers=frozenset(Tier)),),
+        Policy(),
+        (ServeRequest(0, "P"), Sleep(0), WakeUp(0), ServeRequest(0, "P")),
+        "reference",
+    ),
+    Adversary(
+        LazyDerivedOnWholeRequestsOnly,
+        "DER-001",
+        (DERIVED,),
+        Policy(),
+        (UpdateWeights(0, 1, flush_cache=True), StartRequest(0, "r1", "P"), FinishRequest(0, "r1")),
+        "derived-rebuilt-lazily",
+    ),
+    Adversary(
+        AbortsOnAnyRefusedPublish,
+        "PUB-002",
+        (STANDARD,),
+        Policy(),
+        (StartRequest(0, "r1", "P"), PublishVersion(0, 1, abort_requests=False)),
+        "aborts-before-publish-check",
+    ),
+    Adversary(
+        StagesButLabelsEarly,
+        "WIN-001",
+        (STANDARD,),
+        Policy(),
+        (BeginWeightUpdate(0, 1), UpdateWeightChunk(0), ServeRequest(0, "P")),
+        "stages-chunks-aside",
+    ),
+    Adversary(
+        RefusesAfterInstalling,
+        "MEM-001",
+        (STANDARD,),
+        Policy(),
+        (Sleep(0), WakeUp(0, WEIGHTS), UpdateWeights(0, 1, flush_cache=True), WakeUp(0, KV)),
+        "refuses-flush-while-kv-released",
+    ),
+)
+
+
+@pytest.mark.parametrize("adv", ADVERSARIES, ids=lambda a: a.cls.__name__)
+def test_a_dressed_up_broken_engine_fails_with_its_rule(adv):
+    """The same trace PASSES on the design it imitates and FAILS on the imitation, with the
+    rule its one broken place breaks."""
+    w = Witness(adv.looks_like, adv.configs, adv.policy, adv.actions)
+    assert _replay(adv.looks_like, w).kind == "PASS"
+    adapter = InProcessAdapter(adv.cls, "adversary")
+    broken = replay_actions(
+        adapter, registry.client("reference"), adv.configs, adv.policy, list(adv.actions)
+    )
+    assert broken.kind == "FAIL", (broken.kind, broken.message)
+    assert adv.rule in {v.rule for v in broken.violations}, [str(v) for v in broken.violations]

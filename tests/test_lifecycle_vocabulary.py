@@ -213,8 +213,10 @@ def test_publish_names_only_whole_installed_weights():
     assert ahead.observation.status is Status.REJECTED and s_ahead.endpoint(0).label == 0
     assert ahead.because.status == "PUB-001"
     s = go(s, UpdateWeights(0, 1, T, True))
-    ((s2, done),) = spec.step(s, PublishVersion(0, 1))
+    # A publish the weights back succeeds, or is refused changing nothing (CD-11).
+    ((s2, done), (s3, refused)) = spec.step(s, PublishVersion(0, 1))
     assert done.observation.status is Status.OK and s2.endpoint(0).label == 1
+    assert refused.observation.status is Status.REJECTED and s3 == s and refused.note
     assert not check_state(s2)
     assert not spec.enabled(s, PublishVersion(0, 3))  # no such version anywhere
 
@@ -225,10 +227,15 @@ def test_publish_aborts_only_when_asked_and_keeps_paused_requests():
         StartRequest(0, "r1", "P"),
         PauseGeneration(0, PauseMode.RETRACT),
     )
-    ((kept, o),) = spec.step(s, PublishVersion(0, 0))
+    (kept, o), *refusals = spec.step(s, PublishVersion(0, 0))
     assert o.observation.aborted == frozenset() and kept.endpoint(0).requests and o.at_risk
-    ((gone, o),) = spec.step(s, PublishVersion(0, 0, abort_requests=True))
+    # a refusal (CD-11) aborts nothing unasked
+    assert [r.observation.aborted for _, r in refusals] == [frozenset()]
+    (gone, o), *refusals = spec.step(s, PublishVersion(0, 0, abort_requests=True))
     assert o.observation.aborted == {"r1"} and not gone.endpoint(0).requests
+    # refused, the asked-for abort may have run first (SGLang's order, CD-12) or not
+    assert [r.observation.aborted for _, r in refusals] == [frozenset(), {"r1"}]
+    assert all(r.observation.status is Status.REJECTED for _, r in refusals)
 
 
 @pytest.mark.parametrize(
