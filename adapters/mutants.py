@@ -743,6 +743,7 @@ def _program_mutants() -> tuple[Mutant, ...]:
         PrefixOnlyReset,
         RefusedResetIgnored,
         ResetBeforeFinishProgram,
+        TwoPhaseFinishWithoutFlush,
     )
 
     return (
@@ -750,6 +751,8 @@ def _program_mutants() -> tuple[Mutant, ...]:
         Mutant("refused-reset-ignored", "CLI-010", "client", RefusedResetIgnored),
         Mutant("endpoint0-info-only", "CLI-001", "client", Endpoint0InfoOnly),
         Mutant("prefix-only-reset", "CLI-009", "client", PrefixOnlyReset, engine=ENCODER_ENGINE),
+        # two-phase sync (spec 0.3)
+        Mutant("two-phase-finish-without-flush", "CLI-001", "client", TwoPhaseFinishWithoutFlush),
     )
 
 
