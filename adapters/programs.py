@@ -292,7 +292,7 @@ class ColocatedProgram(ReferenceProgram):
     """Keeps: CLI-001, CLI-002, CLI-004, CLI-008, CLI-010, CLI-011.
 
     A colocated sync, as trainers that share the GPUs between training and rollout write it
-    against SGLang (radixark/miles ``SGLangEngine.release_memory_occupation`` /
+    against sgl-project/sglang (radixark/miles ``SGLangEngine.release_memory_occupation`` /
     ``resume_memory_occupation(tags)``; verl's SGLang rollout): release all of the engine's
     memory, resume the weights alone, update them, reset the prefix cache while the KV is
     still released, then resume the KV memory (which brings the endpoint back to serving).
@@ -348,10 +348,11 @@ class TwoPhaseProgram(ReferenceProgram):
 
     A two-phase (chunked) sync, as SkyRL's weight-sync strategies drive vLLM
     (``skyrl/backends/skyrl_train/weight_sync/broadcast_strategy.py``: start, the chunks,
-    finish; vLLM's native ``start_weight_update`` / ``update_weights`` /
-    ``finish_weight_update``): pause, begin, two chunks, finish with the engine's flush
-    where the endpoint needs one, reset any other stale cache kind, continue, then publish
-    the version label. A chunk that fails aborts the window and leaves the endpoint paused.
+    finish; vllm-project/vllm ``vllm/entrypoints/rl/online/api_router.py``
+    ``/start_weight_update`` / ``/update_weights`` / ``/finish_weight_update``): pause,
+    begin, two chunks, finish with the engine's flush where the endpoint needs one, reset
+    any other stale cache kind, continue, then publish the version label. A chunk that
+    fails aborts the window and leaves the endpoint paused.
     """
 
     name = "two-phase-program"

@@ -181,6 +181,7 @@ SHORTEST: dict[str, int] = {
     "reset-before-finish": 1,
     "refused-reset-ignored": 2,
     "prefix-only-reset": 1,
+    "two-phase-finish-without-flush": 1,  # the sync alone: its finish leaves the reset owed
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 
