@@ -646,8 +646,15 @@ class Session:
         missing = [f for f in required if f not in data]
         if missing:
             raise HttpError(HTTPStatus.BAD_REQUEST, f"missing field(s): {', '.join(missing)}")
+        label = data.get("weight_version")
+        if label is not None and not isinstance(label, str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"weight_version {label!r} is not a string")
         obs = self.update(funnel, data.get("flush_cache"), source, entry)
         ok = obs.status is Status.OK
+        if label and self.weights == self.trainer and ok:
+            # The update's label names its version (SGLang sets weight_version with it).
+            self.labels.setdefault(label, self.weights)
+            self.published = (self.weights, label)
         message = "Succeeded to update model weights." if ok else obs.detail or "update failed"
         return (200 if ok else 400), {"success": ok, "message": message}
 

@@ -356,6 +356,24 @@ def test_sglang_colocated_sync_with_tags_and_a_published_version(tmp_path):
     assert len(s.actions()) == 7
 
 
+def test_a_label_names_the_version_it_was_given_to(tmp_path):
+    """An update's ``weight_version`` names its version: publishing that label again after
+    the next update labels the old version, which the weights no longer back (PUB-001's
+    refusal on the reference engine: SGLang's own route would set it unchecked)."""
+    s = InProcess("sglang", tmp_path)
+    body = {"serialized_named_tensors": ["..."], "flush_cache": True, "weight_version": "a"}
+    assert s.post("/update_weights_from_tensor", body)[1]["success"] is True
+    assert s.get("/get_server_info")[1]["weight_version"] == "a"
+    body = {**body, "weight_version": "b"}
+    assert s.post("/update_weights_from_tensor", body)[1]["success"] is True
+    status, answer = s.post("/update_weight_version", {"new_version": "a"})
+    assert status == 400 and answer["success"] is False
+    assert s.session.traffic[-1]["label"] == {"new_version": "a", "version": 1}
+    assert s.get("/get_server_info")[1]["weight_version"] == "b"
+    status, answer = s.post("/update_weight_version", {"new_version": "b2"})  # a new label
+    assert status == 200 and s.get("/get_server_info")[1]["weight_version"] == "b2"
+
+
 def test_sglang_colocated_update_without_flush_fails_inv_001(tmp_path):
     """The same sync with ``flush_cache: false`` and no /flush_cache: the old KV is
     reused after the wake-up (the lower tier is gone with the released KV only on device:
