@@ -391,7 +391,10 @@ class SyncRun:
             raise ProgramError(
                 f"flush_cache('encoder'): endpoint {index} resets separately only: {exposed}"
             )
-        pausing = isinstance(action, (PauseGeneration, ContinueGeneration))
+        # (a pause that clears the cache is not a no-op: without the capability, ERROR)
+        pausing = isinstance(action, ContinueGeneration) or (
+            isinstance(action, PauseGeneration) and not action.clear_cache
+        )
         if pausing and Capability.PAUSE not in caps:
             # The engine cannot pause: nothing is served during a sync in lockstep anyway,
             # so the call is a no-op (its obligations settle at the end of the sync).

@@ -444,6 +444,22 @@ def test_a_verb_the_engine_cannot_take_is_an_error_not_a_client_verdict():
     assert r.kind == "ERROR", (r.kind, r.violations)
     assert "sleep" in r.message
 
+    def clears_at_pause(endpoints, version, policy):
+        for ep in endpoints:
+            ep.pause("abort", clear_cache=True)  # not a no-op: it would have flushed
+            ep.update_weights(version, flush_cache=False)
+            ep.continue_generation()
+
+    adapter = registry.engine("reference")
+    adapter.capabilities = adapter.capabilities - {Capability.PAUSE, Capability.PAUSE_CLEAR}
+    program = ProgramClient(clears_at_pause, "clears-at-pause")
+    try:
+        r = replay_actions(adapter, program, (ON,), Policy(), STALE_RISK)
+    finally:
+        adapter.close()
+    assert r.kind == "ERROR" and "pause" in r.message, (r.kind, r.message)
+    assert _run(program, (ON,), STALE_RISK).kind == "PASS"  # where the engine can pause
+
 
 def test_a_colocated_reset_refused_while_asleep_is_retried_before_waking():
     """The refused reset (an injected fault, spent on the first attempt) is asked again
