@@ -504,12 +504,21 @@ def _engine(name: str, case: str | None, cls: type[ReferenceEndpoint]) -> Design
 
 def _programs() -> tuple[Design, ...]:
     """The correct client programs (``adapters/programs.py``), run against the reference."""
-    from .programs import AnyOnFlushesEverywhere, ReferenceProgram, RequeueLabelsEveryVersion
+    from .programs import (
+        AnyOnFlushesEverywhere,
+        ColocatedProgram,
+        ReferenceProgram,
+        RequeueLabelsEveryVersion,
+        TwoPhaseProgram,
+    )
 
     return (
         Design("reference-program", None, "client", ReferenceProgram),
         Design("any-on-flushes-everywhere", None, "client", AnyOnFlushesEverywhere),
         Design("requeue-labels-every-version", None, "client", RequeueLabelsEveryVersion),
+        # lifecycle and two-phase syncs (spec 0.3)
+        Design("colocated-program", None, "client", ColocatedProgram),
+        Design("two-phase-program", None, "client", TwoPhaseProgram),
     )
 
 

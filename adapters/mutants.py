@@ -744,6 +744,7 @@ def _program_mutants() -> tuple[Mutant, ...]:
         RefusedResetIgnored,
         RequeueAcrossVersions,
         ResetBeforeFinishProgram,
+        TwoPhaseFinishWithoutFlush,
     )
 
     return (
@@ -753,6 +754,8 @@ def _program_mutants() -> tuple[Mutant, ...]:
         Mutant("prefix-only-reset", "CLI-009", "client", PrefixOnlyReset, engine=ENCODER_ENGINE),
         # requeue across versions (issue 11 item 2)
         Mutant("requeue-across-versions", "CLI-012", "client", RequeueAcrossVersions),
+        # two-phase sync (spec 0.3)
+        Mutant("two-phase-finish-without-flush", "CLI-001", "client", TwoPhaseFinishWithoutFlush),
     )
 
 

@@ -45,6 +45,13 @@ class Endpoint(Protocol):
     def aborted(self) -> dict[str, tuple[int, ...]]: ...
     def requeue_request(self, rid: str, keep_partial: bool = True) -> bool: ...
     def deliver_response(self, rid: str, versions: Sequence[int]) -> bool: ...
+    def publish_version(self, version: int, abort_requests: bool = False) -> bool: ...
+    def release_memory(self, tags: Sequence[str] | None = None) -> bool: ...
+    def resume_memory(self, tags: Sequence[str] | None = None) -> bool: ...
+    def begin_update(self, version: int, funnel: str | None = None) -> bool: ...
+    def update_chunk(self) -> bool: ...
+    def finish_update(self, flush_cache: bool | None = None) -> bool: ...
+    def abort_update(self) -> bool: ...
 
 
 class ProgramClient:
@@ -328,6 +335,123 @@ class RequeueAcrossVersions(RequeueLabelsEveryVersion):
         return [version]
 
 
+# ----- lifecycle and two-phase syncs (spec 0.3) ----------------------------------------------
+
+
+class ColocatedProgram(ReferenceProgram):
+    """Keeps: CLI-001, CLI-002, CLI-004, CLI-008, CLI-010, CLI-011.
+
+    A colocated sync, as trainers that share the GPUs between training and rollout write it
+    against sgl-project/sglang (radixark/miles ``SGLangEngine.release_memory_occupation`` /
+    ``resume_memory_occupation(tags)``; verl's SGLang rollout): release all of the engine's
+    memory, resume the weights alone, update them, reset the prefix cache while the KV is
+    still released, then resume the KV memory (which brings the endpoint back to serving).
+    An endpoint whose update or reset fails stays asleep (not serving) and the sync fails.
+
+    SGLang refuses a release while requests run (its scheduler asserts it is idle), and an
+    encoder cache left to the client cannot be reset asleep: such an endpoint is synced
+    with a pause instead, as ``ReferenceProgram`` does.
+    """
+
+    name = "colocated-program"
+
+    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
+        from kvfence.conformance.program import ProgramError
+
+        infos = [ep.server_info() for ep in endpoints]
+        stuck = []
+        for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
+            if ep.cache_kinds != ("prefix",) or not self.released(ep, ProgramError):
+                if not self.paused_sync(ep, version, policy, flush):
+                    stuck.append(ep.index)
+                continue
+            if not ep.resume_memory(["weights"]) or not ep.update_weights(
+                version, flush_cache=False
+            ):
+                stuck.append(ep.index)  # asleep: not serving
+                continue
+            if flush and not self.reset(ep, "prefix"):
+                stuck.append(ep.index)
+                continue
+            ep.resume_memory(["kv_cache"])
+        if stuck:
+            raise SyncFailed(f"endpoints {stuck} left asleep or paused: an update or reset failed")
+
+    def released(self, ep: Endpoint, refused: type[Exception]) -> bool:
+        try:
+            return ep.release_memory()
+        except refused:
+            return False  # requests in flight: the engine's API refuses the release
+
+    def paused_sync(self, ep: Endpoint, version: int, policy: Policy, flush: bool) -> bool:
+        ep.pause(pause_for(policy, flush))
+        if not ep.update_weights(version, flush_cache=False):
+            return False
+        kinds = [k for k in ep.cache_kinds if k != "prefix" or flush]
+        if all([self.reset(ep, k) for k in kinds]):
+            return ep.continue_generation()
+        return False
+
+
+class TwoPhaseProgram(ReferenceProgram):
+    """Keeps: CLI-001, CLI-002, CLI-004, CLI-008, CLI-011.
+
+    A two-phase (chunked) sync, as SkyRL's weight-sync strategies drive vLLM
+    (``skyrl/backends/skyrl_train/weight_sync/broadcast_strategy.py``: start, the chunks,
+    finish; vllm-project/vllm ``vllm/entrypoints/rl/online/api_router.py``
+    ``/start_weight_update`` / ``/update_weights`` / ``/finish_weight_update``): pause,
+    begin, two chunks, finish with the engine's flush where the endpoint needs one, reset
+    any other stale cache kind, continue, then publish the version label. A chunk that
+    fails aborts the window and leaves the endpoint paused.
+    """
+
+    name = "two-phase-program"
+    CHUNKS = 2
+
+    def finish_flush(self, flush: bool) -> bool:
+        return flush
+
+    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
+        infos = [ep.server_info() for ep in endpoints]
+        stuck = []
+        for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
+            ep.pause(pause_for(policy, flush))
+            if not ep.begin_update(version):
+                stuck.append(ep.index)
+                continue
+            if not all(ep.update_chunk() for _ in range(self.CHUNKS)):
+                ep.abort_update()
+                stuck.append(ep.index)
+                continue
+            if not ep.finish_update(flush_cache=self.finish_flush(flush)):
+                stuck.append(ep.index)
+                continue
+            if all([reset(ep, k) for k in ep.cache_kinds if k != "prefix"]):
+                ep.continue_generation()
+                ep.publish_version(version)
+            else:
+                stuck.append(ep.index)
+        if stuck:
+            raise SyncFailed(f"endpoints {stuck} left paused: an update or a reset failed")
+
+
+class TwoPhaseFinishWithoutFlush(TwoPhaseProgram):
+    """Violates: CLI-001.
+
+    Finishes a two-phase update with ``flush_cache=False`` and never resets the prefix
+    cache itself, on an endpoint that reports its radix cache on: the weights are final
+    but the KV of the old ones is served again. vLLM's ``finish_weight_update`` has no
+    flush of its own, and SkyRL's non-colocated sync relies on a separate
+    ``reset_prefix_cache`` (``skyrl/backends/skyrl_train/workers/fsdp/fsdp_worker.py``);
+    a sync that drops that call is this mutant.
+    """
+
+    name = "two-phase-finish-without-flush"
+
+    def finish_flush(self, flush: bool) -> bool:
+        return False
+
+
 PROGRAMS: dict[str, type[ReferenceProgram]] = {
     p.name: p
     for p in (
@@ -339,6 +463,9 @@ PROGRAMS: dict[str, type[ReferenceProgram]] = {
         PrefixOnlyReset,
         RequeueLabelsEveryVersion,
         RequeueAcrossVersions,
+        ColocatedProgram,
+        TwoPhaseProgram,
+        TwoPhaseFinishWithoutFlush,
     )
 }
 """Every program by name (the registry's clients)."""

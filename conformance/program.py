@@ -22,11 +22,21 @@ endpoint does not expose. A program that raises is judged as the client's answer
 failed call it is a failed sync (allowed: CLI-010 asks exactly that of a refused reset);
 otherwise it is CLI-011.
 
-Pending verbs (their actions are not in the model yet; each is one line of ``VERBS``):
-``begin_weight_update(version, funnel)`` / ``update_weight_chunk()`` /
-``finish_weight_update(flush_cache)`` / ``abort_weight_update()`` (two-phase update, task T),
-``publish_version(version, abort_requests)``, ``sleep(tags)`` / ``wake_up(tags)`` with
-tags, ``pause(mode, clear_cache)`` (task M).
+Lifecycle and two-phase verbs (spec 0.3; one contiguous block of ``VERBS``):
+``publish_version(version, abort_requests=False)`` (PublishVersion: SGLang
+``/update_weight_version``), ``release_memory(tags=None)`` / ``resume_memory(tags=None)``
+(Sleep / WakeUp: SGLang ``/release_memory_occupation`` / ``/resume_memory_occupation``,
+vLLM ``/sleep`` / ``/wake_up?tags=``; ``None`` is every tag), ``pause(mode,
+clear_cache=False)`` (PauseGeneration: vLLM ``/pause?clear_cache=``), and the two-phase
+update ``begin_update(version, funnel=None)`` / ``update_chunk()`` /
+``finish_update(flush_cache=None)`` / ``abort_update()`` (BeginWeightUpdate /
+UpdateWeightChunk / FinishWeightUpdate / AbortWeightUpdate: vLLM ``/collective_rpc``
+``start_weight_update`` / ``update_weights`` / ``finish_weight_update``). A finished
+two-phase update owes what a one-shot update owes (CLI-001/002/004, CLI-008, CLI-009); a
+``resume_memory`` that brings the endpoint back to serving settles them as
+``continue_generation`` does. A verb whose action needs a capability the engine under test
+does not declare (``model.capabilities.needed``) is an adapter error (ERROR, never a
+verdict on the client), except pause and continue, which are no-ops there.
 
 The resolver interface (``resolve(policy, info) -> Plan``) is the thin program
 ``resolver_sync``: server info of every endpoint, the resolver's plan for each (judged by
@@ -44,17 +54,25 @@ from attrs import evolve
 from kvfence.adapters.programs import ProgramClient, check_signature, is_program, load_program
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (
+    AbortWeightUpdate,
     Action,
+    BeginWeightUpdate,
     ContinueGeneration,
+    FinishWeightUpdate,
     FlushCache,
     FlushEncoderCache,
     PauseGeneration,
+    PublishVersion,
     ServeRequest,
+    Sleep,
     SyncWeights,
     TraceError,
+    UpdateWeightChunk,
     UpdateWeights,
+    WakeUp,
+    memory_tags,
 )
-from kvfence.model.capabilities import Capability
+from kvfence.model.capabilities import Capability, needed
 from kvfence.model.checks import Violation
 from kvfence.model.client import Plan, judge_plan, resolve_plan
 from kvfence.model.obligations import (
@@ -70,10 +88,11 @@ from kvfence.model.obligations import (
     observe,
     raised,
     resumes,
+    resumes_serving,
     separate_kinds,
 )
 from kvfence.model.state import Policy
-from kvfence.model.vocabulary import Funnel, PauseMode, Phase, Status
+from kvfence.model.vocabulary import ALL_MEMORY, Funnel, MemoryTag, PauseMode, Phase, Status
 
 __all__ = [
     "EndpointHandle",
@@ -110,8 +129,32 @@ class ProgramError(ValueError):
     """The client program made a call the engine API does not take here (its mistake)."""
 
 
-def _pause(i: int, mode: str | PauseMode = PauseMode.RETRACT) -> Action:
-    return PauseGeneration(i, _word(PauseMode, mode, "pause(mode)"))
+def _pause(i: int, mode: str | PauseMode = PauseMode.RETRACT, clear_cache: bool = False) -> Action:
+    _bool(clear_cache, "pause(clear_cache)")
+    return PauseGeneration(i, _word(PauseMode, mode, "pause(mode)"), clear_cache)
+
+
+def _bool(value: Any, where: str, none: bool = False) -> None:
+    if not (isinstance(value, bool) or (none and value is None)):
+        kind = "a bool or None" if none else "a bool"
+        raise ProgramError(f"{where}: expected {kind}, got {value!r}")
+
+
+def _version(value: Any, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ProgramError(f"{where}: expected an int, got {value!r}")
+    return value
+
+
+def _tags(value: Any, where: str) -> frozenset[MemoryTag]:
+    """``None`` (or empty) is every tag, as SGLang and vLLM read an omitted ``tags``."""
+    if value is None:
+        return ALL_MEMORY
+    try:
+        return memory_tags(value)
+    except (TypeError, ValueError):
+        words = ", ".join(t.value for t in MemoryTag)
+        raise ProgramError(f"{where}: {value!r} is not a list of {words}") from None
 
 
 def _update(
@@ -159,12 +202,54 @@ def _deliver(i: int, rid: str, versions: Any) -> ClientCall:
     return ClientCall(i, 0, "deliver_response", (rid, sorted(set(out))))
 
 
+# ----- lifecycle and two-phase verbs (spec 0.3; issue 11) ---------------------------------
+
+
+def _publish(i: int, version: int, abort_requests: bool = False) -> Action:
+    _bool(abort_requests, "publish_version(abort_requests)")
+    return PublishVersion(i, _version(version, "publish_version(version)"), abort_requests)
+
+
+def _release(i: int, tags: Any = None) -> Action:
+    return Sleep(i, _tags(tags, "release_memory(tags)"))
+
+
+def _resume(i: int, tags: Any = None) -> Action:
+    return WakeUp(i, _tags(tags, "resume_memory(tags)"))
+
+
+def _begin(i: int, version: int, funnel: str | Funnel | None = None) -> Action:
+    version = _version(version, "begin_update(version)")
+    return BeginWeightUpdate(i, version, _word(Funnel, funnel, "begin_update(funnel)"))
+
+
+def _chunk(i: int) -> Action:
+    return UpdateWeightChunk(i)
+
+
+def _finish(i: int, flush_cache: bool | None = None) -> Action:
+    _bool(flush_cache, "finish_update(flush_cache)", none=True)
+    return FinishWeightUpdate(i, flush_cache)
+
+
+def _abort(i: int) -> Action:
+    return AbortWeightUpdate(i)
+
+
 VERBS: dict[str, Callable[..., Action | ClientCall]] = {
     "pause": _pause,
     "update_weights": _update,
     "flush_cache": _flush,
     "continue_generation": _continue,
     "generate": _generate,
+    # lifecycle and two-phase verbs (spec 0.3): one block
+    "publish_version": _publish,
+    "release_memory": _release,
+    "resume_memory": _resume,
+    "begin_update": _begin,
+    "update_chunk": _chunk,
+    "finish_update": _finish,
+    "abort_update": _abort,
     # ----- requeue across versions (CLI-012): client-side calls, recorded as ClientCall --
     "requeue_request": _requeue,
     "deliver_response": _deliver,
@@ -181,12 +266,19 @@ VERB_OF: dict[type[Action], str] = {
     FlushEncoderCache: "flush_cache",
     ContinueGeneration: "continue_generation",
     ServeRequest: "generate",
+    PublishVersion: "publish_version",
+    Sleep: "release_memory",
+    WakeUp: "resume_memory",
+    BeginWeightUpdate: "begin_update",
+    UpdateWeightChunk: "update_chunk",
+    FinishWeightUpdate: "finish_update",
+    AbortWeightUpdate: "abort_update",
 }
 """The inverse, for replaying a recorded program."""
 
 
 def _word(enum: Any, value: Any, where: str) -> Any:
-    if value is None and enum is Funnel:
+    if value is None and enum is Funnel:  # the sync's funnel
         return None
     try:
         return enum(value)
@@ -200,13 +292,21 @@ class EndpointHandle:
     can reset separately: ``("prefix",)``, or ``("prefix", "encoder")`` on an engine whose
     update leaves the encoder cache to the client) and the verbs.
 
-    Verbs: ``server_info()``; ``pause(mode="retract")`` (SGLang ``/pause_generation``,
-    vLLM ``/pause``); ``update_weights(version, funnel=None, flush_cache=None)`` (SGLang
+    Verbs: ``server_info()``; ``pause(mode="retract", clear_cache=False)`` (SGLang
+    ``/pause_generation``, vLLM ``/pause?mode=&clear_cache=``);
+    ``update_weights(version, funnel=None, flush_cache=None)`` (SGLang
     ``/update_weights_from_{disk,tensor,distributed}``: ``flush_cache`` omitted when
     ``None``; ``funnel`` ``None`` is the sync's); ``flush_cache(kind="prefix")`` (SGLang
     ``/flush_cache``, vLLM ``/reset_prefix_cache``); ``continue_generation()`` (SGLang
     ``/continue_generation``, vLLM ``/resume``); ``generate(prefix)`` (SGLang
-    ``/generate``). Returns: see the module docstring.
+    ``/generate``); ``publish_version(version, abort_requests=False)`` (SGLang
+    ``/update_weight_version``); ``release_memory(tags=None)`` / ``resume_memory(tags=None)``
+    (SGLang ``/release_memory_occupation`` / ``/resume_memory_occupation``, vLLM ``/sleep``
+    / ``/wake_up``; tags ``"kv_cache"``, ``"weights"``, ``None`` all);
+    ``begin_update(version, funnel=None)`` / ``update_chunk()`` /
+    ``finish_update(flush_cache=None)`` / ``abort_update()`` (vLLM ``/collective_rpc``
+    ``start_weight_update`` / ``update_weights`` / ``finish_weight_update``). Returns: see
+    the module docstring.
     """
 
     def __init__(self, run: SyncRun, index: int) -> None:
@@ -223,8 +323,8 @@ class EndpointHandle:
     def server_info(self) -> dict[str, object] | None:
         return self._run.server_info(self.index)
 
-    def pause(self, mode: str | PauseMode = PauseMode.RETRACT) -> bool:
-        return self._run.call(self.index, "pause", mode)
+    def pause(self, mode: str | PauseMode = PauseMode.RETRACT, clear_cache: bool = False) -> bool:
+        return self._run.call(self.index, "pause", mode, clear_cache)
 
     def update_weights(
         self, version: int, funnel: str | Funnel | None = None, flush_cache: bool | None = None
@@ -265,6 +365,29 @@ class EndpointHandle:
         labelled with the weight ``versions`` it claims (CLI-012 judges the label). No
         engine call; ``True``."""
         return self._run.call(self.index, "deliver_response", rid, versions)
+
+    # lifecycle and two-phase verbs (spec 0.3)
+
+    def publish_version(self, version: int, abort_requests: bool = False) -> bool:
+        return self._run.call(self.index, "publish_version", version, abort_requests)
+
+    def release_memory(self, tags: Sequence[str] | None = None) -> bool:
+        return self._run.call(self.index, "release_memory", tags)
+
+    def resume_memory(self, tags: Sequence[str] | None = None) -> bool:
+        return self._run.call(self.index, "resume_memory", tags)
+
+    def begin_update(self, version: int, funnel: str | Funnel | None = None) -> bool:
+        return self._run.call(self.index, "begin_update", version, funnel)
+
+    def update_chunk(self) -> bool:
+        return self._run.call(self.index, "update_chunk")
+
+    def finish_update(self, flush_cache: bool | None = None) -> bool:
+        return self._run.call(self.index, "finish_update", flush_cache)
+
+    def abort_update(self) -> bool:
+        return self._run.call(self.index, "abort_update")
 
 
 class SyncRun:
@@ -316,7 +439,7 @@ class SyncRun:
         action = VERBS[verb](index, *args)
         if isinstance(action, ClientCall):
             return self.client_call(action)
-        if isinstance(action, UpdateWeights) and action.funnel is None:
+        if isinstance(action, (UpdateWeights, BeginWeightUpdate)) and action.funnel is None:
             action = evolve(action, funnel=self.action.funnel)
         return self.apply(action)
 
@@ -331,7 +454,10 @@ class SyncRun:
             raise ProgramError(
                 f"flush_cache('encoder'): endpoint {index} resets separately only: {exposed}"
             )
-        pausing = isinstance(action, (PauseGeneration, ContinueGeneration))
+        # (a pause that clears the cache is not a no-op: without the capability, ERROR)
+        pausing = isinstance(action, ContinueGeneration) or (
+            isinstance(action, PauseGeneration) and not action.clear_cache
+        )
         if pausing and Capability.PAUSE not in caps:
             # The engine cannot pause: nothing is served during a sync in lockstep anyway,
             # so the call is a no-op (its obligations settle at the end of the sync).
@@ -342,7 +468,18 @@ class SyncRun:
                 f"{VERB_OF.get(type(action), action.name)}: {action!r} is not "
                 f"allowed now (endpoint {index} is {phase})"
             )
-        if isinstance(action, SERVING_CALLS):
+        asleep = before.endpoint(index).phase is Phase.ASLEEP
+        missing = needed(action, asleep) - caps
+        if missing:
+            from .lockstep import AdapterError
+
+            # The engine under test cannot take the call: no verdict on the client.
+            words = ", ".join(sorted(c.value for c in missing))
+            self.halt = AdapterError(
+                "ADP-001", f"{action!r}: the engine does not declare the capability {words}"
+            )
+            raise self.halt
+        if isinstance(action, SERVING_CALLS) or resumes_serving(before, action):
             self.settle(index, f"{action.name}")
         from .lockstep import AdapterError, ConformanceFailure, Diverged, NotEnabled
 

@@ -6,9 +6,9 @@ or vLLM. Each request that maps to a model action (the ``ROUTES`` table: one rou
 action) is applied to the model and to the engine in lockstep (``Lockstep.run``) and
 recorded as a kvfence trace step; the answer is the engine's observation in the real
 engine's own JSON shape. Routes that only probe (server info, health, the model list) are
-answered from the engine and logged, not stepped. Routes whose model action does not exist
-yet (``PENDING``) are parsed and answered with the engine's error shape, naming the action
-they wait for.
+answered from the engine and logged, not stepped. Forms of a route whose model action a
+serve endpoint cannot take yet (``PENDING``: LoRA and namespaced requests) are parsed and
+answered 501 in the engine's error shape, naming the action they wait for.
 
 Sources of the request and response bodies (read, not copied):
 
@@ -20,12 +20,23 @@ Sources of the request and response bodies (read, not copied):
   ``UpdateWeightsFromDistributedReqInput`` with ``flush_cache`` (default true) and
   ``weight_version``, ``UpdateWeightVersionReqInput.new_version``,
   ``Release/ResumeMemoryOccupationReqInput.tags``, ``GenerateReqInput.extra_key``).
+  SGLang's ``/update_weight_version`` answers ``{"success", "message", "new_version"}`` and
+  aborts every request first when ``abort_all_requests``.
 * vLLM 0.32: ``vllm/entrypoints/serve/dev/*`` (``/collective_rpc``, ``/reset_prefix_cache``
-  answering ``{"success": bool}``, ``/sleep``, ``/wake_up``, ``/is_paused``),
-  ``vllm/entrypoints/rl/online/api_router.py`` (``/pause?mode=&clear_cache=``, ``/resume``,
-  ``/weight_info``, ``/update_weight_version``), ``vllm/entrypoints/openai`` (``/v1/
-  completions`` with ``cache_salt``, ``return_token_ids``, ``usage.prompt_tokens_details.
-  cached_tokens``; errors ``{"error": {"message", "type", "param", "code"}}``).
+  answering ``{"success": bool}``, ``/is_paused``; ``dev/sleep/api_router.py``: ``/sleep``
+  reads only the ``level`` and ``mode`` query parameters, ``/wake_up`` reads ``tags`` as a
+  repeated query parameter, none meaning all, both answer an empty 200),
+  ``vllm/entrypoints/rl/online/api_router.py`` (``/pause?mode=abort|wait|keep&
+  clear_cache=`` with ``clear_cache`` true by default and ignored for ``keep``, answering
+  ``{"status": "paused"}``; ``/resume``; ``/weight_info``; ``/update_weight_version
+  {"new_version"}``; the two-phase update ``/start_weight_update``, ``/update_weights
+  {"update_info"}``, ``/finish_weight_update {"weight_version"?}``, each answering
+  ``{"message"}``), ``vllm/entrypoints/openai`` (``/v1/completions`` with ``cache_salt``,
+  ``return_token_ids``, ``usage.prompt_tokens_details.cached_tokens``; errors ``{"error":
+  {"message", "type", "param", "code"}}``).
+* SkyRL 0.3.0's ``RemoteInferenceClient`` (``skyrl/backends/skyrl_train/inference_servers/
+  remote_inference_client.py``): the same two-phase update through ``/collective_rpc``
+  methods (``TWO_PHASE_METHODS``), and ``/sleep?level=&tags=`` (tags vLLM ignores).
 
 How a request maps to the model (docs/clients.md, "Over HTTP: kvfence serve"):
 
@@ -47,6 +58,13 @@ How a request maps to the model (docs/clients.md, "Over HTTP: kvfence serve"):
   of the last request served for it), and logged, not stepped.
 * Output tokens: the engine's output bytes hashed into token ids and logprobs, so a stale
   reuse changes them and a fresh hit does not.
+* Version labels (``/update_weight_version``, an update's ``weight_version``): a label names
+  the version it was first given to (an update's ``weight_version``), else the newest
+  version the trainer pushed; publishing it is PublishVersion of that version, which the
+  model refuses when the installed weights do not back it (PUB-001).
+* In-flight requests: serve answers each request whole (ServeRequest), so none is in flight
+  when a pause arrives: vLLM's ``mode=wait`` (drain, then pause) is a pause with nothing to
+  drain, modelled as ``abort`` with nothing to abort.
 """
 
 from __future__ import annotations
@@ -73,18 +91,31 @@ from kvfence.adapters.clients import ReferenceClient
 from kvfence.adapters.protocol import EngineAdapter
 from kvfence.model.actions import (
     Action,
+    BeginWeightUpdate,
     ContinueGeneration,
+    FinishWeightUpdate,
     FlushCache,
     PauseGeneration,
+    PublishVersion,
     ServeRequest,
     Sleep,
+    UpdateWeightChunk,
     UpdateWeights,
     WakeUp,
 )
 from kvfence.model.checks import Violation
 from kvfence.model.observation import Observation
 from kvfence.model.state import Config, Policy, server_info
-from kvfence.model.vocabulary import CacheMode, Funnel, Lane, PauseMode, Phase, Status
+from kvfence.model.vocabulary import (
+    ALL_MEMORY,
+    CacheMode,
+    Funnel,
+    Lane,
+    MemoryTag,
+    PauseMode,
+    Phase,
+    Status,
+)
 
 from .lockstep import (
     MACHINE_BOUNDS,
@@ -157,52 +188,60 @@ ROUTES: tuple[Route, ...] = (
     Route("sglang", ("POST",), "/update_weights_from_tensor", "UpdateWeights"),
     Route("sglang", ("POST",), "/update_weights_from_distributed", "UpdateWeights"),
     Route("sglang", ("GET", "POST"), "/flush_cache", "FlushCache"),
-    Route("sglang", ("POST",), "/update_weight_version", "", "PublishVersion"),
-    Route("sglang", ("GET", "POST"), "/release_memory_occupation", "Sleep", "Sleep(tags)"),
-    Route("sglang", ("GET", "POST"), "/resume_memory_occupation", "WakeUp", "WakeUp(tags)"),
-    Route("sglang", ("POST",), "/generate", "ServeRequest"),
+    Route("sglang", ("POST",), "/update_weight_version", "PublishVersion"),
+    Route("sglang", ("GET", "POST"), "/release_memory_occupation", "Sleep"),
+    Route("sglang", ("GET", "POST"), "/resume_memory_occupation", "WakeUp"),
+    Route("sglang", ("POST",), "/generate", "ServeRequest", "ServeRequest(lora)"),
     Route("vllm", ("GET",), "/health", ""),
     Route("vllm", ("GET",), "/v1/models", ""),
     Route("vllm", ("GET",), "/is_paused", ""),
     Route("vllm", ("GET",), "/weight_info", ""),
-    Route("vllm", ("POST",), "/pause", "PauseGeneration", "PauseGeneration(clear_cache)"),
+    Route("vllm", ("POST",), "/pause", "PauseGeneration"),
     Route("vllm", ("POST",), "/resume", "ContinueGeneration"),
     Route("vllm", ("POST",), "/reset_prefix_cache", "FlushCache"),
     Route("vllm", ("POST",), "/collective_rpc", "UpdateWeights"),
-    Route("vllm", ("POST",), "/sleep", "Sleep", "Sleep(tags)"),
-    Route("vllm", ("POST",), "/wake_up", "WakeUp", "WakeUp(tags)"),
-    Route("vllm", ("POST",), "/update_weight_version", "", "PublishVersion"),
-    Route("vllm", ("POST",), "/v1/completions", "ServeRequest"),
+    Route("vllm", ("POST",), "/start_weight_update", "BeginWeightUpdate"),
+    Route("vllm", ("POST",), "/update_weights", "UpdateWeightChunk"),
+    Route("vllm", ("POST",), "/finish_weight_update", "FinishWeightUpdate"),
+    Route("vllm", ("POST",), "/sleep", "Sleep"),
+    Route("vllm", ("POST",), "/wake_up", "WakeUp"),
+    Route("vllm", ("POST",), "/update_weight_version", "PublishVersion"),
+    Route("vllm", ("POST",), "/v1/completions", "ServeRequest", "ServeRequest(namespace)"),
 )
-"""Every route ``kvfence serve`` answers, by API; anything else is the engine's 404."""
+"""Every route ``kvfence serve`` answers, by API; anything else is the engine's 404.
+``/collective_rpc`` is ``UpdateWeights`` for ``reload_weights`` and the two-phase actions
+for the methods of ``TWO_PHASE_METHODS``."""
 
 PENDING: dict[str, str] = {
-    "PublishVersion": "/update_weight_version (SGLang and vLLM): the weight-version label",
-    "Sleep(tags)": "/release_memory_occupation with tags (SGLang), /sleep with tags (vLLM)",
-    "WakeUp(tags)": "/resume_memory_occupation with tags (SGLang), /wake_up?tags= (vLLM)",
-    "PauseGeneration(clear_cache)": "vLLM /pause with clear_cache=true (vLLM's default) or "
-    "mode=wait",
-    "BeginWeightUpdate/UpdateWeightChunk/FinishWeightUpdate": "vLLM /collective_rpc with a "
-    "two-phase update's worker methods (SkyRL's skyrl_start_weight_update, "
-    "update_weights_ipc, update_weights_nccl, skyrl_finish_weight_update; vLLM's native "
-    "start_weight_update / update_weights / finish_weight_update)",
+    "ServeRequest(lora)": "SGLang /generate with a lora_path: LoRA requests on a serve "
+    "endpoint (its config has no LoRA adapter)",
+    "ServeRequest(namespace)": "a reused extra_key (SGLang /generate) or cache_salt (vLLM "
+    "/v1/completions): namespaced requests on a serve endpoint",
 }
-"""Model actions the routes above wait for (tasks M/T), for the integrator."""
+"""Forms of a route answered 501, by the model action they wait for (the integrator's list).
+Every route of ``ROUTES`` is otherwise answered for real."""
 
-TWO_PHASE_METHODS = frozenset(
-    {
-        "skyrl_start_weight_update",
-        "update_weights_ipc",
-        "update_weights_nccl",
-        "skyrl_finish_weight_update",
-        "start_weight_update",
-        "update_weights",
-        "finish_weight_update",
-    }
-)
-"""``/collective_rpc`` methods of a two-phase (chunked) update: SkyRL 0.3's
-``RemoteInferenceClient`` (``skyrl/backends/skyrl_train/inference_servers/
-remote_inference_client.py``) and vLLM's native RL update."""
+TWO_PHASE_METHODS: dict[str, str] = {
+    "skyrl_start_weight_update": "BeginWeightUpdate",
+    "update_weights_ipc": "UpdateWeightChunk",
+    "update_weights_nccl": "UpdateWeightChunk",
+    "skyrl_finish_weight_update": "FinishWeightUpdate",
+    "start_weight_update": "BeginWeightUpdate",
+    "update_weights": "UpdateWeightChunk",
+    "finish_weight_update": "FinishWeightUpdate",
+}
+"""``/collective_rpc`` methods of a two-phase (chunked) update -> the model action: SkyRL
+0.3's ``RemoteInferenceClient`` (``skyrl/backends/skyrl_train/inference_servers/
+remote_inference_client.py``: ``start_weight_update``, ``update_weights_ipc``,
+``update_weights_nccl``, ``finish_weight_update`` call these worker methods) and the worker
+methods behind vLLM's native ``/start_weight_update``, ``/update_weights``,
+``/finish_weight_update``."""
+
+SGLANG_MEMORY_TAGS = {"kv_cache": MemoryTag.KV_CACHE, "weights": MemoryTag.WEIGHTS}
+"""SGLang's memory tags (``GPU_MEMORY_TYPE_*``) the model has; its third, ``cuda_graph``,
+holds neither KV nor weights (``MemoryTag``): accepted, and not modelled."""
+
+UNMODELLED_TAGS = frozenset({"cuda_graph"})
 
 SGLANG_FLUSHED = (
     "Cache flushed.\nPlease check backend logs for more details. "
@@ -301,6 +340,11 @@ class Session:
         self.trainer = 0
         self.weights = 0
         self.paused = False
+        #: Version labels: label -> the version it names; the label published last.
+        self.labels: dict[str, int] = {}
+        self.published: tuple[int, str] | None = None
+        #: The version an open two-phase update installs, and its source (traffic log).
+        self.window: tuple[int, str] | None = None
         self.violations: list[Violation] = []
         self.error: AdapterError | None = None
         self.started = time.monotonic()
@@ -491,9 +535,72 @@ class Session:
         return obs, None
 
     def label(self) -> str:
-        """The weight-version label the engine reports ("default" at the start, as both
-        engines do until one is set)."""
+        """The weight-version label the engine reports: the one published for the weights
+        in force, else "default" at the start (as both engines until one is set), else the
+        version number."""
+        if self.published is not None and self.published[0] == self.weights:
+            return self.published[1]
         return "default" if self.weights == 0 else str(self.weights)
+
+    def publish(self, label: Any, abort: Any, entry) -> Observation:
+        """``/update_weight_version``: PublishVersion of the version ``label`` names (see the
+        module doc); ``abort``: SGLang's ``abort_all_requests``."""
+        if not isinstance(label, str) or not label:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "missing field: new_version (a string)")
+        if not isinstance(abort, bool):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"abort_all_requests {abort!r} is not a bool")
+        version = self.labels.get(label, self.trainer)
+        entry["label"] = {"new_version": label, "version": version}
+        obs = self.step(PublishVersion(0, version, abort), entry)
+        if obs.status is Status.OK:
+            self.labels.setdefault(label, version)
+            self.published = (version, label)
+        return obs
+
+    def memory(self, tags: Any, route: str) -> frozenset[MemoryTag] | None:
+        """SGLang's ``tags`` (a list of strings; none or empty: every tag) or vLLM's
+        repeated ``tags`` query parameter, as model tags; ``None`` when only tags the model
+        does not have (``cuda_graph``) were named: nothing to step."""
+        if tags is None or tags == []:
+            return ALL_MEMORY
+        if not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{route}: tags {tags!r} is not a list")
+        unknown = sorted(set(tags) - set(SGLANG_MEMORY_TAGS) - UNMODELLED_TAGS)
+        if unknown:
+            words = ", ".join([*SGLANG_MEMORY_TAGS, *sorted(UNMODELLED_TAGS)])
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{route}: tags {unknown} (known: {words})")
+        modelled = frozenset(SGLANG_MEMORY_TAGS[t] for t in tags if t in SGLANG_MEMORY_TAGS)
+        return modelled or None
+
+    def begin(self, source: str, entry) -> Observation:
+        """A two-phase update opens: BeginWeightUpdate of the next version."""
+        version = self.next_version()
+        entry["weights"] = {"version": version, "source": source, "phase": "begin"}
+        obs = self.step(BeginWeightUpdate(0, version), entry)
+        if obs.status is Status.OK:
+            self.trainer = max(self.trainer, version)
+            self.window = (version, source)
+        return obs
+
+    def finish(self, label: Any, entry) -> Observation:
+        """The open two-phase update finishes (vLLM has no ``flush_cache`` here: omitted);
+        ``label``: vLLM's ``weight_version``, published with it."""
+        if label is not None and not isinstance(label, str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"weight_version {label!r} is not a string")
+        obs = self.step(FinishWeightUpdate(0), entry)
+        if self.window is not None:
+            version, source = self.window
+            shown = obs.view.weights if obs.view is not None else None
+            ok = obs.status is Status.OK
+            installed = shown if shown is not None else version if ok else None
+            if installed == version:
+                self.weights = version
+                self.versions[version] = label or source
+                if label:
+                    self.labels.setdefault(label, version)
+                    self.published = (version, label)
+            self.window = None
+        return obs
 
     # ----- SGLang routes --------------------------------------------------------------
 
@@ -539,8 +646,15 @@ class Session:
         missing = [f for f in required if f not in data]
         if missing:
             raise HttpError(HTTPStatus.BAD_REQUEST, f"missing field(s): {', '.join(missing)}")
+        label = data.get("weight_version")
+        if label is not None and not isinstance(label, str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"weight_version {label!r} is not a string")
         obs = self.update(funnel, data.get("flush_cache"), source, entry)
         ok = obs.status is Status.OK
+        if label and self.weights == self.trainer and ok:
+            # The update's label names its version (SGLang sets weight_version with it).
+            self.labels.setdefault(label, self.weights)
+            self.published = (self.weights, label)
         message = "Succeeded to update model weights." if ok else obs.detail or "update failed"
         return (200 if ok else 400), {"success": ok, "message": message}
 
@@ -571,29 +685,30 @@ class Session:
         return 400, (obs.detail or "Flush cache failed.\n").encode()
 
     def _sglang_update_weight_version(self, data, query, entry):
-        if not isinstance(data.get("new_version"), str):
-            raise HttpError(HTTPStatus.BAD_REQUEST, "missing field: new_version (a string)")
-        raise PendingRoute("/update_weight_version", "PublishVersion")
-
-    def _tags(self, data, route: str, action: str) -> None:
-        tags = data.get("tags")
-        if tags is not None and not (
-            isinstance(tags, list) and all(isinstance(t, str) for t in tags)
-        ):
-            raise HttpError(HTTPStatus.BAD_REQUEST, f"tags {tags!r} is not a list of strings")
-        if tags:
-            raise PendingRoute(f"{route} with tags", f"{action}(tags)")
+        label = data.get("new_version")
+        obs = self.publish(label, data.get("abort_all_requests", False), entry)
+        if obs.status is not Status.OK:
+            message = obs.detail or f"Failed to update weight version: {label}"
+            return 400, {"success": False, "message": message}
+        message = f"Weight version updated to {label}"
+        return 200, {"success": True, "message": message, "new_version": label}
 
     def _sglang_release_memory_occupation(self, data, query, entry):
-        self._tags(data, "/release_memory_occupation", "Sleep")
-        obs = self.step(Sleep(0), entry)
+        tags = self.memory(data.get("tags"), "/release_memory_occupation")
+        if tags is None:
+            entry["noop"] = "only tags the model does not have"
+            return 200, None
+        obs = self.step(Sleep(0, tags), entry)
         if obs.status is not Status.OK:
             return 400, {"error": {"message": obs.detail or "release failed"}}
         return 200, None
 
     def _sglang_resume_memory_occupation(self, data, query, entry):
-        self._tags(data, "/resume_memory_occupation", "WakeUp")
-        obs = self.step(WakeUp(0), entry)
+        tags = self.memory(data.get("tags"), "/resume_memory_occupation")
+        if tags is None:
+            entry["noop"] = "only tags the model does not have"
+            return 200, None
+        obs = self.step(WakeUp(0, tags), entry)
         if obs.status is not Status.OK:
             return 400, {"error": {"message": obs.detail or "resume failed"}}
         return 200, None
@@ -616,17 +731,16 @@ class Session:
             raise HttpError(HTTPStatus.BAD_REQUEST, f"max tokens {value!r} is not a positive int")
         return min(value, MAX_OUTPUT_TOKENS)
 
-    def _sglang_generate(self, data, query, entry):
-        prompt = self._prompt(data, "text", "input_ids")
-        params = data.get("sampling_params") or {}
-        if not isinstance(params, dict):
-            raise HttpError(HTTPStatus.BAD_REQUEST, "sampling_params must be an object")
-        if data.get("lora_path") is not None:
-            raise PendingRoute("/generate with lora_path", "ServeRequest(lora) on a LoRA config")
-        n = self._max_tokens(params.get("max_new_tokens"), 8)
-        salt = data.get("extra_key")
+    def complete(
+        self, prompt: Any, n: int, data: dict[str, Any], salt_field: str, entry
+    ) -> tuple[list[int], list[float], bool, int]:
+        """Serve ``prompt`` for SGLang ``/generate`` and vLLM ``/v1/completions`` alike:
+        ``(token ids, logprobs, prefix hit, prompt tokens)`` of ``n`` output tokens;
+        ``salt_field`` is the API's cache-key field (``extra_key``, ``cache_salt``). A
+        refused request is the engine's 400."""
+        salt = data.get(salt_field)
         if salt is not None and not isinstance(salt, str):
-            raise HttpError(HTTPStatus.BAD_REQUEST, "extra_key must be a string")
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{salt_field} must be a string")
         obs, cold = self.serve(prompt, salt or None, entry)
         if obs is not None and obs.status is not Status.OK:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
@@ -634,6 +748,17 @@ class Session:
         hit = obs is not None and obs.response is not None and obs.response.hit
         ids, logprobs = tokens_of(by_checkpoint(output, self.versions), n)
         n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        return ids, logprobs, hit, n_prompt
+
+    def _sglang_generate(self, data, query, entry):
+        prompt = self._prompt(data, "text", "input_ids")
+        params = data.get("sampling_params") or {}
+        if not isinstance(params, dict):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "sampling_params must be an object")
+        if data.get("lora_path") is not None:
+            raise PendingRoute("/generate with lora_path", "ServeRequest(lora)")
+        n = self._max_tokens(params.get("max_new_tokens"), 8)
+        ids, logprobs, hit, n_prompt = self.complete(prompt, n, data, "extra_key", entry)
         meta = {
             "id": data.get("rid") or uuid.uuid4().hex,
             "finish_reason": {"type": "length", "length": n},
@@ -663,19 +788,19 @@ class Session:
         return 200, {"weight_version": self.label()}
 
     def _vllm_pause(self, data, query, entry):
+        """``/pause?mode=abort|wait|keep&clear_cache=true|false``: ``keep`` is an in-place
+        pause and ignores ``clear_cache`` (as vLLM does); ``wait`` drains nothing here (see
+        the module doc); ``clear_cache`` (vLLM's default true) is PauseGeneration's."""
         mode = query.get("mode", ["abort"])[-1]
         clear = query.get("clear_cache", ["true"])[-1].lower()
         if mode not in ("abort", "wait", "keep") or clear not in ("true", "false"):
             raise HttpError(HTTPStatus.BAD_REQUEST, f"mode {mode!r} / clear_cache {clear!r}")
-        if clear == "true" or mode == "wait":
-            raise PendingRoute(
-                f"/pause?mode={mode}&clear_cache={clear}", "PauseGeneration(clear_cache)"
-            )
-        pause = PauseMode.ABORT if mode == "abort" else PauseMode.IN_PLACE
-        obs = self.step(PauseGeneration(0, pause), entry)
+        pause = PauseMode.IN_PLACE if mode == "keep" else PauseMode.ABORT
+        clear_cache = clear == "true" and pause is not PauseMode.IN_PLACE
+        obs = self.step(PauseGeneration(0, pause, clear_cache), entry)
+        self.paused = True  # a refused clear still pauses (PauseGeneration)
         if obs.status is not Status.OK:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "pause failed")
-        self.paused = True
         return 200, {"status": "paused"}
 
     def _vllm_resume(self, data, query, entry):
@@ -689,17 +814,44 @@ class Session:
         obs = self.step(FlushCache(0), entry)
         return 200, {"success": obs.status is Status.OK and obs.flushed is not False}
 
+    def _two_phase(self, action: str, source: str, label: Any, entry) -> Observation:
+        """One step of a two-phase update (vLLM's native routes or ``/collective_rpc``);
+        a failed step is the engine's 500, as vLLM raises it."""
+        if action == "BeginWeightUpdate":
+            obs = self.begin(source, entry)
+        elif action == "UpdateWeightChunk":
+            obs = self.step(UpdateWeightChunk(0), entry)
+        else:
+            obs = self.finish(label, entry)
+        if obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, obs.detail or f"{action} failed")
+        return obs
+
+    def _vllm_start_weight_update(self, data, query, entry):
+        self._two_phase("BeginWeightUpdate", "/start_weight_update", None, entry)
+        return 200, {"message": "Weight update started"}
+
+    def _vllm_update_weights(self, data, query, entry):
+        if not isinstance(data.get("update_info"), dict):
+            raise HttpError(HTTPStatus.BAD_REQUEST, "missing field: update_info (an object)")
+        self._two_phase("UpdateWeightChunk", "/update_weights", None, entry)
+        return 200, {"message": "Weights updated"}
+
+    def _vllm_finish_weight_update(self, data, query, entry):
+        self._two_phase("FinishWeightUpdate", "", data.get("weight_version"), entry)
+        return 200, {"message": "Weight update finished"}
+
     def _vllm_collective_rpc(self, data, query, entry):
         method, kwargs = data.get("method"), data.get("kwargs") or {}
         if method in TWO_PHASE_METHODS:
-            raise PendingRoute(
-                f"/collective_rpc {method}",
-                "BeginWeightUpdate/UpdateWeightChunk/FinishWeightUpdate",
-            )
+            action = TWO_PHASE_METHODS[method]
+            self._two_phase(action, f"collective_rpc {method}", None, entry)
+            return 200, {"results": [None]}
         if method != "reload_weights":
+            known = ", ".join(["reload_weights", *TWO_PHASE_METHODS])
             raise HttpError(
                 HTTPStatus.BAD_REQUEST,
-                f"kvfence serve: collective_rpc method {method!r}: only 'reload_weights'",
+                f"kvfence serve: collective_rpc method {method!r}: one of {known}",
             )
         path = kwargs.get("weights_path") if isinstance(kwargs, dict) else None
         if not isinstance(path, str):
@@ -710,42 +862,41 @@ class Session:
         return 200, {"results": [None]}
 
     def _vllm_sleep(self, data, query, entry):
-        if query.get("tags"):
-            raise PendingRoute("/sleep with tags", "Sleep(tags)")
+        """``/sleep?level=N``: every level releases the weights (offloaded or discarded)
+        and the KV memory: Sleep of every tag. vLLM reads no ``tags`` here (SkyRL sends
+        them): they are logged as ignored, as vLLM ignores them."""
         level = query.get("level", ["1"])[-1]
         if level not in ("0", "1", "2"):
             raise HttpError(HTTPStatus.BAD_REQUEST, f"level {level!r}: 0, 1 or 2")
+        if query.get("tags"):
+            entry["ignored"] = {"tags": query["tags"]}
         obs = self.step(Sleep(0), entry)
         if obs.status is not Status.OK:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "sleep failed")
-        return 200, {"status": "sleeping", "level": int(level)}
+        return 200, b""
 
     def _vllm_wake_up(self, data, query, entry):
-        if query.get("tags"):
-            raise PendingRoute("/wake_up?tags=", "WakeUp(tags)")
-        obs = self.step(WakeUp(0), entry)
+        """``/wake_up?tags=weights&tags=kv_cache`` (none: every tag)."""
+        tags = self.memory(query.get("tags"), "/wake_up")
+        if tags is None:
+            entry["noop"] = "only tags the model does not have"
+            return 200, b""
+        obs = self.step(WakeUp(0, tags), entry)
         if obs.status is not Status.OK:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "wake_up failed")
-        return 200, {"status": "awake", "tags": None}
+        return 200, b""
 
     def _vllm_update_weight_version(self, data, query, entry):
-        if not isinstance(data.get("new_version"), str):
-            raise HttpError(HTTPStatus.BAD_REQUEST, "missing field: new_version (a string)")
-        raise PendingRoute("/update_weight_version", "PublishVersion")
+        label = data.get("new_version")
+        obs = self.publish(label, False, entry)
+        if obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or f"label {label!r} refused")
+        return 200, {"success": True, "new_version": label}
 
     def _vllm_v1_completions(self, data, query, entry):
         prompt = self._prompt(data, "prompt", "prompt")
         n = self._max_tokens(data.get("max_tokens"), 16)
-        salt = data.get("cache_salt")
-        if salt is not None and not isinstance(salt, str):
-            raise HttpError(HTTPStatus.BAD_REQUEST, "cache_salt must be a string")
-        obs, cold = self.serve(prompt, salt or None, entry)
-        if obs is not None and obs.status is not Status.OK:
-            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
-        output = cold if obs is None else (obs.response.output if obs.response else None)
-        hit = obs is not None and obs.response is not None and obs.response.hit
-        ids, logprobs = tokens_of(by_checkpoint(output, self.versions), n)
-        n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        ids, logprobs, hit, n_prompt = self.complete(prompt, n, data, "cache_salt", entry)
         choice = {
             "index": 0,
             "text": " ".join(f"t{t}" for t in ids),
@@ -800,10 +951,11 @@ class Session:
         why = ""
         if self.error is not None and verdict is not Verdict.FAIL:
             verdict = Verdict.ERROR
+        updates = (UpdateWeights, UpdateWeightChunk, FinishWeightUpdate)
         asked = any(
             isinstance(a, ServeRequest)
             and i > 0
-            and any(isinstance(b, UpdateWeights) for b in self.lockstep.actions[:i])
+            and any(isinstance(b, updates) for b in self.lockstep.actions[:i])
             for i, a in enumerate(self.lockstep.actions)
         )
         if verdict is Verdict.PASS and not asked:

@@ -12,6 +12,11 @@ status, so the same rules apply to a Python program and to a client talking HTTP
   ``plan_for``) has it invalidated after its final weights are installed and before
   serving resumes; a reset before the update does not count (huggingface/trl PR #6765
   review, PF-23). A client that never reset it is charged the rule that required the reset.
+  A finished two-phase update (FinishWeightUpdate) installs the final weights as an
+  UpdateWeights does, so a reset inside its window (between BeginWeightUpdate and the
+  finish) is a reset before the update; a pause with ``clear_cache`` (vLLM
+  ``/pause?clear_cache=true``) counts as the update's flush while the endpoint stays paused.
+  A WakeUp that resumes the last released memory resumes serving (``resumes_serving``).
 * CLI-009: every cache kind the engine exposes as a separate reset and does not invalidate
   on an update (vLLM ``reset_encoder_cache`` beside ``reset_prefix_cache``) is reset by the
   client after the update and before serving resumes.
@@ -35,12 +40,14 @@ from .actions import (
     Action,
     ContinueGeneration,
     FinishRequest,
+    FinishWeightUpdate,
     FlushCache,
     FlushEncoderCache,
     PauseGeneration,
     ServeRequest,
     StartRequest,
     UpdateWeights,
+    WakeUp,
 )
 from .checks import Violation
 from .fast import evolve
@@ -91,7 +98,9 @@ def flush_asked(state: State, action: Action) -> bool:
     the engine's profile)."""
     if isinstance(action, FlushCache):
         return True
-    if isinstance(action, UpdateWeights):
+    if isinstance(action, PauseGeneration):
+        return action.clear_cache  # vLLM /pause?clear_cache=true: a flush at the pause
+    if isinstance(action, (UpdateWeights, FinishWeightUpdate)):
         ep = state.endpoint(action.endpoint)
         asked = ep.config.flush_default if action.flush_cache is None else action.flush_cache
         return bool(asked)
@@ -128,10 +137,13 @@ def observe(
         if kind in owed.kinds:
             owed = evolve(owed, refused=owed.refused | {kind})
         return owed, out
-    if isinstance(action, UpdateWeights) and ok:
+    if isinstance(action, (UpdateWeights, FinishWeightUpdate)) and ok:
+        # A finished two-phase update installs the final weights as a one-shot update
+        # does: the same obligations. A pause that cleared the cache (``cleared``: nothing
+        # was computed since, PAUSED admits no prefill) counts as the update's flush.
         ep = before.endpoint(index)
         plan = plan_for(before, index)
-        flushed = ep.config.guarded or flush_asked(before, action)
+        flushed = ep.config.guarded or ep.cleared or flush_asked(before, action)
         kinds: set[str] = set()
         due: set[str] = set()
         if plan.flush and ep.config.radix:
@@ -185,6 +197,15 @@ def resumes(owed: Owed, index: int, how: str) -> tuple[Owed, list[Violation]]:
 
 SERVING_CALLS = (ContinueGeneration, ServeRequest, StartRequest, FinishRequest)
 """Calls after which an endpoint serves: the obligations must be met before them."""
+
+
+def resumes_serving(state: State, action: Action) -> bool:
+    """``action`` is a WakeUp that resumes the last memory released, so that the endpoint
+    serves after it (the colocated sync's end): the obligations must be met before it, as
+    before a ContinueGeneration. A WakeUp of part of the memory does not resume serving."""
+    if not isinstance(action, WakeUp):
+        return False
+    return not (state.endpoint(action.endpoint).released - action.tags)
 
 
 def raised(owed: tuple[Owed, ...], message: str) -> list[Violation]:

@@ -193,6 +193,7 @@ SHORTEST: dict[str, int] = {
     # since that setup was added; before it no setup told the endpoints' infos apart
     "endpoint0-info-only": 1,
     "requeue-across-versions": 2,  # start a request, then a sync that aborts it (abort setup)
+    "two-phase-finish-without-flush": 1,  # the sync alone: its finish leaves the reset owed
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 

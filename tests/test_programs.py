@@ -56,6 +56,7 @@ PROGRAM_MUTANTS = (
     "endpoint0-info-only",
     "prefix-only-reset",
     "requeue-across-versions",
+    "two-phase-finish-without-flush",
 )
 
 
@@ -312,7 +313,14 @@ def test_a_resolver_is_not_judged_by_cli_012(out_dir):
 
 
 @pytest.mark.parametrize(
-    "name", ["reference-program", "any-on-flushes-everywhere", "requeue-labels-every-version"]
+    "name",
+    [
+        "reference-program",
+        "any-on-flushes-everywhere",
+        "requeue-labels-every-version",
+        "colocated-program",
+        "two-phase-program",
+    ],
 )
 def test_correct_program_passes(name, out_dir):
     result = run_check(registry.engine("reference"), registry.client(name), out_dir=out_dir)
@@ -413,3 +421,191 @@ def test_pf23_is_a_replayable_program_trace_that_names_cli_008(tmp_path):
     back = read_trace(out)
     assert [step_json(s) for s in back.steps] == [step_json(s) for s in trace.steps]
     assert _rules(replay_trace(back, None, None)) == {"CLI-008"}
+
+
+@pytest.mark.skip(reason="needs two-phase actions (task T)")
+def test_pf23_reset_between_begin_and_finish():
+    """PF-23 exactly (huggingface/trl PR #6765 review): BeginWeightUpdate; FlushCache ->
+    True; ServeRequest(P) admitted meanwhile and cached under half-updated weights;
+    FinishWeightUpdate(flush_cache=False); ServeRequest(P) hits that KV. Expected: CLI-008
+    (the reset came before the weights were final) and INV-001 on the second ServeRequest.
+    TODO(integrator): once task T's actions land, add ``begin_weight_update`` /
+    ``finish_weight_update`` to ``conformance.program.VERBS``, make ``observe`` treat
+    FinishWeightUpdate as the update that installs the final weights, record this trace
+    under tests/regressions, and drop the skip."""
+
+
+# ----- lifecycle and two-phase verbs (spec 0.3) ------------------------------------------------
+
+from kvfence.adapters.programs import (  # noqa: E402
+    ColocatedProgram,
+    ProgramClient,
+    TwoPhaseFinishWithoutFlush,
+    TwoPhaseProgram,
+)
+from kvfence.model.actions import (  # noqa: E402
+    AbortWeightUpdate,
+    BeginWeightUpdate,
+    FinishWeightUpdate,
+    PublishVersion,
+    Sleep,
+    UpdateWeightChunk,
+    WakeUp,
+)
+from kvfence.model.vocabulary import MemoryTag  # noqa: E402
+
+STALE_RISK = [ServeRequest(0, "P"), SyncWeights(1), ServeRequest(0, "P")]
+"""P cached under version 0, a sync, P again: stale reuse shows unless the sync flushed."""
+
+
+def _driven(replayed) -> list[object]:
+    return [s.action for s in replayed.run.steps if s.within is not None]
+
+
+def test_a_finished_two_phase_update_owes_what_an_update_owes():
+    begin, chunk = (BeginWeightUpdate(0, 1), OK), (UpdateWeightChunk(0), OK)
+    finish = (FinishWeightUpdate(0, flush_cache=False), OK)
+    assert _calls((ON,), [(PAUSE, OK), begin, chunk, finish, (GO, OK)]) == ["CLI-001"]
+    reset = (FlushCache(0), OK)
+    assert _calls((ON,), [(PAUSE, OK), begin, chunk, finish, reset, (GO, OK)]) == []
+    flushed = (FinishWeightUpdate(0, flush_cache=True), OK)
+    assert _calls((ON,), [(PAUSE, OK), begin, chunk, flushed, (GO, OK)]) == []
+    # PF-23's order: the reset lands inside the window, before the weights are final
+    assert _calls((ON,), [(PAUSE, OK), begin, chunk, reset, finish, (GO, OK)]) == ["CLI-008"]
+    # a window given up installs nothing: nothing is owed
+    assert _calls((ON,), [(PAUSE, OK), begin, chunk, (AbortWeightUpdate(0), OK), (GO, OK)]) == []
+
+
+def test_a_pause_that_cleared_the_cache_counts_as_the_flush():
+    """vLLM /pause?clear_cache=true: nothing is computed between the pause and the update
+    (PAUSED admits no prefill), so the update needs no flush of its own. The model state
+    carries it (``cleared``), so the obligation is read after the pause is applied."""
+    from kvfence.model import semantics as spec
+
+    state = initial_state((ON,), Policy())
+    owed = Owed()
+    for action in (PauseGeneration(0, PauseMode.ABORT, clear_cache=True),):
+        owed, _ = observe(owed, state, action, OK)
+        ((state, _),) = spec.step(state, action)
+    owed, bad = observe(owed, state, UpdateWeights(0, 1, flush_cache=False), OK)
+    assert bad == [] and owed.kinds == frozenset()
+    plain = initial_state((ON,), Policy())
+    ((plain, _),) = spec.step(plain, PauseGeneration(0, PauseMode.ABORT))
+    owed, _ = observe(Owed(), plain, UpdateWeights(0, 1, flush_cache=False), OK)
+    assert owed.kinds == {"prefix"}  # the same pause without the clear owes the reset
+
+
+def test_colocated_program_sleeps_updates_and_wakes_and_passes():
+    r = _run(ColocatedProgram(), (ON,), STALE_RISK)
+    assert r.kind == "PASS", r.violations
+    driven = _driven(r)
+    kinds = [type(a).__name__ for a in driven]
+    assert kinds == [
+        "Sleep",
+        "WakeUp",
+        "UpdateWeights",
+        "FlushCache",
+        "WakeUp",
+    ], kinds
+    assert driven[0].tags == frozenset(MemoryTag) and driven[1].tags == {MemoryTag.WEIGHTS}
+    assert driven[-1].tags == {MemoryTag.KV_CACHE}
+    # the flush ran while the KV memory was released, and the endpoint serves again
+    last = r.run.steps[-1]
+    assert isinstance(last.action, ServeRequest) and last.observed.status is Status.OK
+
+
+def test_colocated_sync_that_wakes_before_the_reset_is_charged():
+    """The obligations settle at the WakeUp that resumes serving, not at the sync's end."""
+
+    def wake_then_reset(endpoints, version, policy):
+        for ep in endpoints:
+            ep.release_memory()
+            ep.resume_memory(["weights"])
+            ep.update_weights(version, flush_cache=False)
+            ep.resume_memory(["kv_cache"])  # serving again, the old KV index still owed
+            ep.flush_cache()
+
+    r = _run(ProgramClient(wake_then_reset, "wake-then-reset"), (ON,), STALE_RISK)
+    assert r.kind == "FAIL" and "CLI-001" in _rules(r), r.violations
+    assert any("at WakeUp" in v.where for v in r.violations)
+
+
+def test_two_phase_program_passes_and_its_mutant_fails_cli_001():
+    good = _run(TwoPhaseProgram(), (ON,), STALE_RISK)
+    assert good.kind == "PASS", good.violations
+    kinds = [type(a).__name__ for a in _driven(good)]
+    assert kinds == [
+        "PauseGeneration",
+        "BeginWeightUpdate",
+        "UpdateWeightChunk",
+        "UpdateWeightChunk",
+        "FinishWeightUpdate",
+        "ContinueGeneration",
+        "PublishVersion",
+    ], kinds
+    bad = _run(TwoPhaseFinishWithoutFlush(), (ON,), STALE_RISK)
+    assert bad.kind == "FAIL" and "CLI-001" in _rules(bad), bad.violations
+    assert "INV-001" in _rules(bad)  # and the stale KV was served again
+    # where the endpoint needs no flush (radix off), the same calls pass
+    assert _run(TwoPhaseFinishWithoutFlush(), (OFF,), STALE_RISK).kind == "PASS"
+
+
+def test_new_verbs_name_bad_arguments():
+    from kvfence.conformance.program import VERBS, ProgramError
+
+    for verb, args, word in [
+        ("release_memory", (["gpu"],), "kv_cache, weights"),
+        ("resume_memory", (7,), "resume_memory(tags)"),
+        ("finish_update", ("yes",), "finish_update(flush_cache)"),
+        ("begin_update", ("1",), "begin_update(version)"),
+        ("begin_update", (1, "pigeon"), "begin_update(funnel)"),
+        ("publish_version", (1, "no"), "publish_version(abort_requests)"),
+        ("pause", ("abort", 1), "pause(clear_cache)"),
+    ]:
+        with pytest.raises(ProgramError, match=re.escape(word)):
+            VERBS[verb](0, *args)
+    assert VERBS["release_memory"](0, None) == Sleep(0)
+    assert VERBS["resume_memory"](0, ["weights"]) == WakeUp(0, frozenset({MemoryTag.WEIGHTS}))
+    assert VERBS["publish_version"](0, 2, True) == PublishVersion(0, 2, True)
+
+
+def test_a_verb_the_engine_cannot_take_is_an_error_not_a_client_verdict():
+    """Fail-closed: an engine without ``sleep`` cannot judge a colocated sync (ERROR)."""
+    from kvfence.model.capabilities import Capability
+
+    adapter = registry.engine("reference")
+    adapter.capabilities = adapter.capabilities - {Capability.SLEEP, Capability.MEMORY_TAGS}
+    try:
+        r = replay_actions(adapter, ColocatedProgram(), (ON,), Policy(), STALE_RISK)
+    finally:
+        adapter.close()
+    assert r.kind == "ERROR", (r.kind, r.violations)
+    assert "sleep" in r.message
+
+    def clears_at_pause(endpoints, version, policy):
+        for ep in endpoints:
+            ep.pause("abort", clear_cache=True)  # not a no-op: it would have flushed
+            ep.update_weights(version, flush_cache=False)
+            ep.continue_generation()
+
+    adapter = registry.engine("reference")
+    adapter.capabilities = adapter.capabilities - {Capability.PAUSE, Capability.PAUSE_CLEAR}
+    program = ProgramClient(clears_at_pause, "clears-at-pause")
+    try:
+        r = replay_actions(adapter, program, (ON,), Policy(), STALE_RISK)
+    finally:
+        adapter.close()
+    assert r.kind == "ERROR" and "pause" in r.message, (r.kind, r.message)
+    assert _run(program, (ON,), STALE_RISK).kind == "PASS"  # where the engine can pause
+
+
+def test_a_colocated_reset_refused_while_asleep_is_retried_before_waking():
+    """The refused reset (an injected fault, spent on the first attempt) is asked again
+    with the KV still released; only then does the endpoint wake and serve."""
+    actions = [ServeRequest(0, "P"), FaultRefuseFlush(0), SyncWeights(1), ServeRequest(0, "P")]
+    r = _run(ColocatedProgram(), (ON,), actions)
+    assert r.kind == "PASS", r.violations
+    flushes = [s for s in r.run.steps if isinstance(s.action, FlushCache)]
+    assert [s.observed.flushed for s in flushes] == [False, True]
+    ignored = _run(RefusedResetIgnored(), (ON,), actions)  # the pause-based mutant, same fault
+    assert ignored.kind == "FAIL" and "CLI-010" in _rules(ignored)

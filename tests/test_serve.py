@@ -23,6 +23,7 @@ import pytest
 from attrs import evolve
 
 from kvfence.conformance.serve import PENDING, ROUTES, Session
+from kvfence.model.vocabulary import MemoryTag
 
 KVFENCE = [sys.executable, "-m", "kvfence.conformance.cli"]
 
@@ -188,16 +189,16 @@ def test_bad_requests_get_the_engine_error_shape_and_do_not_crash(tmp_path):
         assert s.http.post("/continue_generation", json={}).status_code == 200
         # A continue while running is SGLang's no-op success, not a step.
         assert s.http.post("/continue_generation", json={}).status_code == 200
-        # A route waiting for a model action: the engine's error shape, naming it.
-        r = s.http.post("/update_weight_version", json={"new_version": "v1"})
-        assert r.status_code == 501 and "PublishVersion" in r.json()["message"]
+        # A form of a route waiting for a model action: the engine's error shape, naming it.
+        r = s.http.post("/generate", json={**GENERATE, "lora_path": "adapter-1"})
+        assert r.status_code == 501 and "ServeRequest(lora)" in r.json()["message"]
         # Still serving, still judging.
         rollout(s.http)
         sync(s.http, flush_cache=True)
         rollout(s.http)
         verdict = s.http.get("/kvfence/verdict").json()
         assert verdict["verdict"] == "PASS", verdict
-        assert any("PublishVersion" in w for w in verdict["warnings"])
+        assert any("ServeRequest(lora)" in w for w in verdict["warnings"])
         assert s.stop() == 0, s.stdout
     log = json.loads(Path(verdict["trace"]).with_suffix(".traffic.json").read_text())
     statuses = [e["status"] for e in log["traffic"]]
@@ -247,9 +248,10 @@ def test_vllm_routes(tmp_path):
         assert s.http.post("/resume").json() == {"status": "resumed"}
         r = s.http.post("/v1/completions", json=completion).json()
         assert r["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-        # vLLM's default clear_cache=true waits for a model action (task M/T).
-        r = s.http.post("/pause")
-        assert r.status_code == 501 and r.json()["error"]["code"] == 501
+        # vLLM's default clear_cache=true is a pause that flushes (PauseGeneration).
+        assert s.http.post("/pause").json() == {"status": "paused"}
+        assert s.http.get("/is_paused").json() == {"is_paused": True}
+        assert s.http.post("/resume").json() == {"status": "resumed"}
         assert s.stop() == 0, s.stdout
 
 
@@ -291,3 +293,175 @@ def test_serve_refuses_a_remote_host_without_the_flag(tmp_path):
         timeout=60,
     )
     assert r.returncode == 3 and "--allow-remote" in r.stdout
+
+
+# ----- lifecycle and two-phase routes (spec 0.3), judged in process -----------------------------
+
+
+class InProcess:
+    """A ``Session`` driven without HTTP: ``post(path, body)`` / ``get(path)`` give
+    ``(status, decoded body)``; ``verdict()`` the session's result."""
+
+    def __init__(self, api: str, tmp_path: Path, engine: str = "reference") -> None:
+        self.session = Session(api, engine, out_dir=tmp_path)
+
+    def post(self, path: str, body: object = None) -> tuple[int, object]:
+        raw = b"" if body is None else json.dumps(body).encode()
+        status, kind, out = self.session.handle("POST", path, raw)
+        return status, json.loads(out) if kind == "application/json" else out.decode()
+
+    def get(self, path: str) -> tuple[int, object]:
+        status, kind, out = self.session.handle("GET", path, b"")
+        return status, json.loads(out) if kind == "application/json" else out.decode()
+
+    def verdict(self):
+        return self.session.result()
+
+    def actions(self) -> list[str]:
+        return [type(a).__name__ for a in self.session.lockstep.actions]
+
+
+def test_sglang_colocated_sync_with_tags_and_a_published_version(tmp_path):
+    """miles / verl against SGLang, colocated: release all, resume the weights, update,
+    resume the KV, publish the version label; each route one model action."""
+    s = InProcess("sglang", tmp_path)
+    assert s.post("/generate", GENERATE)[0] == 200
+    assert s.post("/release_memory_occupation", {}) == (200, None)
+    assert s.post("/resume_memory_occupation", {"tags": ["weights"]}) == (200, None)
+    update = {"model_path": "/ckpt/step-1", "flush_cache": True}
+    assert s.post("/update_weights_from_disk", update)[1]["success"] is True
+    assert s.post("/resume_memory_occupation", {"tags": ["kv_cache", "cuda_graph"]})[0] == 200
+    status, body = s.post("/update_weight_version", {"new_version": "step-1"})
+    assert status == 200 and body["success"] and body["new_version"] == "step-1"
+    assert s.get("/get_server_info")[1]["weight_version"] == "step-1"
+    assert s.post("/generate", GENERATE)[0] == 200
+    assert s.actions() == [
+        "ServeRequest",
+        "Sleep",
+        "WakeUp",
+        "UpdateWeights",
+        "WakeUp",
+        "PublishVersion",
+        "ServeRequest",
+    ]
+    steps = s.session.lockstep.actions
+    assert steps[2].tags == {MemoryTag.WEIGHTS} and steps[4].tags == {MemoryTag.KV_CACHE}
+    result = s.verdict()
+    assert result.verdict == "PASS", [str(v) for v in result.violations]
+    # bad input: the engine's 400, naming what was wrong; nothing stepped
+    status, body = s.post("/release_memory_occupation", {"tags": ["gpu"]})
+    assert status == 400 and "kv_cache" in body["message"]
+    status, body = s.post("/update_weight_version", {"new_version": 3})
+    assert status == 400 and "new_version" in body["message"]
+    assert len(s.actions()) == 7
+
+
+def test_a_label_names_the_version_it_was_given_to(tmp_path):
+    """An update's ``weight_version`` names its version: publishing that label again after
+    the next update labels the old version, which the weights no longer back (PUB-001's
+    refusal on the reference engine: SGLang's own route would set it unchecked)."""
+    s = InProcess("sglang", tmp_path)
+    body = {"serialized_named_tensors": ["..."], "flush_cache": True, "weight_version": "a"}
+    assert s.post("/update_weights_from_tensor", body)[1]["success"] is True
+    assert s.get("/get_server_info")[1]["weight_version"] == "a"
+    body = {**body, "weight_version": "b"}
+    assert s.post("/update_weights_from_tensor", body)[1]["success"] is True
+    status, answer = s.post("/update_weight_version", {"new_version": "a"})
+    assert status == 400 and answer["success"] is False
+    assert s.session.traffic[-1]["label"] == {"new_version": "a", "version": 1}
+    assert s.get("/get_server_info")[1]["weight_version"] == "b"
+    status, answer = s.post("/update_weight_version", {"new_version": "b2"})  # a new label
+    assert status == 200 and s.get("/get_server_info")[1]["weight_version"] == "b2"
+
+
+def test_sglang_colocated_update_without_flush_fails_inv_001(tmp_path):
+    """The same sync with ``flush_cache: false`` and no /flush_cache: the old KV is
+    reused after the wake-up (the lower tier is gone with the released KV only on device:
+    this endpoint has no lower tier, so the update's flush is what protects it)."""
+    s = InProcess("sglang", tmp_path)
+    s.post("/generate", GENERATE)
+    s.post("/release_memory_occupation", {"tags": ["weights"]})
+    s.post("/resume_memory_occupation", {"tags": ["weights"]})
+    s.post("/update_weights_from_disk", {"model_path": "/ckpt/step-1", "flush_cache": False})
+    s.post("/generate", GENERATE)
+    result = s.verdict()
+    assert result.verdict == "FAIL" and "INV-001" in result.caught(), result.violations
+
+
+TWO_PHASE_NATIVE = [
+    ("/start_weight_update", None),
+    (
+        "/update_weights",
+        {"update_info": {"names": ["w"], "dtype_names": ["bf16"], "shapes": [[2]]}},
+    ),
+    ("/finish_weight_update", {"weight_version": "v1"}),
+]
+TWO_PHASE_RPC = [
+    ("/collective_rpc", {"method": "skyrl_start_weight_update", "kwargs": {}}),
+    ("/collective_rpc", {"method": "update_weights_nccl", "kwargs": {"update_info": {}}}),
+    ("/collective_rpc", {"method": "skyrl_finish_weight_update"}),
+]
+COMPLETION = {"model": "kvfence-serve", "prompt": [11, 12, 13], "max_tokens": 4}
+
+
+@pytest.mark.parametrize("calls", [TWO_PHASE_NATIVE, TWO_PHASE_RPC], ids=["native", "rpc"])
+@pytest.mark.parametrize("reset", [True, False], ids=["reset", "no-reset"])
+def test_vllm_two_phase_update_is_judged(tmp_path, calls, reset):
+    """vLLM's two-phase update (native routes, or SkyRL's /collective_rpc methods): with a
+    /reset_prefix_cache after the finish the session PASSes; without one, the prompt cached
+    before the update is reused after it: INV-001 (vLLM's finish does not flush)."""
+    s = InProcess("vllm", tmp_path)
+    assert s.post("/v1/completions", COMPLETION)[0] == 200
+    assert s.post("/pause?mode=keep&clear_cache=false") == (200, {"status": "paused"})
+    for path, body in calls:
+        status, answer = s.post(path, body)
+        assert status == 200, answer
+    if reset:
+        assert s.post("/reset_prefix_cache") == (200, {"success": True})
+    assert s.post("/resume")[0] == 200
+    status, answer = s.post("/v1/completions", COMPLETION)
+    assert status == 200
+    assert s.actions() == [
+        "ServeRequest",
+        "PauseGeneration",
+        "BeginWeightUpdate",
+        "UpdateWeightChunk",
+        "FinishWeightUpdate",
+        *(["FlushCache"] if reset else []),
+        "ContinueGeneration",
+        "ServeRequest",
+    ]
+    result = s.verdict()
+    if reset:
+        assert result.verdict == "PASS", [str(v) for v in result.violations]
+        assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        if calls is TWO_PHASE_NATIVE:
+            assert s.get("/weight_info")[1] == {"weight_version": "v1"}
+    else:
+        assert result.verdict == "FAIL" and "INV-001" in result.caught(), result.violations
+
+
+def test_vllm_pause_that_clears_then_reload_passes_and_sleep_wake_with_tags(tmp_path):
+    """Flush at pause (vLLM's default ``clear_cache=true``): the reload needs no flush of
+    its own. Then vLLM's /sleep (tags ignored, as vLLM ignores them) and /wake_up by tag."""
+    s = InProcess("vllm", tmp_path)
+    s.post("/v1/completions", COMPLETION)
+    assert s.post("/pause?mode=abort")[0] == 200
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/step-1"}}
+    assert s.post("/collective_rpc", rpc)[0] == 200
+    s.post("/resume")
+    assert s.post("/v1/completions", COMPLETION)[0] == 200
+    assert s.session.lockstep.actions[1].clear_cache is True
+    assert s.post("/sleep?level=2&tags=weights") == (200, "")
+    assert s.post("/wake_up?tags=weights") == (200, "")
+    assert s.post("/wake_up?tags=kv_cache") == (200, "")
+    assert s.actions()[-3:] == ["Sleep", "WakeUp", "WakeUp"]
+    assert s.session.traffic[-3]["ignored"] == {"tags": ["weights"]}
+    assert s.post("/v1/completions", COMPLETION)[0] == 200
+    result = s.verdict()
+    assert result.verdict == "PASS", [str(v) for v in result.violations]
+    # a finish with no update open: the engine's 400 naming the phase, not a step
+    status, body = s.post("/finish_weight_update", {})
+    assert status == 400 and "FinishWeightUpdate" in body["error"]["message"]
+    status, body = s.post("/collective_rpc", {"method": "teleport"})
+    assert status == 400 and "skyrl_start_weight_update" in body["error"]["message"]
