@@ -361,7 +361,9 @@ def evidence(
     seen = {
         "status": True,
         "flushed": Capability.FLUSH_RESULT in capabilities,
-        "aborted": obs.aborted is not None and bool(exp.aborted),
+        # Requests ended (expected ones), or requests a wrong abort would have ended and a
+        # shown ``aborted`` that could have named them (PUB-002's ``at_risk``).
+        "aborted": obs.aborted is not None and (bool(exp.aborted) or outcome.at_risk),
         "view.weights": view_seen and Capability.WEIGHTS_PROBE in capabilities,
         "view.label": view_seen
         and Capability.WEIGHTS_PROBE in capabilities
