@@ -229,6 +229,27 @@ OFFLINE_CAPABILITIES = frozenset(
     }
 )
 
+#: Why the vLLM engines lack each capability they do not declare: the SKIP notes of the
+#: verdict table carry it (``conformance.runner.missing_reasons``; docs/engines.md).
+MISSING_REASONS: dict[str, str] = {
+    "sleep": "vLLM 0.32 has sleep mode on CUDA, ROCm and XPU only: "
+    "CpuPlatform.is_sleep_mode_available() is False on CPU",
+    "memory_tags": "needs sleep mode (/sleep, /wake_up?tags=), which CPU lacks",
+    "faults": "vLLM has no hook to inject a refused flush or a torn update",
+    "exact_lane": "vLLM has no exact lane (no rl_on_policy_target)",
+    "attribution": "vLLM stamps an output with the label current when it is emitted, "
+    "not the versions that computed its tokens",
+    "provenance": "vLLM records no weight version per KV block",
+    "exact_cache": "vLLM evicts blocks by LRU on its own",
+    "draft": "not wired: no tiny draft model is built or probed",
+    "fp8_kv": "not wired: the tiny checkpoints carry no KV scales to probe",
+    "tiers": "not wired: vLLM's KV offloading connectors are not started",
+    "encoder": "not wired: the local tiny model is text-only (no multimodal encoder)",
+    "encoder_reset": "not wired: needs a multimodal model",
+    "lora": "served by the vllm-lora engines (off here so the ci budget reaches stale reuse)",
+    "namespaces": "not wired: requests carry no namespace (cache_salt) yet",
+}
+
 #: The LoRA adapter's name on the engine; every revision is loaded under it.
 LORA_NAME = "kvfence-lora"
 HTTP_CAPABILITIES = frozenset({C.BYTE_ORACLE, C.FLUSH_RESULT, C.PAUSE})
@@ -328,6 +349,15 @@ class VllmAdapter:
             raise ValueError("LoRA is wired for mode='offline' only")
         if not self.lora:
             self.capabilities = self.capabilities - {C.LORA}
+        #: Why each capability not declared is missing (the SKIP notes).
+        self.missing_reasons = {
+            k: v for k, v in MISSING_REASONS.items() if Capability(k) not in self.capabilities
+        }
+        if mode == "http":
+            for cap in OFFLINE_CAPABILITIES - self.capabilities:
+                self.missing_reasons.setdefault(
+                    cap.value, "offline engine only: the HTTP adapter has no probes of the worker"
+                )
         #: Each LoRA revision in its own directory (the client's fix for vLLM #42125: vLLM
         #: 0.32 keys LoRA blocks by name and path); ``False``: new bytes over the old
         #: directory, the public report's shape (the raw engine).
@@ -382,6 +412,8 @@ class VllmAdapter:
         self._cold: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]] = {}
         #: The restart oracle's outputs: (prefix, version) -> (token ids, logprobs).
         self._fresh: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        #: The restart oracle's engine subprocess (started on first use).
+        self._fresh_engines: Any = None
         self._fingerprints: dict[int, tuple[float, ...]] = {}
         #: Versions loaded in this engine's life: the candidates the weights probe matches.
         self._loaded_versions: set[int] = {0}
@@ -562,8 +594,12 @@ class VllmAdapter:
             workdir, own = self.workdir, self._own_workdir
             self.workdir, self._own_workdir = None, False
             self._cold.clear()
+            self._fresh.clear()
+            fresh, self._fresh_engines = self._fresh_engines, None
             self._clear_example_state()
         try:
+            if fresh is not None:
+                fresh.close()
             if driver is not None:
                 driver.close()
         finally:
@@ -1014,26 +1050,21 @@ class VllmAdapter:
 
     def fresh_bytes(self, prefix: str, version: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """The output of ``prefix``'s prompt from a vLLM engine freshly started at
-        checkpoint ``version`` (empty cache, weights loaded at start, not reloaded): a
-        second engine in a subprocess (:func:`adapters.vllm_cold.cold_generate` with
-        ``in_process=False``; its log goes under the work dir), cached per (prefix,
-        version) for the adapter's life. Cost measured on 0.32 CPU: one subprocess per
-        miss, ~15-40 s (import vLLM + start) on a 2-core machine."""
-        from .vllm_cold import cold_generate
+        checkpoint ``version`` (weights loaded at start, never reloaded; empty cache): the
+        restart oracle. The engines run in one subprocess kept for the adapter's life
+        (:class:`adapters.vllm_cold.FreshEngines`), and each answer is cached per (prefix,
+        version). Cost measured on 0.32 CPU, 2 shared cores: ~15-40 s for the first
+        (import vLLM + start), ~3-5 s per further version, then nothing."""
+        from .vllm_cold import FreshEngines
 
         if self.mode != "offline":
             raise Unsupported(f"{self.name}: the restart oracle starts the tiny model offline")
         key = (prefix, version)
         if key not in self._fresh:
             assert self.workdir is not None
-            got = cold_generate(
-                self.workdir / "models",
-                version,
-                self._prompt(prefix),
-                self.max_tokens,
-                self.workdir / "fresh" / f"v{version}",
-                in_process=False,
-            )
+            if self._fresh_engines is None:
+                self._fresh_engines = FreshEngines(self.workdir / "models", self.workdir / "fresh")
+            got = self._fresh_engines.generate(version, self._prompt(prefix), self.max_tokens)
             if got.cached_tokens != 0:
                 raise AdapterFailure(
                     f"a freshly started engine reported {got.cached_tokens} cached"
