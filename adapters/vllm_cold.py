@@ -124,13 +124,27 @@ class FreshEngines:
                 text=True,
             )
 
+    def warm(self, version: int) -> None:
+        """Start the subprocess and its engine at ``version`` without generating (the
+        import and the start, the slow part, then happen where the caller chooses: the
+        adapter's first ``start``, which has the long start timeout)."""
+        self._ask({"version": version, "prompt": None, "max_tokens": 0})
+
     def generate(self, version: int, prompt: list[int], max_tokens: int) -> Generation:
         """A cold generation from an engine freshly started at ``version``; raises
         ``VllmDriverError`` with the log's tail when the subprocess fails."""
+        data = self._ask({"version": version, "prompt": prompt, "max_tokens": max_tokens})
+        return Generation(
+            tuple(int(t) for t in data["token_ids"]),
+            tuple(float(x) for x in data["logprobs"]),
+            int(data["cached_tokens"]),
+        )
+
+    def _ask(self, request: dict) -> dict:
         if self._proc is None or self._proc.poll() is not None:
             self._proc = self._start()
         assert self._proc.stdin is not None and self._proc.stdout is not None
-        request = {"version": version, "prompt": prompt, "max_tokens": max_tokens}
+        version = request["version"]
         try:
             self._proc.stdin.write(json.dumps(request) + "\n")
             self._proc.stdin.flush()
@@ -142,11 +156,7 @@ class FreshEngines:
             raise VllmDriverError(f"fresh engine subprocess failed ({exc!r}):\n{tail}") from exc
         if "error" in data:
             raise VllmDriverError(f"fresh engine at v{version}: {data['error']}")
-        return Generation(
-            tuple(int(t) for t in data["token_ids"]),
-            tuple(float(x) for x in data["logprobs"]),
-            int(data["cached_tokens"]),
-        )
+        return data
 
     def close(self) -> None:
         """End the subprocess (its engine with it). Idempotent."""
@@ -179,11 +189,14 @@ def serve(args: dict) -> int:
                         driver.close()
                         driver = None
                     driver = OfflineVllmDriver(args["root"], request["version"], args["workdir"])
-                if driver.reset_prefix_cache() is not True:
-                    raise VllmDriverError("reset_prefix_cache refused on an idle engine")
-                gen = driver.generate(request["prompt"], request["max_tokens"])
-                record = {"token_ids": gen.token_ids, "logprobs": gen.logprobs}
-                record["cached_tokens"] = gen.cached_tokens
+                if request["prompt"] is None:
+                    record: dict = {"ready": True}  # warm: the engine is up
+                else:
+                    if driver.reset_prefix_cache() is not True:
+                        raise VllmDriverError("reset_prefix_cache refused on an idle engine")
+                    gen = driver.generate(request["prompt"], request["max_tokens"])
+                    record = {"token_ids": gen.token_ids, "logprobs": gen.logprobs}
+                    record["cached_tokens"] = gen.cached_tokens
             except Exception as exc:  # answered, so the caller's error names it
                 record = {"error": f"{type(exc).__name__}: {exc}"}
             answers.write(json.dumps(record) + "\n")
