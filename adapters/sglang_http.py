@@ -3,10 +3,12 @@
 --checkpoint v1=PATH``). Nothing is started or downloaded; the host must be loopback unless
 ``--allow-remote``.
 
-It reuses the vLLM attach mode (:mod:`adapters.vllm_http`, :mod:`adapters.vllm_engine`):
-the same adapter (``VllmAdapter`` in HTTP attach mode, one endpoint, the byte oracle, the
-fail-closed bookkeeping, the checkpoints as ``given_checkpoints``) over a driver that
-speaks SGLang's routes instead of vLLM's. Routes and bodies (SGLang 0.5.23,
+It reuses the vLLM attach mode (:mod:`adapters.vllm_engine`): the same adapter
+(``VllmAdapter`` in HTTP attach mode, one endpoint, the byte oracle, the fail-closed
+bookkeeping, the checkpoints as ``given_checkpoints``) over a driver that speaks SGLang's
+routes instead of vLLM's; what the two HTTP drivers share (attach, the ``httpx``
+plumbing, the generation call) is :class:`adapters.http_base.HttpDriverBase`. Routes and
+bodies (SGLang 0.5.23,
 ``python/sglang/srt/entrypoints/http_server.py``, ``managers/io_struct.py``):
 
 ================================  ===========================================================
@@ -46,7 +48,7 @@ against ``kvfence serve --api sglang`` (tests/test_sglang_http.py); docs/engines
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,53 +57,31 @@ from kvfence.model.observation import Observation
 from kvfence.model.state import Config, server_info
 from kvfence.model.vocabulary import Lane, PauseMode, Status
 
+from .http_base import HttpDriverBase
 from .protocol import AdapterFailure
-from .vllm_base import Generation, ServerStartError, VllmDriverError
+from .vllm_base import ServerStartError, VllmDriverError
 from .vllm_engine import VllmAdapter
-from .vllm_http import HttpVllmDriver, check_url
 
 
-class HttpSglangDriver(HttpVllmDriver):
+class HttpSglangDriver(HttpDriverBase):
     """A client of one SGLang server at ``base_url`` (see the module doc for the routes);
-    the vLLM HTTP driver's plumbing (httpx client, errors, checkpoints) with SGLang's
-    routes. SGLang has no ``is_paused`` route: the driver remembers its own pause."""
+    the HTTP plumbing, attach and the generation call's shape are
+    :class:`adapters.http_base.HttpDriverBase`'s, this class holds SGLang's routes. SGLang
+    has no ``is_paused`` route: the driver remembers its own pause."""
+
+    ENGINE = "SGLang"
+    GENERATE_ROUTE = "/generate"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._paused = False
 
-    @classmethod
-    def attach(
-        cls,
-        url: str,
-        checkpoints: Callable[[int], Path],
-        workdir: Path | None = None,
-        *,
-        served_model: str | None = None,
-        allow_remote: bool = False,
-        request_timeout: float = 120.0,
-    ) -> HttpSglangDriver:
-        """A driver for the SGLang server at ``url``; ``ValueError`` for a bad or
-        non-loopback URL, ``ServerStartError`` when it does not answer ``/health`` and
-        ``/get_server_info`` or runs with its radix cache disabled."""
-        base = check_url(url, allow_remote)
-        driver = cls(base, checkpoints, 0, workdir, request_timeout=request_timeout)
-        try:
-            driver._probe_sglang()
-        except BaseException:
-            driver.close()
-            raise
-        return driver
-
-    def _probe_sglang(self) -> None:
-        import httpx
-
-        try:
-            health = self._http.get("/health", timeout=10.0)
-        except httpx.HTTPError as e:
-            raise ServerStartError(f"no SGLang server at {self.base_url}: {e!r}") from e
-        if health.status_code != 200:
-            raise ServerStartError(f"{self.base_url}/health answered HTTP {health.status_code}")
+    def _probe_attached(self, served_model: str | None) -> None:
+        """What :meth:`HttpDriverBase.attach` checks on an SGLang server: ``GET /health``
+        and ``GET /get_server_info``, whose ``disable_radix_cache`` must be false
+        (``ServerStartError`` otherwise). ``served_model`` is unused: SGLang's
+        ``/generate`` names no model."""
+        self._check_health()
         info = self._json_ok("GET", "/get_server_info")
         if not isinstance(info, dict):
             raise ServerStartError(f"{self.base_url}/get_server_info answered {info!r:.200}")
@@ -111,18 +91,11 @@ class HttpSglangDriver(HttpVllmDriver):
                 "to check; start it without that flag"
             )
 
-    def generate(
-        self,
-        prompt: list[int] | str,
-        max_tokens: int = 8,
-        *,
-        cache_salt: str | None = None,
-        lora: bool = False,
-    ) -> Generation:
-        """Greedy generation via ``POST /generate`` (see the module doc); ``cache_salt``
-        is sent as SGLang's ``extra_key``."""
-        if lora:  # LoRA is served by the offline engine only (docs/engines.md)
-            raise ValueError("LoRA is not served over HTTP")
+    def _generate_body(
+        self, prompt: list[int] | str, max_tokens: int, cache_salt: str | None
+    ) -> dict[str, Any]:
+        """``POST /generate`` body (see the module doc); ``cache_salt`` is sent as SGLang's
+        ``extra_key``."""
         body: dict[str, Any] = {
             "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0.0,
                                 "ignore_eos": True},
@@ -134,17 +107,15 @@ class HttpSglangDriver(HttpVllmDriver):
             body["input_ids"] = [int(t) for t in prompt]
         if cache_salt is not None:
             body["extra_key"] = cache_salt
-        data = self._json_ok("POST", "/generate", json=body)
-        try:
-            meta = data["meta_info"]
-            token_ids = tuple(int(t) for t in data["output_ids"])
-            logprobs = tuple(float(x[0]) for x in meta["output_token_logprobs"])
-            cached = int(meta["cached_tokens"])
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise VllmDriverError(f"unexpected /generate response: {str(data)[:2000]}") from exc
-        if len(logprobs) != len(token_ids):
-            raise VllmDriverError("output_ids and output_token_logprobs differ in length")
-        return Generation(token_ids, logprobs, cached)
+        return body
+
+    def _parse_generation(self, data: Any) -> tuple[tuple[int, ...], tuple[float, ...], int]:
+        """Tokens ``output_ids``, logprobs ``meta_info.output_token_logprobs[i][0]``, cached
+        tokens ``meta_info.cached_tokens``."""
+        meta = data["meta_info"]
+        token_ids = tuple(int(t) for t in data["output_ids"])
+        logprobs = tuple(float(x[0]) for x in meta["output_token_logprobs"])
+        return token_ids, logprobs, int(meta["cached_tokens"])
 
     def update_weights(self, version: int, flush_cache: bool | None) -> tuple[bool, str]:
         """``POST /update_weights_from_disk``; ``(success, message)``. ``flush_cache``

@@ -88,6 +88,125 @@ def cold_generate(
         )
 
 
+class FreshEngines:
+    """The restart oracle's engines: one subprocess of the same Python that keeps vLLM
+    imported and holds one engine at a time, freshly started from a version's checkpoint
+    (never reloaded: a reload is what the oracle checks). ``generate(version, prompt)``
+    starts the engine at ``version`` when the one it holds is at another version (closing
+    the old one), resets its prefix cache and answers with a cold generation.
+
+    Cost, measured on vLLM 0.32 CPU (tiny model, 2 shared cores): the first call ~15-40 s
+    (import vLLM + start), each change of version ~3-5 s (a new engine), a prompt ~0.1 s;
+    instead of one subprocess per (prompt, version) at ~15-40 s each. The subprocess's own
+    output (vLLM's loggers) goes to ``workdir/fresh-engines.log``; the protocol is one JSON
+    line per request on its stdin and one per answer on a duplicate of its stdout.
+    ``close`` ends it (also at garbage collection, via ``subprocess.Popen``)."""
+
+    def __init__(self, model_root: Path, workdir: Path) -> None:
+        self.model_root = Path(model_root)
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / "fresh-engines.log"
+        self._proc: subprocess.Popen[str] | None = None
+
+    def _start(self) -> subprocess.Popen[str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        with open(self.log_path, "ab") as log:
+            args = {"root": str(self.model_root), "workdir": str(self.workdir / "engine")}
+            return subprocess.Popen(
+                [sys.executable, "-m", __name__, "--serve", json.dumps(args)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                cwd=str(self.workdir),
+                text=True,
+            )
+
+    def warm(self, version: int) -> None:
+        """Start the subprocess and its engine at ``version`` without generating (the
+        import and the start, the slow part, then happen where the caller chooses: the
+        adapter's first ``start``, which has the long start timeout)."""
+        self._ask({"version": version, "prompt": None, "max_tokens": 0})
+
+    def generate(self, version: int, prompt: list[int], max_tokens: int) -> Generation:
+        """A cold generation from an engine freshly started at ``version``; raises
+        ``VllmDriverError`` with the log's tail when the subprocess fails."""
+        data = self._ask({"version": version, "prompt": prompt, "max_tokens": max_tokens})
+        return Generation(
+            tuple(int(t) for t in data["token_ids"]),
+            tuple(float(x) for x in data["logprobs"]),
+            int(data["cached_tokens"]),
+        )
+
+    def _ask(self, request: dict) -> dict:
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = self._start()
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        version = request["version"]
+        try:
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+            data = json.loads(line)
+        except (OSError, ValueError) as exc:
+            tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-30:])
+            self.close()
+            raise VllmDriverError(f"fresh engine subprocess failed ({exc!r}):\n{tail}") from exc
+        if "error" in data:
+            raise VllmDriverError(f"fresh engine at v{version}: {data['error']}")
+        return data
+
+    def close(self) -> None:
+        """End the subprocess (its engine with it). Idempotent."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            assert proc.stdin is not None
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def serve(args: dict) -> int:
+    """The :class:`FreshEngines` subprocess: answer JSON requests from stdin until EOF."""
+    from .vllm_offline import OfflineVllmDriver
+
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # vLLM's prints go to the log with its loggers, not into the answers
+    driver = None
+    try:
+        for line in sys.stdin:
+            request = json.loads(line)
+            try:
+                if driver is None or driver.loaded_version != request["version"]:
+                    if driver is not None:
+                        driver.close()
+                        driver = None
+                    driver = OfflineVllmDriver(args["root"], request["version"], args["workdir"])
+                if request["prompt"] is None:
+                    record: dict = {"ready": True}  # warm: the engine is up
+                else:
+                    if driver.reset_prefix_cache() is not True:
+                        raise VllmDriverError("reset_prefix_cache refused on an idle engine")
+                    gen = driver.generate(request["prompt"], request["max_tokens"])
+                    record = {"token_ids": gen.token_ids, "logprobs": gen.logprobs}
+                    record["cached_tokens"] = gen.cached_tokens
+            except Exception as exc:  # answered, so the caller's error names it
+                record = {"error": f"{type(exc).__name__}: {exc}"}
+            answers.write(json.dumps(record) + "\n")
+            answers.flush()
+    finally:
+        if driver is not None:
+            driver.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m kvfence.adapters.vllm_cold ARGS_JSON``: one cold generation, written as
     JSON to ``args["out"]``. ``ARGS_JSON`` keys: root, version, workdir, prompt, max_tokens,
@@ -95,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     from .vllm_offline import OfflineVllmDriver
 
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "--serve":
+        return serve(json.loads(argv[1]))
     if len(argv) != 1:
         print("usage: python -m kvfence.adapters.vllm_cold ARGS_JSON", file=sys.stderr)
         return 2

@@ -95,13 +95,29 @@ parameters cannot be read over HTTP):
   ``lora_fresh_path`` (the guarded engine) each revision has its own directory; without it
   (raw) new bytes go over the old directory: vllm-project/vllm #42125, which 0.32 still
   shows (ENG-007).
-* Building blocks for lifecycle actions not yet in the model (offline; ``# wire:`` notes
-  in ``apply``): :meth:`VllmAdapter.pause_generation` (``clear_cache``),
-  :meth:`VllmAdapter.publish_version`, the native two-phase update
-  (:meth:`VllmAdapter.begin_weight_update`, ``update_weight_chunk``,
-  ``finish_weight_update``, ``abort_weight_update``, on the ``kvfence-disk`` transfer
-  backend of :mod:`adapters.vllm_transfer`), and the restart oracle
-  :meth:`VllmAdapter.fresh_bytes`.
+* ``pause_clear`` (offline): ``PauseGeneration(clear_cache=True)`` ->
+  ``EngineCore.pause_scheduler(mode, clear_cache=True)`` (:meth:`VllmAdapter.
+  pause_generation`); ``flushed`` is what the cache probe shows afterwards.
+* ``publish`` (offline): ``PublishVersion`` -> ``LLM.update_weight_version(str(v))``
+  (:meth:`VllmAdapter.publish_version`); vLLM sets the label unchecked, so the guarded
+  engine publishes only a version the weights probe shows whole (the raw engine does not:
+  PUB-001 FAILs it).
+* ``two_phase`` (offline): ``BeginWeightUpdate`` / ``UpdateWeightChunk`` /
+  ``FinishWeightUpdate`` / ``AbortWeightUpdate`` -> vLLM's native ``start_weight_update``
+  (sent with the first chunk) / ``update_weights`` / ``finish_weight_update`` on the
+  ``kvfence-disk`` transfer backend of :mod:`adapters.vllm_transfer`; vLLM has no abort,
+  the adapter rolls the window back. Inside the window (a chunk landed) every request is
+  refused: vLLM cannot run a forward pass on meta layers (WIN-001's refusal branch), and
+  vLLM keeps its last committed label there, so the guarded engine withdraws it
+  (``MIXED_LABEL``) while the raw one shows it (WIN-001 FAILs it).
+  ``FaultChunkFails`` is not drawn: it needs ``faults``, which would also draw refusals
+  vLLM has no way to inject (WIN-003 SKIP).
+* ``restart_oracle`` (offline): ``Response.fresh`` is the output of the prompt from a
+  vLLM engine freshly started at the version loaded now (:meth:`VllmAdapter.fresh_bytes`:
+  a subprocess per (prefix, version), cached for the adapter's life).
+* ``derived`` (offline, config ``derived=True``): the CPU platform repacks the linear
+  layers' weights at load; the engine cannot show that state (``View.derived`` stays
+  ``None``), so DER-001 is judged by the restart oracle alone.
 
 Not earned, and why (docs/engines.md): ``sleep`` (vLLM 0.32 has no sleep mode on CPU:
 ``CpuPlatform.is_sleep_mode_available()`` is False), ``exact_lane`` (vLLM has no
@@ -146,15 +162,20 @@ from pathlib import Path
 from typing import Any
 
 from kvfence.model.actions import (
+    AbortWeightUpdate,
     Action,
+    BeginWeightUpdate,
     ContinueGeneration,
     FinishRequest,
+    FinishWeightUpdate,
     FlushCache,
     LoadLora,
     PauseGeneration,
+    PublishVersion,
     Restart,
     ServeRequest,
     StartRequest,
+    UpdateWeightChunk,
     UpdateWeights,
 )
 from kvfence.model.capabilities import Capability
@@ -174,6 +195,10 @@ ATTACHED_PROMPT_TOKENS = 320
 #: Tokens a request held in flight may generate: it must not end on its own within an
 #: example (each served request steps the engine ~10 times; an example is <= ~20 actions).
 HELD_MAX_TOKENS = 400
+
+#: The label the guarded engine shows while a two-phase window holds mixed weights: it
+#: names no version (``label_version`` reads it as ``None``).
+MIXED_LABEL = "kvfence-mixed-weights"
 
 #: kvfence pause mode -> vLLM pause mode (see the module doc for ``retract``).
 PAUSE_MODES: dict[PauseMode, str] = {
@@ -195,8 +220,35 @@ OFFLINE_CAPABILITIES = frozenset(
         C.CACHE_PROBE,
         C.RESTART,
         C.LORA,
+        # issue 13: the lifecycle actions, dispatched by ``apply`` (module doc)
+        C.PUBLISH,
+        C.PAUSE_CLEAR,
+        C.TWO_PHASE,
+        C.RESTART_ORACLE,
+        C.DERIVED,
     }
 )
+
+#: Why the vLLM engines lack each capability they do not declare: the SKIP notes of the
+#: verdict table carry it (``conformance.runner.missing_reasons``; docs/engines.md).
+MISSING_REASONS: dict[str, str] = {
+    "sleep": "vLLM 0.32 has sleep mode on CUDA, ROCm and XPU only: "
+    "CpuPlatform.is_sleep_mode_available() is False on CPU",
+    "memory_tags": "needs sleep mode (/sleep, /wake_up?tags=), which CPU lacks",
+    "faults": "vLLM has no hook to inject a refused flush or a torn update",
+    "exact_lane": "vLLM has no exact lane (no rl_on_policy_target)",
+    "attribution": "vLLM stamps an output with the label current when it is emitted, "
+    "not the versions that computed its tokens",
+    "provenance": "vLLM records no weight version per KV block",
+    "exact_cache": "vLLM evicts blocks by LRU on its own",
+    "draft": "not wired: no tiny draft model is built or probed",
+    "fp8_kv": "not wired: the tiny checkpoints carry no KV scales to probe",
+    "tiers": "not wired: vLLM's KV offloading connectors are not started",
+    "encoder": "not wired: the local tiny model is text-only (no multimodal encoder)",
+    "encoder_reset": "not wired: needs a multimodal model",
+    "lora": "served by the vllm-lora engines (off here so the ci budget reaches stale reuse)",
+    "namespaces": "not wired: requests carry no namespace (cache_salt) yet",
+}
 
 #: The LoRA adapter's name on the engine; every revision is loaded under it.
 LORA_NAME = "kvfence-lora"
@@ -279,7 +331,7 @@ class VllmAdapter:
         if url is not None and mode != "http":
             raise ValueError("url (attach mode) needs mode='http'")
         if url is not None:
-            from .vllm_http import check_url
+            from .http_base import check_url
 
             check_url(url, allow_remote)
             if not checkpoints or 0 not in checkpoints or 1 not in checkpoints:
@@ -297,6 +349,15 @@ class VllmAdapter:
             raise ValueError("LoRA is wired for mode='offline' only")
         if not self.lora:
             self.capabilities = self.capabilities - {C.LORA}
+        #: Why each capability not declared is missing (the SKIP notes).
+        self.missing_reasons = {
+            k: v for k, v in MISSING_REASONS.items() if Capability(k) not in self.capabilities
+        }
+        if mode == "http":
+            for cap in OFFLINE_CAPABILITIES - self.capabilities:
+                self.missing_reasons.setdefault(
+                    cap.value, "offline engine only: the HTTP adapter has no probes of the worker"
+                )
         #: Each LoRA revision in its own directory (the client's fix for vLLM #42125: vLLM
         #: 0.32 keys LoRA blocks by name and path); ``False``: new bytes over the old
         #: directory, the public report's shape (the raw engine).
@@ -309,6 +370,10 @@ class VllmAdapter:
                 lane=Lane.STANDARD,
                 info=server_info(enable_prefix_caching=True),
                 lora=self.lora,
+                # The CPU platform repacks the linear layers' weights at load (oneDNN /
+                # packed GEMM operands): state derived from the weights, which the
+                # restart oracle checks follows every update (DER-001).
+                derived=mode == "offline",
             ),
         )
         self.max_tokens = max_tokens
@@ -347,6 +412,8 @@ class VllmAdapter:
         self._cold: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[float, ...]]] = {}
         #: The restart oracle's outputs: (prefix, version) -> (token ids, logprobs).
         self._fresh: dict[tuple[str, int], tuple[tuple[int, ...], tuple[float, ...]]] = {}
+        #: The restart oracle's engine subprocess (started on first use).
+        self._fresh_engines: Any = None
         self._fingerprints: dict[int, tuple[float, ...]] = {}
         #: Versions loaded in this engine's life: the candidates the weights probe matches.
         self._loaded_versions: set[int] = {0}
@@ -368,6 +435,10 @@ class VllmAdapter:
         self._held_prefix: dict[str, tuple[str, bool]] = {}
         #: The LoRA adapter's revision loaded now (``LoadLora`` adds one).
         self._lora_rev = 0
+        #: The version of a two-phase window the client opened (``BeginWeightUpdate``)
+        #: whose first chunk has not landed yet: vLLM's ``start_weight_update`` is sent
+        #: with that chunk (see :meth:`begin_weight_update`).
+        self._opened: int | None = None
 
     # ----- lifecycle ----------------------------------------------------------------------
 
@@ -394,6 +465,10 @@ class VllmAdapter:
                 self._open()
             with self._quiet():
                 self._reset()
+                if fresh and C.RESTART_ORACLE in self.capabilities:
+                    # The restart oracle's subprocess imports vLLM and starts its first
+                    # engine now, within the start timeout, not inside a request's.
+                    self._fresh_oracle().warm(0)
             self._examples += 1
             took = time.monotonic() - t0
             if fresh:
@@ -523,8 +598,12 @@ class VllmAdapter:
             workdir, own = self.workdir, self._own_workdir
             self.workdir, self._own_workdir = None, False
             self._cold.clear()
+            self._fresh.clear()
+            fresh, self._fresh_engines = self._fresh_engines, None
             self._clear_example_state()
         try:
+            if fresh is not None:
+                fresh.close()
             if driver is not None:
                 driver.close()
         finally:
@@ -538,6 +617,8 @@ class VllmAdapter:
         and the cache; HTTP nothing (``None``: not observed)."""
         if self.mode != "offline":
             return None
+        if self._driver.window is not None:
+            return self._window_view()
         label = label_version(self._driver.weight_version())
         return View(weights=self._weights_version(), label=label, cache=self._cache())
 
@@ -605,24 +686,13 @@ class VllmAdapter:
             handlers[Restart] = self._restart
         if Capability.LORA in self.capabilities:
             handlers[LoadLora] = self._load_lora
-        if self.mode == "offline":
-            # Building blocks for the lifecycle actions other branches add to the model,
-            # dispatched by name so they need no import here (each method's docstring says
-            # what vLLM call it makes):
-            handlers_by_name: dict[str, Callable[[Any], Observation]] = {
-                # wire: PublishVersion(endpoint, version, abort_requests)
-                "PublishVersion": lambda a: self.publish_version(a.version, a.abort_requests),
-                # wire: BeginWeightUpdate(endpoint, version, funnel)
-                "BeginWeightUpdate": lambda a: self.begin_weight_update(a.version),
-                # wire: UpdateWeightChunk(endpoint)
-                "UpdateWeightChunk": lambda a: self.update_weight_chunk(),
-                # wire: FinishWeightUpdate(endpoint, flush_cache)
-                "FinishWeightUpdate": lambda a: self.finish_weight_update(a.flush_cache),
-                # wire: AbortWeightUpdate(endpoint)
-                "AbortWeightUpdate": lambda a: self.abort_weight_update(),
-            }
-            if action.name in handlers_by_name and type(action) not in handlers:
-                handlers[type(action)] = handlers_by_name[action.name]
+        if Capability.PUBLISH in self.capabilities:
+            handlers[PublishVersion] = lambda a: self.publish_version(a.version, a.abort_requests)
+        if Capability.TWO_PHASE in self.capabilities:
+            handlers[BeginWeightUpdate] = lambda a: self.begin_weight_update(a.version)
+            handlers[UpdateWeightChunk] = lambda a: self.update_weight_chunk()
+            handlers[FinishWeightUpdate] = lambda a: self.finish_weight_update(a.flush_cache)
+            handlers[AbortWeightUpdate] = lambda a: self.abort_weight_update()
         handler = handlers.get(type(action))
         if handler is None:
             raise Unsupported(f"{self.name} does not support {action.name}")
@@ -648,6 +718,8 @@ class VllmAdapter:
             raise Unsupported(f"{self.name} serves no LoRA adapter")
         if self._closed:
             return self._observe(Status.REJECTED, detail="fail-closed: a reset was refused")
+        if self._in_window():
+            return self._refused_in_window(f"request for {a.prefix!r}")
         self._check_held()
         prompt = self._prompt(a.prefix)
         batched = self._batched()
@@ -670,7 +742,12 @@ class VllmAdapter:
         else:
             output = (tuple(got.token_ids), tuple(got.logprobs))
             cold = self._cold_bytes(a.prefix, prompt, a.lora)
-            response = Response(hit=hit, output=output, cold=cold)
+            # The restart oracle (DER-001): a freshly started engine's bytes for the
+            # version loaded now (LoRA prompts: the fresh engine serves no adapter).
+            fresh = None
+            if self.mode == "offline" and not a.lora:
+                fresh = self.fresh_bytes(a.prefix, self._driver.loaded_version)
+            response = Response(hit=hit, output=output, cold=cold, fresh=fresh)
         return self._observe(Status.OK, response=response, detail=detail)
 
     def _cold_bytes(
@@ -712,6 +789,8 @@ class VllmAdapter:
             raise Unsupported(f"{self.name} serves no LoRA adapter")
         if self._closed:
             return self._observe(Status.REJECTED, detail="fail-closed: a reset was refused")
+        if self._in_window():
+            return self._refused_in_window(f"request {a.rid!r}")
         self._check_held()
         batched = self._batched()
         vid = f"kvfence-{a.rid}-{next(self._rids)}"
@@ -735,11 +814,14 @@ class VllmAdapter:
         if vid is None:
             raise AdapterFailure(f"FinishRequest({a.rid}): no such request held")
         self._driver.abort_requests([vid])
-        if self._closed:
+        if self._closed or self._in_window():
+            # Inside a window the request cannot decode (no forward pass on meta layers):
+            # it ends aborted, WIN-001's refusal.
+            why = "fail-closed" if self._closed else "inside the open update"
             return self._observe(
                 Status.REJECTED,
                 aborted=frozenset({a.rid}),
-                detail=f"fail-closed: abort_request({vid})",
+                detail=f"{why}: abort_request({vid})",
             )
         return self._observe(
             Status.OK, response=Response(hit=False), detail=f"client done: abort_request({vid})"
@@ -782,11 +864,12 @@ class VllmAdapter:
         )
 
     def _pause(self, a: PauseGeneration) -> Observation:
-        """vLLM's own ``/pause`` default is ``clear_cache=true`` (it resets the prefix cache
-        for every mode, ``keep`` included); the spec's pause has no flush on main, so the
-        adapter sends ``clear_cache=False`` unless the action carries ``clear_cache``."""
-        # wire: PauseGeneration(endpoint, mode, clear_cache): read here once the field lands.
-        return self.pause_generation(a.mode, bool(getattr(a, "clear_cache", False)))
+        """``PauseGeneration(mode, clear_cache)`` -> :meth:`pause_generation`. vLLM's own
+        ``/pause`` default is ``clear_cache=true``; the spec's default is ``False``, and the
+        adapter sends exactly what the action carries."""
+        if a.clear_cache and C.PAUSE_CLEAR not in self.capabilities:
+            raise Unsupported(f"{self.name} does not declare pause_clear")
+        return self.pause_generation(a.mode, a.clear_cache)
 
     def pause_generation(self, mode_: PauseMode, clear_cache: bool = False) -> Observation:
         """Pause with vLLM's ``clear_cache``: ``EngineCore.pause_scheduler(mode,
@@ -833,6 +916,17 @@ class VllmAdapter:
         read back by ``GET /weight_info``; ``vllm/entrypoints/rl/offline.py``). vLLM's call
         never aborts requests; ``abort_requests`` (SGLang's ``abort_all_requests``) is done
         by the client: ``abort_request`` of every request held in flight."""
+        if self.label_updates and self.mode == "offline":
+            # The client's guard (vLLM sets the label unchecked): publish only a version
+            # the weights probe shows whole in the live parameters (PUB-001).
+            whole = None if self._in_window() else self._weights_version()
+            if whole != version:
+                return self._observe(
+                    Status.REJECTED,
+                    aborted=frozenset(),
+                    detail=f"publish of v{version} refused: the live weights are "
+                    + ("mixed (an update window is open)" if whole is None else f"v{whole}"),
+                )
         aborted: frozenset[str] = frozenset()
         if abort_requests and self._held:
             self._driver.abort_requests(sorted(self._held.values()))
@@ -847,26 +941,59 @@ class VllmAdapter:
         )
 
     def begin_weight_update(self, version: int) -> Observation:
-        """``start_weight_update`` (the native two-phase API on the ``kvfence-disk``
-        backend, :mod:`adapters.vllm_transfer`): the window opens, nothing lands."""
-        self._driver.begin_weight_update(version)
+        """``BeginWeightUpdate``: the window opens, nothing lands, the endpoint serves its
+        old weights as before (the model's begin). vLLM's ``start_weight_update`` already
+        moves every layer to the meta device (``initialize_layerwise_reload``), after which
+        no forward pass runs: that call is what makes the live weights stop being whole,
+        so the adapter sends it with the first chunk (:meth:`update_weight_chunk`), as an
+        RL client streaming the chunks right after it does."""
+        if self._opened is not None or self._driver.window is not None:
+            raise AdapterFailure("BeginWeightUpdate inside an open update")
+        self._driver.weights_path(version)  # the checkpoint exists before the window opens
+        self._opened = version
         self._loaded_versions.add(version)
-        return self._observe_window(f"start_weight_update(v{version})")
+        return self._observe(
+            Status.OK, detail=f"window to v{version} opened (start_weight_update goes with chunk 1)"
+        )
 
     def update_weight_chunk(self) -> Observation:
-        """``update_weights``: one chunk of the open update lands."""
+        """``UpdateWeightChunk``: ``start_weight_update`` (first chunk only) then
+        ``update_weights`` with the next chunk of the ``kvfence-disk`` backend
+        (:mod:`adapters.vllm_transfer`): it lands in the live parameters."""
+        if self._driver.window is None:
+            if self._opened is None:
+                raise AdapterFailure("UpdateWeightChunk without an open update")
+            self._driver.begin_weight_update(self._opened)
+            detail = f"start_weight_update(v{self._opened}); "
+            if self.label_updates:
+                # The live weights stop being a version: the label goes (WIN-001).
+                self._driver.set_weight_version(MIXED_LABEL)
+                detail += f"update_weight_version({MIXED_LABEL!r}); "
+        else:
+            detail = ""
+        if not self._driver.window.pending:
+            return self._observe(
+                Status.OK, detail=detail + "every chunk has landed; nothing left to send"
+            )
         left = self._driver.update_weight_chunk()
-        return self._observe_window(f"update_weights: chunk landed, {left} pending")
+        return self._observe(
+            Status.OK, detail=detail + f"update_weights: chunk landed, {left} pending"
+        )
 
     def finish_weight_update(self, flush_cache: bool | None = None) -> Observation:
-        """``finish_weight_update(weight_version)`` (the label only with
-        ``label_updates``), then with ``flush_cache=True`` the reset, as ``UpdateWeights``
-        does: OK only if it returned ``True``. vLLM's finish never resets the cache."""
+        """``FinishWeightUpdate``: the chunks still pending land, then
+        ``finish_weight_update(weight_version)`` (the label only with ``label_updates``);
+        with ``flush_cache=True`` the reset, as ``UpdateWeights`` does: OK only if it
+        returned ``True``. vLLM's finish never resets the prefix cache; no KV of the mixed
+        weights exists to drop, since nothing was served inside the window (WIN-002)."""
         if self._driver.window is None:
-            raise AdapterFailure("finish_weight_update without an open update")
+            if self._opened is None:
+                raise AdapterFailure("finish_weight_update without an open update")
+            self._driver.begin_weight_update(self._opened)
         version = self._driver.window.version
         label = str(version) if self.label_updates else None
         self._driver.finish_weight_update(label)
+        self._opened = None
         detail = f"finish_weight_update(weight_version={label!r})"
         if flush_cache is not True:
             return self._observe(Status.OK, detail=detail)
@@ -875,46 +1002,70 @@ class VllmAdapter:
         return self._observe(Status.OK if flushed is True else Status.REJECTED, detail=detail)
 
     def abort_weight_update(self) -> Observation:
-        """vLLM has no abort; the open window is rolled back by landing the previous
+        """``AbortWeightUpdate``. vLLM has no abort; a window whose first chunk has not
+        been sent simply closes; an open one is rolled back by landing the previous
         version's checkpoint in it and finishing (:meth:`OfflineVllmDriver.
-        abort_weight_update`)."""
+        abort_weight_update`), no label set."""
         if self._driver.window is None:
-            raise AdapterFailure("abort_weight_update without an open update")
+            if self._opened is None:
+                raise AdapterFailure("abort_weight_update without an open update")
+            version, self._opened = self._opened, None
+            return self._observe(Status.OK, detail=f"window to v{version} closed, nothing sent")
         before = self._driver.window.before
         self._driver.abort_weight_update()
+        self._opened = None
+        if self.label_updates:
+            # The label withdrawn at the first chunk comes back with the old weights.
+            self._driver.set_weight_version("default" if before == 0 else str(before))
         return self._observe(Status.OK, detail=f"rolled back to v{before} (finish, no label)")
 
-    def _observe_window(self, detail: str) -> Observation:
-        """Inside a window the weights are half loaded (layers on the meta device): the
-        weights probe would read meta tensors, so only label and cache are shown."""
+    def _window_view(self) -> View:
+        """What the probes show once a chunk landed in vLLM's window: no whole version
+        (layers not yet loaded are on the meta device, the loaded ones hold the new
+        tensors: the weights probe cannot read them) and the label vLLM reports.
+
+        vLLM keeps answering ``get_weight_version()`` with the label of the last finished
+        update inside the window (``RLOfflineMixin.get_weight_version``: "Return the
+        latest committed weight version", ``vllm/entrypoints/rl/offline.py``; ``GET
+        /weight_info`` the same), and does not refuse requests there: a forward pass on
+        the meta layers raises. WIN-001 wants a window that either refuses to serve, or
+        shows no label on the mixed weights; raw vLLM does neither, and the model (no
+        label once a chunk landed) FAILs the raw engine with WIN-001. The guarded engine
+        (``label_updates``) is the RL client that gets it right: it withdraws the label
+        when the first chunk goes out (``update_weight_version(MIXED_LABEL)``, which names
+        no version) and refuses every request until the finish."""
         label = label_version(self._driver.weight_version())
-        view = View(weights=None, label=label, cache=self._cache())
-        return Observation(Status.OK, view=view, detail=detail)
+        return View(weights=None, label=label, cache=self._cache())
+
+    def _in_window(self) -> bool:
+        """A chunk of a two-phase update has landed (vLLM's window is open)."""
+        return self.mode == "offline" and self._driver.window is not None
+
+    def _refused_in_window(self, what: str) -> Observation:
+        w = self._driver.window
+        return self._observe(
+            Status.REJECTED,
+            detail=f"{what} refused inside the open update to v{w.version}: vLLM's layerwise "
+            "reload leaves layers on the meta device until finish_weight_update, so no "
+            "forward pass can run (WIN-001: refuse rather than serve mixed weights)",
+        )
 
     # ----- the restart oracle ------------------------------------------------------------
 
     def fresh_bytes(self, prefix: str, version: int) -> tuple[tuple[int, ...], tuple[float, ...]]:
         """The output of ``prefix``'s prompt from a vLLM engine freshly started at
-        checkpoint ``version`` (empty cache, weights loaded at start, not reloaded): a
-        second engine in a subprocess (:func:`adapters.vllm_cold.cold_generate` with
-        ``in_process=False``; its log goes under the work dir), cached per (prefix,
-        version) for the adapter's life. Cost measured on 0.32 CPU: one subprocess per
-        miss, ~15-40 s (import vLLM + start) on a 2-core machine."""
-        from .vllm_cold import cold_generate
+        checkpoint ``version`` (weights loaded at start, never reloaded; empty cache): the
+        restart oracle. The engines run in one subprocess kept for the adapter's life
+        (:class:`adapters.vllm_cold.FreshEngines`, warmed at v0 by the first ``start``), and
+        each answer is cached per (prefix, version). Cost measured on 0.32 CPU, 2 shared
+        cores: ~15-60 s for the warm-up (import vLLM + start, inside the start timeout),
+        ~3-5 s per further version, then nothing."""
 
         if self.mode != "offline":
             raise Unsupported(f"{self.name}: the restart oracle starts the tiny model offline")
         key = (prefix, version)
         if key not in self._fresh:
-            assert self.workdir is not None
-            got = cold_generate(
-                self.workdir / "models",
-                version,
-                self._prompt(prefix),
-                self.max_tokens,
-                self.workdir / "fresh" / f"v{version}",
-                in_process=False,
-            )
+            got = self._fresh_oracle().generate(version, self._prompt(prefix), self.max_tokens)
             if got.cached_tokens != 0:
                 raise AdapterFailure(
                     f"a freshly started engine reported {got.cached_tokens} cached"
@@ -922,10 +1073,20 @@ class VllmAdapter:
             self._fresh[key] = (tuple(got.token_ids), tuple(got.logprobs))
         return self._fresh[key]
 
+    def _fresh_oracle(self) -> Any:
+        """The restart oracle's engines (:class:`adapters.vllm_cold.FreshEngines`), made on
+        first use."""
+        from .vllm_cold import FreshEngines
+
+        if self._fresh_engines is None:
+            assert self.workdir is not None
+            self._fresh_engines = FreshEngines(self.workdir / "models", self.workdir / "fresh")
+        return self._fresh_engines
+
     def _resume(self, a: ContinueGeneration) -> Observation:
         self._driver.resume()
         self._paused = None
-        if self.mode == "offline" and self._held:
+        if self.mode == "offline" and self._held and not self._in_window():
             waiting = self._driver.waiting()
             self._driver.settle()
             if waiting:

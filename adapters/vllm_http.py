@@ -20,8 +20,6 @@ count), ``POST /collective_rpc`` (in-place reload), ``POST /reset_prefix_cache``
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-import json
 import os
 import shutil
 import sys
@@ -30,8 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
+from .http_base import LOOPBACK_HOSTS, HttpDriverBase, check_url
 from .vllm_base import (
     BLOCK_SIZE,
     CPU_SLEEP_REASON,
@@ -39,8 +37,6 @@ from .vllm_base import (
     MAX_MODEL_LEN,
     SERVED_MODEL_NAME,
     VLLM_PAUSE_MODES,
-    DriverBase,
-    Generation,
     ServerStartError,
     VllmDriverError,
     VllmPauseMode,
@@ -48,36 +44,23 @@ from .vllm_base import (
 )
 from .vllm_process import ServerProcess, free_port, rss_mib
 
-LOOPBACK_HOSTS = ("localhost",)
+#: Re-exported: attach mode's URL check lives in :mod:`adapters.http_base`.
+__all__ = ["LOOPBACK_HOSTS", "HttpVllmDriver", "check_url"]
 
 
-def check_url(url: str, allow_remote: bool = False) -> str:
-    """``url`` without a trailing slash, or ``ValueError`` saying what is wrong: not
-    ``http(s)://host:port``, or a host that is not loopback without ``allow_remote``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"--url {url!r} is not an http(s)://HOST:PORT URL")
-    host = parts.hostname
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host in LOOPBACK_HOSTS
-    if not loopback and not allow_remote:
-        raise ValueError(
-            f"--url host {host!r} is not loopback; kvfence reloads weights and resets the "
-            "cache on the server it checks, so another host needs --allow-remote"
-        )
-    return url.rstrip("/")
-
-
-class HttpVllmDriver(DriverBase):
-    """A client of one vLLM OpenAI server at ``base_url``; see the module doc.
+class HttpVllmDriver(HttpDriverBase):
+    """A client of one vLLM OpenAI server at ``base_url``; see the module doc (the HTTP
+    plumbing, attach and the generation call's shape are :class:`adapters.http_base.
+    HttpDriverBase`'s; this class holds vLLM's routes).
 
     ``checkpoints``: version -> checkpoint directory *as the server sees it* (the in-place
     reload reads it on the server's machine). ``served_model``: the ``model`` field of
     completions. ``server``: the process kvfence started, closed with the driver (``None``
     when attached). ``version``: the version the server is taken to hold now.
     """
+
+    ENGINE = "vLLM"
+    GENERATE_ROUTE = "/v1/completions"
 
     def __init__(
         self,
@@ -91,14 +74,17 @@ class HttpVllmDriver(DriverBase):
         request_timeout: float = 120.0,
         allow_cpu_sleep: bool = False,
     ) -> None:
-        super().__init__(checkpoints, version, workdir, allow_cpu_sleep)
-        import httpx
-
-        self.base_url = base_url.rstrip("/")
+        super().__init__(
+            base_url,
+            checkpoints,
+            version,
+            workdir,
+            request_timeout=request_timeout,
+            allow_cpu_sleep=allow_cpu_sleep,
+        )
         self.served_model = served_model
         self.server = server
         self._short_tmp: Path | None = None
-        self._http = httpx.Client(base_url=self.base_url, timeout=request_timeout, trust_env=False)
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -148,42 +134,13 @@ class HttpVllmDriver(DriverBase):
         driver.startup_rss_mib = rss_mib(driver.server.group_pids())
         return driver
 
-    @classmethod
-    def attach(
-        cls,
-        url: str,
-        checkpoints: Callable[[int], Path],
-        workdir: Path | None = None,
-        *,
-        served_model: str | None = None,
-        allow_remote: bool = False,
-        request_timeout: float = 120.0,
-    ) -> HttpVllmDriver:
-        """A driver for a server the user started at ``url``; nothing is started.
-
-        Checks ``GET /health`` and that the dev routes exist (``VLLM_SERVER_DEV_MODE=1``):
-        ``GET /is_paused``, ``GET /weight_info``. ``served_model`` defaults to the first
-        id of ``GET /v1/models``. Raises ``ValueError`` for a bad or non-loopback URL,
-        ``ServerStartError`` when the server is not reachable or lacks a route.
-        """
-        base = check_url(url, allow_remote)
-        driver = cls(base, checkpoints, 0, workdir, request_timeout=request_timeout)
-        try:
-            driver._probe_attached(served_model)
-        except BaseException:
-            driver.close()
-            raise
-        return driver
-
     def _probe_attached(self, served_model: str | None) -> None:
-        import httpx
-
-        try:
-            health = self._http.get("/health", timeout=10.0)
-        except httpx.HTTPError as e:
-            raise ServerStartError(f"no vLLM server at {self.base_url}: {e!r}") from e
-        if health.status_code != 200:
-            raise ServerStartError(f"{self.base_url}/health answered HTTP {health.status_code}")
+        """What :meth:`HttpDriverBase.attach` checks on a vLLM server: ``GET /health``,
+        and that the dev routes exist (``VLLM_SERVER_DEV_MODE=1``): ``GET /is_paused``,
+        ``GET /weight_info``. ``served_model`` defaults to the first id of ``GET
+        /v1/models``. ``ServerStartError`` when the server is not reachable or lacks a
+        route."""
+        self._check_health()
         for route in ("/is_paused", "/weight_info"):
             if self._http.get(route, timeout=10.0).status_code == 404:
                 raise ServerStartError(
@@ -264,7 +221,7 @@ class HttpVllmDriver(DriverBase):
 
     def _server_state(self) -> str:
         if self.server is None:
-            return f"attached server {self.base_url}"
+            return super()._server_state()
         return (
             f"server alive={self.server.is_alive()}; log {self.server.log_path} ends with:\n"
             f"{self.server.log_tail(15)}"
@@ -308,62 +265,22 @@ class HttpVllmDriver(DriverBase):
         except httpx.HTTPError:
             return False
 
-    def close(self) -> None:
-        """Close the HTTP client and stop a server kvfence started (SIGTERM to its process
-        group, SIGKILL after 15 s; an attached server is left running). Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._http.close()
+    def _close_more(self) -> None:
+        """Stop a server kvfence started (SIGTERM to its process group, SIGKILL after
+        15 s; an attached server is left running)."""
         if self.server is not None:
             self.server.close()
         if self._short_tmp is not None:
             shutil.rmtree(self._short_tmp, ignore_errors=True)
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    # -- HTTP helpers -------------------------------------------------------------------
-    def _request(self, method: str, route: str, **kwargs: Any):
-        self._check_usable()
-        import httpx
-
-        try:
-            resp = self._http.request(method, route, **kwargs)
-        except httpx.HTTPError as exc:
-            raise VllmDriverError(
-                f"{method} {route} failed: {exc!r}; {self._server_state()}"
-            ) from exc
-        return resp
-
-    def _json_ok(self, method: str, route: str, **kwargs: Any) -> Any:
-        resp = self._request(method, route, **kwargs)
-        if resp.status_code != 200:
-            raise VllmDriverError(
-                f"{method} {route} -> HTTP {resp.status_code}: {resp.text[:2000]}"
-            )
-        return resp.json() if resp.content else None
 
     # -- generation -----------------------------------------------------------
-    def generate(
-        self,
-        prompt: list[int] | str,
-        max_tokens: int = 8,
-        *,
-        cache_salt: str | None = None,
-        lora: bool = False,
-    ) -> Generation:
-        """Greedy generation via ``POST /v1/completions``.
-
-        Body: ``{"model", "prompt": ids|text, "max_tokens", "temperature": 0,
-        "logprobs": 1, "ignore_eos": true, "return_token_ids": true,
-        "cache_salt"?}``. Tokens from ``choices[0].token_ids``, logprobs from
-        ``choices[0].logprobs.token_logprobs``, cached tokens from
-        ``usage.prompt_tokens_details.cached_tokens`` (present because of
-        ``--enable-prompt-tokens-details``). While paused the request waits in
-        the queue until resume (or the client timeout).
-        """
-        if lora:  # LoRA is served by the offline engine only (docs/engines.md)
-            raise ValueError("LoRA is not served over HTTP")
+    def _generate_body(
+        self, prompt: list[int] | str, max_tokens: int, cache_salt: str | None
+    ) -> dict[str, Any]:
+        """``POST /v1/completions`` body: ``{"model", "prompt": ids|text, "max_tokens",
+        "temperature": 0, "logprobs": 1, "ignore_eos": true, "return_token_ids": true,
+        "cache_salt"?}``. While paused the request waits in the queue until resume (or
+        the client timeout)."""
         body: dict[str, Any] = {
             "model": self.served_model,
             "prompt": prompt if isinstance(prompt, str) else [int(t) for t in prompt],
@@ -375,21 +292,20 @@ class HttpVllmDriver(DriverBase):
         }
         if cache_salt is not None:
             body["cache_salt"] = cache_salt
-        data = self._json_ok("POST", "/v1/completions", json=body)
-        try:
-            choice = data["choices"][0]
-            token_ids = tuple(int(t) for t in choice["token_ids"])
-            logprobs = tuple(float(x) for x in choice["logprobs"]["token_logprobs"])
-            cached = data["usage"]["prompt_tokens_details"]["cached_tokens"]
-        except (KeyError, IndexError, TypeError) as exc:
-            raise VllmDriverError(
-                f"unexpected completion response: {json.dumps(data)[:2000]}"
-            ) from exc
-        if len(logprobs) != len(token_ids):
-            raise VllmDriverError("token_ids and token_logprobs differ in length")
+        return body
+
+    def _parse_generation(self, data: Any) -> tuple[tuple[int, ...], tuple[float, ...], int]:
+        """Tokens from ``choices[0].token_ids``, logprobs from
+        ``choices[0].logprobs.token_logprobs``, cached tokens from
+        ``usage.prompt_tokens_details.cached_tokens`` (present because of
+        ``--enable-prompt-tokens-details``; a server without it: ``VllmDriverError``)."""
+        choice = data["choices"][0]
+        token_ids = tuple(int(t) for t in choice["token_ids"])
+        logprobs = tuple(float(x) for x in choice["logprobs"]["token_logprobs"])
+        cached = data["usage"]["prompt_tokens_details"]["cached_tokens"]
         if cached is None:
             raise VllmDriverError("server did not report cached_tokens")
-        return Generation(token_ids, logprobs, int(cached))
+        return token_ids, logprobs, int(cached)
 
     # -- weights ----------------------------------------------------------------
     def reload_weights(self, version: int) -> None:

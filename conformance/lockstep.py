@@ -651,11 +651,18 @@ class Lockstep:
         caps = self.engine.capabilities
         got = obs.response
         lora = bool(getattr(action, "lora", False))
+        restart_oracle = Capability.RESTART_ORACLE in caps
         for _, o in agreeing:
             if got is not None and got.cold is not None and o.served is not None:
                 self.recorder.cold.record(o.served, lora, got.cold)
-            if got is not None and got.fresh is not None and o.served is not None:
-                # the restart oracle's bytes: without them it never counts as evidence
+            if (
+                got is not None
+                and got.fresh is not None
+                and o.served is not None
+                and restart_oracle
+            ):
+                # The restart oracle's bytes are evidence (DER-001, or INV-003 through the
+                # oracle) once they have told two versions apart for the prompt.
                 self.recorder.cold.record_fresh(o.served, lora, got.fresh)
         for _, o in agreeing:
             for rule_id in evidence(o, obs, caps, self.recorder.cold, lora):

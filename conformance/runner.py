@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from attrs import define, frozen
+from attrs import define, field, frozen
 from hypothesis import HealthCheck, Phase, Verbosity, configuration, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -130,6 +130,23 @@ class Search:
     table: list[Violation]
     error: AdapterError | None = None
     capabilities: frozenset[Capability] = frozenset()
+    reasons: dict[str, str] = field(factory=dict)
+    """Capability -> why the engine lacks it (the adapter's optional ``missing_reasons``),
+    added to the SKIP notes."""
+
+
+def missing_reasons(engine: object) -> dict[str, str]:
+    """The adapter's optional ``missing_reasons`` (capability name -> why the engine lacks
+    it), checked: ``ValueError`` naming an entry that is not a known capability or not a
+    string."""
+    given = getattr(engine, "missing_reasons", None) or {}
+    if not isinstance(given, Mapping):
+        raise ValueError(f"missing_reasons {given!r:.80} is not a mapping")
+    known = {c.value for c in Capability}
+    bad = sorted(str(k) for k, v in given.items() if k not in known or not isinstance(v, str))
+    if bad:
+        raise ValueError(f"missing_reasons names unknown capabilities or non-text: {bad}")
+    return {str(k): v for k, v in given.items()}
 
 
 def check_focus(focus: str | None) -> None:
@@ -147,9 +164,12 @@ def _rule_verdicts(
     strict: bool,
     focus: str | None = None,
     refused: frozenset[str] = frozenset(),
+    reasons: Mapping[str, str] | None = None,
 ) -> tuple[RuleVerdict, ...]:
     """One verdict per rule. ``refused``: rules of configurations the client raised on in
-    the client table (named in the ADP notes: the client did not answer there)."""
+    the client table (named in the ADP notes: the client did not answer there).
+    ``reasons``: capability -> why the engine lacks it, appended to a SKIP's note."""
+    reasons = reasons or {}
     broken = {v.rule for v in violations}
     refusals = ", ".join(sorted({v.rule for v in recorder.refused.values()} | set(refused)))
     out = []
@@ -174,7 +194,9 @@ def _rule_verdicts(
         elif missing:
             # Evidence counted without a capability it needs could not have shown a
             # violation: never a PASS.
-            out.append(RuleVerdict(r, Verdict.SKIP, n, f"needs {', '.join(missing)}"))
+            why = [f"{c}: {reasons[c]}" for c in missing if c in reasons]
+            note = f"needs {', '.join(missing)}" + (f" ({'; '.join(why)})" if why else "")
+            out.append(RuleVerdict(r, Verdict.SKIP, n, note))
         elif n > 0:
             out.append(RuleVerdict(r, Verdict.PASS, n))
         elif r.kind == "ADP" and error is None and refusals:
@@ -228,6 +250,7 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
     search = Search(Recorder(), [])
     try:
         search.capabilities = check_capabilities(engine)
+        search.reasons = missing_reasons(engine)
         if not is_program(client):
             search.table = client_table(client, search.recorder, opts.timeout)
     except AdapterError as e:
@@ -340,6 +363,7 @@ def judge(search: Search, violations: list[Violation], opts: Options):
         opts.strict,
         opts.focus,
         frozenset(v.rule for v in search.table if _is_refusal(v)),
+        search.reasons,
     )
     verdict = worst([r.verdict for r in rules])
     if search.error is not None and verdict is not Verdict.FAIL:

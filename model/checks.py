@@ -376,8 +376,8 @@ def evidence(
     seen = {
         "status": True,
         "flushed": Capability.FLUSH_RESULT in capabilities,
-        # an abort list is evidence where it names ends, or where requests were in flight
-        # that a wrong abort would have ended (``Outcome.at_risk``, PUB-002)
+        # Requests ended (expected ones), or requests a wrong abort would have ended and a
+        # shown ``aborted`` that could have named them (PUB-002's ``at_risk``).
         "aborted": obs.aborted is not None and (bool(exp.aborted) or outcome.at_risk),
         "view.weights": view_seen and Capability.WEIGHTS_PROBE in capabilities,
         "view.label": view_seen

@@ -5,15 +5,16 @@
 #
 # 1. installs vLLM into PYTHON's environment (scripts/install-vllm.sh; a no-op when
 #    `import vllm` already works) and kvfence itself if that Python lacks it;
-# 2. kvfence check --engine vllm --client reference   -> expects PASS  (exit 0), with 22
-#    of the 32 rules exercised (docs/engines.md says why the other ten are SKIP);
+# 2. kvfence check --engine vllm --client reference   -> expects PASS  (exit 0), with 29
+#    of the 46 rules exercised (docs/engines.md says why each other one is SKIP);
 # 3. kvfence check --engine vllm --client never-flush -> expects FAIL  (exit 1):
 #    a client that skips the flush makes vLLM reuse KV computed under the old weights,
 #    and the byte oracle shows it (INV-001, NoStalePrefixReuse);
 # 4. kvfence check --engine vllm-lora --client reference -> expects PASS (exit 0): the same
 #    engine serving a tiny LoRA adapter reloaded under its name, each revision in its own
-#    directory: 23 of the 34 rules exercised (ENG-007 added). KVFENCE_VLLM_LORA=0 skips it.
-# Both verdict tables are printed; results (tables, JUnit XML, JSON, counterexample
+#    directory: ENG-007 added. KVFENCE_VLLM_LORA=0 skips it.
+# Every verdict table is printed, then a line counting the rules exercised (PASS or FAIL,
+# not SKIP or UNKNOWN) and naming each SKIP with its reason; results (tables, JUnit XML, JSON, counterexample
 # JSONL) go to kvfence-results/ (override with KVFENCE_OUT). Exits 1 if either verdict
 # is not the expected one. Runs the CLI as `PYTHON -m kvfence.conformance.cli`, so no
 # `kvfence` on PATH is needed. vLLM's own output (loggers, loading bars) goes to
@@ -45,16 +46,46 @@ if ! "$PY" -c 'import kvfence.conformance.cli' >/dev/null 2>&1; then
 fi
 mkdir -p "$OUT"
 
+# The verdict table's count: rules exercised (PASS or FAIL) of all, and each SKIP's reason.
+summarize() {
+    "$PY" - "$1" <<'PYEOF' || true
+import json, sys
+(run,) = json.load(open(sys.argv[1]))
+rules = run["rules"]
+done = [r["id"] for r in rules if r["verdict"] in ("PASS", "FAIL")]
+print(f"check-vllm: {run['engine']} + {run['client']}: {len(done)} of {len(rules)} rules "
+      f"exercised ({run['verdict']}, {run['seconds']:.0f} s)")
+print("check-vllm:   (docs/engines.md says why vLLM on CPU cannot give each SKIP)")
+for r in rules:
+    if r["verdict"] in ("SKIP", "UNKNOWN"):
+        print(f"check-vllm:   {r['verdict']} {r['id']}: {r['note']}")
+PYEOF
+}
+
 status=0
-run() { # run CLIENT EXPECTED_EXIT EXPECTED_VERDICT [ENGINE]
-    local client="$1" want="$2" word="$3" engine="${4:-vllm}" rc=0
+# Whether rule $2 FAILed in the run whose JSON is $1 (the never-flush check must be caught
+# by the stale-reuse rule itself, not only by the client-table rules).
+failed_rule() {
+    "$PY" - "$1" "$2" <<'PYEOF'
+import json, sys
+(run,) = json.load(open(sys.argv[1]))
+sys.exit(0 if any(r["id"] == sys.argv[2] and r["verdict"] == "FAIL" for r in run["rules"]) else 1)
+PYEOF
+}
+
+run() { # run CLIENT EXPECTED_EXIT EXPECTED_VERDICT [ENGINE] [RULE that must FAIL]
+    local client="$1" want="$2" word="$3" engine="${4:-vllm}" rule="${5:-}" rc=0
     echo
     echo "check-vllm: kvfence check --engine $engine --client $client --profile ci" \
         "(expect $word, exit $want)"
     "$PY" -m kvfence.conformance.cli check --engine "$engine" --client "$client" --profile ci \
         --timeout "$TIMEOUT" --out "$OUT" \
         --junit "$OUT/$engine-$client.xml" --json "$OUT/$engine-$client.json" || rc=$?
-    if [ "$rc" -eq "$want" ]; then
+    summarize "$OUT/$engine-$client.json"
+    if [ -n "$rule" ] && ! failed_rule "$OUT/$engine-$client.json" "$rule"; then
+        echo "check-vllm: UNEXPECTED: $engine + $client did not FAIL $rule" >&2
+        status=1
+    elif [ "$rc" -eq "$want" ]; then
         echo "check-vllm: OK: $engine + $client gave $word (exit $rc)"
     else
         echo "check-vllm: UNEXPECTED: $engine + $client exited $rc, expected $want ($word)" >&2
@@ -63,7 +94,7 @@ run() { # run CLIENT EXPECTED_EXIT EXPECTED_VERDICT [ENGINE]
 }
 
 run reference 0 PASS
-run never-flush 1 FAIL
+run never-flush 1 FAIL vllm INV-001
 if [ "${KVFENCE_VLLM_LORA:-1}" != 0 ]; then
     run reference 0 PASS vllm-lora
 fi

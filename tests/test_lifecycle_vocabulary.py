@@ -238,6 +238,22 @@ def test_publish_aborts_only_when_asked_and_keeps_paused_requests():
     assert all(r.observation.status is Status.REJECTED for _, r in refusals)
 
 
+def test_a_publish_that_kept_requests_it_could_have_aborted_is_pub002_evidence():
+    """``at_risk``: requests were in flight, a publish without ``abort_requests`` showed
+    it ended none. That observation could have shown PUB-002's violation, so it counts; a
+    publish with nothing in flight, or an engine that shows no aborts, does not."""
+    from kvfence.model.checks import evidence
+    from kvfence.model.observation import Observation
+
+    s = go(initial_state((Config(),)), StartRequest(0, "r1", "P"))
+    ((_, kept),) = spec.step(s, PublishVersion(0, 0))
+    shown = Observation(Status.OK, aborted=frozenset())
+    assert "PUB-002" in evidence(kept, shown, set())
+    assert "PUB-002" not in evidence(kept, Observation(Status.OK), set())
+    ((_, idle),) = spec.step(initial_state((Config(),)), PublishVersion(0, 0))
+    assert "PUB-002" not in evidence(idle, shown, set())
+
+
 @pytest.mark.parametrize(
     ("engine", "actions", "rule"),
     [

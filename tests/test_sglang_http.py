@@ -71,3 +71,43 @@ def test_attach_to_nothing_is_an_error(tmp_path):
     r = check(tmp_path, "http://127.0.0.1:9")
     assert r.returncode == 2, r.stdout[-2000:]
     assert "no SGLang server" in r.stdout
+
+
+def test_http_drivers_share_attach_and_generate():
+    """Attach, the HTTP plumbing and the generation call live once, in
+    ``adapters.http_base.HttpDriverBase``; each driver keeps only its routes (the body and
+    answer fields of a generation, the probes of an attached server)."""
+    from kvfence.adapters.http_base import HttpDriverBase
+    from kvfence.adapters.sglang_http import HttpSglangDriver
+    from kvfence.adapters.vllm_http import HttpVllmDriver
+
+    shared = ("attach", "generate", "_request", "_json_ok", "_check_health", "close")
+    for driver in (HttpSglangDriver, HttpVllmDriver):
+        assert issubclass(driver, HttpDriverBase)
+        assert not [name for name in shared if name in vars(driver)], driver
+        assert {"_probe_attached", "_generate_body", "_parse_generation"} <= set(vars(driver))
+    assert HttpSglangDriver.GENERATE_ROUTE == "/generate"
+    assert HttpVllmDriver.GENERATE_ROUTE == "/v1/completions"
+
+
+@pytest.mark.parametrize(
+    ("driver", "answer"),
+    [
+        ("sglang", {"output_ids": [5, 6], "meta_info": {"cached_tokens": 32}}),
+        ("vllm", {"choices": [{"token_ids": [5, 6]}], "usage": {}}),
+    ],
+)
+def test_a_malformed_generation_answer_is_a_clear_error(tmp_path, driver, answer):
+    """A generation answer without its logprobs names the route and the answer."""
+    from kvfence.adapters.sglang_http import HttpSglangDriver
+    from kvfence.adapters.vllm_base import VllmDriverError
+    from kvfence.adapters.vllm_http import HttpVllmDriver
+
+    cls = HttpSglangDriver if driver == "sglang" else HttpVllmDriver
+    d = cls("http://127.0.0.1:9", tmp_path, 0, tmp_path / "w")
+    d._json_ok = lambda *a, **k: answer  # the server's answer, without a server
+    try:
+        with pytest.raises(VllmDriverError, match=f"unexpected {cls.GENERATE_ROUTE} response"):
+            d.generate([1, 2, 3], 2)
+    finally:
+        d.close()

@@ -319,3 +319,27 @@ def test_fresh_and_derived_round_trip_through_the_trace():
     assert back.response.fresh == ("a", 2) and back.view.derived == 0
     plain = observation_json(Observation(Status.OK, view=View(1)))
     assert "derived" not in plain["view"]  # spec 0.2 readers see what they always saw
+
+
+def test_a_lockstep_run_records_the_restart_oracles_bytes_as_evidence():
+    """The restart oracle's bytes count (DER-001 on a derived endpoint) once they told two
+    versions apart for the prompt: serving P at v0 and at v1 is enough (the second serve
+    counts); without the oracle's capability only the derived-state probe counts."""
+    from kvfence.conformance.lockstep import Recorder
+
+    trace = [ServeRequest(0, "P"), UpdateWeights(0, 1, Funnel.TENSOR, True), ServeRequest(0, "P")]
+    configs = (Config(derived=True),)
+    counts = {}
+    for drop in ((), (Capability.RESTART_ORACLE,)):
+        recorder = Recorder()
+        got = replay_actions(
+            engine(ReferenceEndpoint, drop=drop),
+            client("reference"),
+            configs,
+            Policy(),
+            trace,
+            recorder=recorder,
+        )
+        assert got.kind == "PASS", [str(v) for v in got.violations]
+        counts[drop] = recorder.exercised["DER-001"]
+    assert counts[()] == counts[(Capability.RESTART_ORACLE,)] + 1, counts

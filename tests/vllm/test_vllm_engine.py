@@ -111,9 +111,13 @@ def test_offline_reference_client_passes(offline, tmp_path):
     result = run_check(offline, client("reference"), profile="ci", out_dir=tmp_path)
     assert_pass(result)
     exercised = [r.rule.id for r in result.rules if r.verdict in ("PASS", "FAIL")]
-    # 22 today: the 13 rules any adapter exercises, plus what inflight, pause,
-    # flush_result, weights_probe, cache_probe and restart unlock on vLLM (docs/engines.md).
-    assert len(exercised) >= 22, _table(result)
+    # 29 today: the 13 rules any adapter exercises, plus what inflight, pause,
+    # flush_result, weights_probe, cache_probe and restart unlock on vLLM, plus the
+    # lifecycle actions dispatched since issue 13: PUB-001/002 (publish), WIN-001/002
+    # (two_phase), DER-001 (derived + restart_oracle) (docs/engines.md).
+    assert len(exercised) >= 29, _table(result)
+    for rule in ("PUB-001", "PUB-002", "WIN-001", "WIN-002", "DER-001"):
+        assert rule in exercised, _table(result)
 
 
 def test_offline_never_flush_fails_on_stale_kv(offline, tmp_path):

@@ -24,6 +24,19 @@ case: ``fail_closed`` and ``label_updates`` are read at each action, so a case f
   LoRA request hits KV of the old bytes: ENG-007 (cache probe) and INV-001 (bytes).
   Reproduces on 0.32; a client that saves each revision to its own directory PASSes
   (unfixed upstream: PR #42495 was closed, PR #48352, content-derived keys, is open).
+* Label-only publish unchecked (issue 13, wired ``PublishVersion``): vLLM's
+  ``update_weight_version`` sets any label (``RLOfflineMixin.update_weight_version``, "Set
+  the weight version without updating weights"; route ``POST /update_weight_version``), so
+  a publish of a version the weights are not is accepted: PUB-001. The guarded engine checks
+  the weights probe first and PASSes.
+* Label inside a two-phase window (issue 13): after ``start_weight_update`` and a chunk,
+  vLLM still reports the last committed label (``get_weight_version``: "Return the latest
+  committed weight version") on mixed weights, and it does not refuse a request there (a
+  forward pass on meta layers raises; the adapter refuses on its behalf). WIN-001 asks for
+  a refusal or no label; the model expects no label once a chunk landed: the raw engine
+  FAILs WIN-001 at the chunk. The guarded client withdraws the label at the first chunk
+  (``update_weight_version`` to a name of no version) and restores it by the finish or
+  abort: PASS.
 """
 
 from __future__ import annotations
@@ -36,11 +49,16 @@ from kvfence.adapters.registry import client
 from kvfence.adapters.vllm_engine import VllmAdapter
 from kvfence.conformance.replay import Replayed, replay_actions
 from kvfence.model.actions import (
+    AbortWeightUpdate,
+    BeginWeightUpdate,
     ContinueGeneration,
+    FinishWeightUpdate,
     LoadLora,
     PauseGeneration,
+    PublishVersion,
     ServeRequest,
     StartRequest,
+    UpdateWeightChunk,
     UpdateWeights,
 )
 from kvfence.model.state import Policy
@@ -182,3 +200,43 @@ def test_same_path_new_lora_int_id_still_hits_old_blocks(vllm):
     assert again.cached_tokens > 0
     assert cold.cached_tokens == 0
     assert again.logprobs != cold.logprobs
+
+
+PUBLISH_AHEAD = [ServeRequest(0, "P"), PublishVersion(0, 1), ServeRequest(0, "P")]
+
+
+def test_publish_ahead_of_the_weights_fails_raw_engine(vllm):
+    """vLLM's ``update_weight_version`` is unchecked: label 1 on weights 0 (PUB-001)."""
+    replayed = run(vllm, PUBLISH_AHEAD, fail_closed=False, label_updates=False)
+    assert replayed.kind == "FAIL", describe(replayed)
+    assert rules(replayed) == ["PUB-001"], describe(replayed)
+    assert "status" in replayed.violations[0].where, describe(replayed)
+
+
+def test_publish_ahead_of_the_weights_refused_by_guarded_client(vllm):
+    replayed = run(vllm, PUBLISH_AHEAD, fail_closed=True, label_updates=True)
+    assert replayed.kind == "PASS", describe(replayed)
+
+
+WINDOW = [
+    ServeRequest(0, "P"),
+    BeginWeightUpdate(0, 1),
+    UpdateWeightChunk(0),
+    ServeRequest(0, "P"),
+    FinishWeightUpdate(0, True),
+    ServeRequest(0, "P"),
+]
+
+
+def test_committed_label_inside_a_window_fails_raw_engine(vllm):
+    replayed = run(vllm, WINDOW, fail_closed=False, label_updates=False)
+    assert replayed.kind == "FAIL", describe(replayed)
+    assert rules(replayed)[0] == "WIN-001", describe(replayed)
+    assert "label" in replayed.violations[0].where, describe(replayed)
+
+
+@pytest.mark.parametrize("end", [FinishWeightUpdate(0, True), AbortWeightUpdate(0)])
+def test_window_with_label_withdrawn_passes_guarded_client(vllm, end):
+    actions = [*WINDOW[:4], end, ServeRequest(0, "P")]
+    replayed = run(vllm, actions, fail_closed=True, label_updates=True)
+    assert replayed.kind == "PASS", describe(replayed)
