@@ -4,7 +4,9 @@ Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``
 (offline in-process vLLM on CPU), ``vllm-raw`` (the same engine without the adapter's
 fail-closed guard and label updates), ``vllm-lora`` / ``vllm-lora-raw`` (the same, serving
 one LoRA adapter reloaded by ``LoadLora``: each revision in its own directory / new bytes
-over the old directory, vllm-project/vllm #42125), ``vllm-http`` (vLLM's OpenAI server on
+over the old directory, vllm-project/vllm #42125), ``vllm-rl`` / ``vllm-rl-raw`` (the same,
+with the RL lifecycle actions: publish a version, pause with clear_cache, the native
+two-phase update and a restart oracle), ``vllm-http`` (vLLM's OpenAI server on
 loopback), ``sglang-http`` (a user's SGLang server by URL), ``sglang`` / ``sglang@VERSION``
 (upstream SGLang's scheduler control plane on CPU, optionally with a fork's ``overlay``),
 every engine mutant and every correct design by its catalog name. Clients: ``reference``,
@@ -62,6 +64,20 @@ ENGINES: dict[str, Callable[..., EngineAdapter]] = {
         lora=True,
         name="vllm-lora-raw",
     ),
+    # The same engines with the RL lifecycle actions (publish, pause clear_cache, two-phase
+    # update, restart oracle): a separate name because they dilute the ci budget.
+    "vllm-rl": _lazy(
+        "kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline", rl=True, name="vllm-rl"
+    ),
+    "vllm-rl-raw": _lazy(
+        "kvfence.adapters.vllm_engine",
+        "VllmAdapter",
+        mode="offline",
+        fail_closed=False,
+        label_updates=False,
+        rl=True,
+        name="vllm-rl-raw",
+    ),
     "sglang-http": _lazy("kvfence.adapters.sglang_http", "SglangHttpAdapter"),
 }
 for _m in MUTANTS:
@@ -91,7 +107,15 @@ for _d in DESIGNS:  # correct client programs (adapters/programs.py)
         CLIENTS[_d.name] = _d.build  # type: ignore[assignment]
 
 
-VLLM_ENGINES = ("vllm", "vllm-raw", "vllm-lora", "vllm-lora-raw", "vllm-http")
+VLLM_ENGINES = (
+    "vllm",
+    "vllm-raw",
+    "vllm-lora",
+    "vllm-lora-raw",
+    "vllm-rl",
+    "vllm-rl-raw",
+    "vllm-http",
+)
 """Engines that take the options of :func:`add_engine_options` (``log_dir`` always)."""
 
 ATTACH_ENGINES = ("vllm-http", "sglang-http")

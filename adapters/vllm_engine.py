@@ -229,6 +229,12 @@ OFFLINE_CAPABILITIES = frozenset(
     }
 )
 
+#: The RL lifecycle capabilities (issue 13): only the ``vllm-rl`` engines declare them, so that
+#: on ``vllm`` the ci budget of a few dozen examples still reaches stale reuse with the
+#: never-flush client (drawing the window and publish actions dilutes it; as LoRA, which has
+#: the ``vllm-lora`` engines).
+RL_CAPABILITIES = frozenset({C.PUBLISH, C.PAUSE_CLEAR, C.TWO_PHASE, C.RESTART_ORACLE, C.DERIVED})
+
 #: Why the vLLM engines lack each capability they do not declare: the SKIP notes of the
 #: verdict table carry it (``conformance.runner.missing_reasons``; docs/engines.md).
 MISSING_REASONS: dict[str, str] = {
@@ -325,6 +331,7 @@ class VllmAdapter:
         progress: bool = True,
         lora: bool = False,
         lora_fresh_path: bool | None = None,
+        rl: bool = False,
     ):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
@@ -349,10 +356,22 @@ class VllmAdapter:
             raise ValueError("LoRA is wired for mode='offline' only")
         if not self.lora:
             self.capabilities = self.capabilities - {C.LORA}
+        #: The RL lifecycle actions (offline only): publish, pause with clear_cache, the
+        #: two-phase update, the restart oracle and derived state (``RL_CAPABILITIES``).
+        self.rl = bool(rl)
+        if self.rl and mode != "offline":
+            raise ValueError("the RL lifecycle actions are wired for mode='offline' only")
+        if not self.rl:
+            self.capabilities = self.capabilities - RL_CAPABILITIES
         #: Why each capability not declared is missing (the SKIP notes).
         self.missing_reasons = {
             k: v for k, v in MISSING_REASONS.items() if Capability(k) not in self.capabilities
         }
+        if mode == "offline" and not self.rl:
+            for cap in RL_CAPABILITIES:
+                self.missing_reasons[cap.value] = (
+                    "served by the vllm-rl engines (off here so the ci budget reaches stale reuse)"
+                )
         if mode == "http":
             for cap in OFFLINE_CAPABILITIES - self.capabilities:
                 self.missing_reasons.setdefault(
@@ -373,7 +392,7 @@ class VllmAdapter:
                 # The CPU platform repacks the linear layers' weights at load (oneDNN /
                 # packed GEMM operands): state derived from the weights, which the
                 # restart oracle checks follows every update (DER-001).
-                derived=mode == "offline",
+                derived=self.rl,
             ),
         )
         self.max_tokens = max_tokens

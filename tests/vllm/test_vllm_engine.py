@@ -107,8 +107,14 @@ def assert_never_flush_caught(result: Result) -> None:
     assert len(token_ids) == len(logprobs) == 8
 
 
-def test_offline_reference_client_passes(offline, tmp_path):
-    result = run_check(offline, client("reference"), profile="ci", out_dir=tmp_path)
+def test_offline_rl_reference_client_passes(tmp_path):
+    """``vllm-rl``: the engine with the RL lifecycle actions (``vllm`` itself, without them,
+    is checked by scripts/check-vllm.sh in the main job)."""
+    adapter = engine("vllm-rl", log_dir=tmp_path / "vllm-log")
+    try:
+        result = run_check(adapter, client("reference"), profile="ci", out_dir=tmp_path)
+    finally:
+        adapter.close()
     assert_pass(result)
     exercised = [r.rule.id for r in result.rules if r.verdict in ("PASS", "FAIL")]
     # 29 today: the 13 rules any adapter exercises, plus what inflight, pause,

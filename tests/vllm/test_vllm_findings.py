@@ -70,7 +70,7 @@ pytestmark = pytest.mark.vllm
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
     adapter = VllmAdapter(
-        "offline", log_dir=tmp_path_factory.mktemp("vllm-log"), progress=False, lora=True
+        "offline", log_dir=tmp_path_factory.mktemp("vllm-log"), progress=False, lora=True, rl=True
     )
     yield adapter
     adapter.close()

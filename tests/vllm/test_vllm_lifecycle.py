@@ -41,7 +41,9 @@ pytestmark = pytest.mark.vllm
 
 @pytest.fixture(scope="module")
 def vllm(tmp_path_factory):
-    adapter = VllmAdapter("offline", log_dir=tmp_path_factory.mktemp("vllm-log"), progress=False)
+    adapter = VllmAdapter(
+        "offline", log_dir=tmp_path_factory.mktemp("vllm-log"), progress=False, rl=True
+    )
     yield adapter
     adapter.close()
 
