@@ -537,7 +537,7 @@ class Lockstep:
             if problem:
                 raise AdapterError("ADP-002", f"endpoint {i}: {problem}")
         for cap, flag in PROFILE_CAPABILITIES.items():
-            if any(getattr(c, flag) for c in configs) and cap not in self.engine.capabilities:
+            if (profile or {}).get(flag) and cap not in self.engine.capabilities:
                 why = f"the adapter's profile sets {flag} but it does not declare {cap.value}"
                 raise AdapterError("ADP-002", why)
         call_with_timeout(lambda: self.engine.start(configs), limit, "start", self.direct)

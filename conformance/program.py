@@ -113,7 +113,7 @@ NOT_PROGRAM_RULES = {
     rule_id: "judged on a resolver's plan; a client program is judged on its calls"
     for rule_id in ("CLI-003", "CLI-005", "CLI-006")
 }
-"""Plan rules with no counterpart over a call sequence: SKIP for a program, never PASS
+"""Plan rules with no counterpart over a call sequence: N/A for a program, never PASS
 (CLI-003 and CLI-005 ask that a flush be left out, which costs only cold prefills; a
 program's parsing mistake shows as the CLI-001/002 obligation it then misses)."""
 
@@ -122,7 +122,11 @@ NOT_RESOLVER_RULES = {
     "CLI-012": "a resolver never requeues an aborted request; judged on client programs"
 }
 """Program rules with no counterpart for a resolver (its thin program drops what a pause
-aborted): SKIP, never PASS."""
+aborted): N/A, never PASS."""
+
+OTHER_CLIENT_KIND: dict[str, str] = {**NOT_PROGRAM_RULES, **NOT_RESOLVER_RULES}
+"""Rule -> why it binds only the other kind of client: with that reason, N/A (not at
+stake), not a SKIP (``runner._rule_verdicts``)."""
 
 
 class ProgramError(ValueError):

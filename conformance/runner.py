@@ -42,7 +42,7 @@ from .lockstep import (
     is_direct,
 )
 from .machine import build_machine
-from .program import is_program
+from .program import OTHER_CLIENT_KIND, is_program
 from .replay import Replayed, shrink
 from .trace import header, safe_name, unique_path, verdict_line, write_trace
 from .verdict import ORDER, Verdict, worst
@@ -186,7 +186,11 @@ def _rule_verdicts(
         elif error is not None and r.id == error.rule:
             out.append(RuleVerdict(r, Verdict.ERROR, n, str(error)))
         elif r.id in recorder.skipped:
-            out.append(RuleVerdict(r, Verdict.SKIP, n, recorder.skipped[r.id]))
+            why = recorder.skipped[r.id]
+            # a rule of the other kind of client (a resolver's plan, a program's calls)
+            # is not at stake here; any other skip is a gap
+            verdict = Verdict.NA if OTHER_CLIENT_KIND.get(r.id) == why else Verdict.SKIP
+            out.append(RuleVerdict(r, verdict, n, why))
         elif missing and all(Capability(c) in PROFILE_CAPABILITIES for c in missing):
             fields = ", ".join(PROFILE_CAPABILITIES[Capability(c)] for c in missing)
             why = f"not at stake: binds only engines whose profile sets {fields}"
