@@ -232,7 +232,16 @@ def test_committed_label_inside_a_window_fails_raw_engine(vllm):
     replayed = run(vllm, WINDOW, fail_closed=False, label_updates=False)
     assert replayed.kind == "FAIL", describe(replayed)
     assert rules(replayed)[0] == "WIN-001", describe(replayed)
-    assert "label" in replayed.violations[0].where, describe(replayed)
+    # Inside the window vLLM's probe shows mixed weights (no whole version) under its last
+    # committed label: neither a staged chunk (old weights, old label) nor a landed one
+    # (mixed weights, no label) explains it. The violation names the first branch's field.
+    assert replayed.violations[0].where in ("endpoint 0 view.label", "endpoint 0 view.weights")
+    views = [
+        line["observed"]["view"]
+        for line in replayed.run.lines
+        if (line.get("observed") or {}).get("view")
+    ]
+    assert any(v["weights"] is None and v["label"] == 0 for v in views), views
 
 
 @pytest.mark.parametrize("end", [FinishWeightUpdate(0, True), AbortWeightUpdate(0)])
