@@ -156,7 +156,8 @@ class Recorder:
         self.other: dict[str, Violation] = {}
         self.set_aside: Run | None = None
         self.refused: dict[str, Violation] = {}
-        self.skipped: dict[str, str] = {}
+        #: rule -> why it binds only the other kind of client here (N/A, not at stake)
+        self.not_at_stake: dict[str, str] = {}
 
 
 class Run:

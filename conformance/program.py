@@ -124,10 +124,6 @@ NOT_RESOLVER_RULES = {
 """Program rules with no counterpart for a resolver (its thin program drops what a pause
 aborted): N/A, never PASS."""
 
-OTHER_CLIENT_KIND: dict[str, str] = {**NOT_PROGRAM_RULES, **NOT_RESOLVER_RULES}
-"""Rule -> why it binds only the other kind of client: with that reason, N/A (not at
-stake), not a SKIP (``runner._rule_verdicts``)."""
-
 
 class ProgramError(ValueError):
     """The client program made a call the engine API does not take here (its mistake)."""
@@ -592,7 +588,7 @@ class SyncRun:
 def run_program(lock: Lockstep, action: SyncWeights, step: Step, program: Any) -> None:
     """Run a client program's sync in ``lock`` (or a recorded one's, for replay)."""
     run = SyncRun(lock, action, step)
-    lock.recorder.skipped.update(NOT_PROGRAM_RULES)
+    lock.recorder.not_at_stake.update(NOT_PROGRAM_RULES)
     error: BaseException | None = None
     try:
         program.sync(run.handles, action.version, lock.policy)
@@ -611,7 +607,7 @@ def resolver_sync(lock: Lockstep, action: SyncWeights, step: Step) -> None:
     from .lockstep import call_with_timeout, refusal, resolve
 
     run = SyncRun(lock, action, step)
-    lock.recorder.skipped.update(NOT_RESOLVER_RULES)
+    lock.recorder.not_at_stake.update(NOT_RESOLVER_RULES)
     p = lock.policy
     plans: list[Plan] = []
     for i in range(len(lock.configs)):

@@ -42,7 +42,7 @@ from .lockstep import (
     is_direct,
 )
 from .machine import build_machine
-from .program import OTHER_CLIENT_KIND, is_program
+from .program import is_program
 from .replay import Replayed, shrink
 from .trace import header, safe_name, unique_path, verdict_line, write_trace
 from .verdict import ORDER, Verdict, worst
@@ -185,12 +185,9 @@ def _rule_verdicts(
             out.append(RuleVerdict(r, Verdict.FAIL, n, why))
         elif error is not None and r.id == error.rule:
             out.append(RuleVerdict(r, Verdict.ERROR, n, str(error)))
-        elif r.id in recorder.skipped:
-            why = recorder.skipped[r.id]
+        elif r.id in recorder.not_at_stake:
             # a rule of the other kind of client (a resolver's plan, a program's calls)
-            # is not at stake here; any other skip is a gap
-            verdict = Verdict.NA if OTHER_CLIENT_KIND.get(r.id) == why else Verdict.SKIP
-            out.append(RuleVerdict(r, verdict, n, why))
+            out.append(RuleVerdict(r, Verdict.NA, n, recorder.not_at_stake[r.id]))
         elif missing and all(Capability(c) in PROFILE_CAPABILITIES for c in missing):
             fields = ", ".join(PROFILE_CAPABILITIES[Capability(c)] for c in missing)
             why = f"not at stake: binds only engines whose profile sets {fields}"
