@@ -18,7 +18,7 @@ matrix (``conformance/matrix.py``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from attrs import frozen
 
@@ -381,16 +381,11 @@ class StagesChunksAside(ReferenceEndpoint):
     parameters (``vllm/model_executor/model_loader/reload``), the reference's shape.
     """
 
-    def update_weight_chunk(self) -> Reply:
-        window = self.window
-        assert window is not None
-        if window.failed:
-            return Reply(False, message="an earlier chunk failed; the window is dead")
-        if self.fail_next_chunk:
-            self.fail_next_chunk = False
-            window.failed = True
-            return Reply(False, message="chunk failed; the staged buffer was dropped")
+    def _land_chunk(self, window: Any) -> Reply:
         return Reply(True)  # staged: nothing the forward reads has changed
+
+    def _fail_chunk(self) -> Reply:
+        return Reply(False, message="chunk failed; the staged buffer was dropped")
 
 
 class DerivedRebuiltLazily(ReferenceEndpoint):

@@ -307,11 +307,19 @@ class ReferenceEndpoint:
         if self.fail_next_chunk:
             self.fail_next_chunk = False
             window.failed = True
-            self._chunk_failed()
-            return Reply(False, message="chunk failed; rolled back to the old weights")
+            return self._fail_chunk()
+        return self._land_chunk(window)
+
+    def _land_chunk(self, window: Any) -> Reply:
+        """Where a good chunk goes: into the live parameters, mixed from now on."""
         window.landed = True
         self.torn, self.label = True, None
         return Reply(True)
+
+    def _fail_chunk(self) -> Reply:
+        """What a failed chunk leaves: the old weights, rolled back."""
+        self._chunk_failed()
+        return Reply(False, message="chunk failed; rolled back to the old weights")
 
     def finish_weight_update(self, flush_cache: bool | None) -> Reply:
         """vLLM ``POST /finish_weight_update`` (``finalize_layerwise_reload``, then the
