@@ -35,7 +35,7 @@ from .actions import (
 )
 from .semantics import asked_to_flush, enabled, plan_for
 from .state import Bounds, State
-from .vocabulary import ALL_MEMORY, Funnel, MemoryTag, PauseMode, Tier
+from .vocabulary import ALL_MEMORY, MemoryTag, PauseMode, Tier
 
 TAG_SETS: tuple[frozenset[MemoryTag], ...] = (
     ALL_MEMORY,
@@ -51,7 +51,7 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
     n = len(state.endpoints)
     versions = [v for v in (state.trainer, state.trainer + 1) if 1 <= v <= bounds.versions]
     for v in versions:
-        for funnel in Funnel:
+        for funnel in bounds.funnels:
             yield SyncWeights(v, funnel)
     for i in range(n):
         namespaces: list[int | None] = [None]
@@ -68,7 +68,7 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
         for rid in bounds.rids:
             yield FinishRequest(i, rid)
         for v in versions:
-            for funnel in Funnel:
+            for funnel in bounds.funnels:
                 for flush in (None, False, True):
                     yield UpdateWeights(i, v, funnel, flush)
             if faults:
@@ -92,7 +92,7 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
             yield FaultRefuseFlush(i)
         # two-phase updates: the funnel only matters to the system (derived state, drafts)
         for v in versions:
-            for funnel in Funnel:
+            for funnel in bounds.funnels:
                 yield BeginWeightUpdate(i, v, funnel)
         yield UpdateWeightChunk(i)
         for flush in (None, False, True):

@@ -14,11 +14,13 @@ first violation found one at the fewest steps, and its ``trace`` a shortest path
 Defaults (``initial_states``): endpoint 0 on the exact lane, every other on the standard
 lane, radix cache on and reported everywhere, client policy ``Policy()`` (mode auto,
 pause retract). ``kvfence explore`` with its defaults (2 endpoints, ``--prefixes 1
---versions 2 --inflight 1 --depth 6``) visits 34,640 states over 1,060,845 transitions.
+--versions 2 --inflight 1 --depth 6``) visits 211,400 states; with every funnel stepped
+(``symmetry=False``) over 5,579,668 transitions.
 
 ``symmetry=True`` (on in ``kvfence explore``) keys the visited set on a canonical renaming of
-prefixes, request IDs and endpoints of equal config (``model.symmetry``); a counterexample
-found among representatives is re-derived as a concrete path (``_concrete``).
+prefixes, request IDs and endpoints of equal config, and steps one funnel of each update
+action the model cannot tell apart by funnel (``model.symmetry``); a counterexample found
+among representatives is re-derived as a concrete path (``_concrete``).
 
 Pure: standard library and attrs only. No I/O, clock or randomness; callers time it.
 """
@@ -35,7 +37,7 @@ from .candidates import actions
 from .checks import Violation, check_served, check_state
 from .semantics import step
 from .state import Bounds, Config, Policy, State, initial_state
-from .symmetry import canonical
+from .symmetry import canonical, funnel_bounds
 from .vocabulary import Lane
 
 
@@ -115,7 +117,9 @@ def explore(
     distinct states have been seen (then ``complete`` is False).
 
     ``symmetry``: deduplicate states up to renaming of prefixes, request IDs and endpoints
-    of equal config (``symmetry.canonical``); ``states`` then counts orbits, and the
+    of equal config (``symmetry.canonical``), and step each update action through one
+    funnel only (``symmetry.funnel_bounds``); ``states`` then counts orbits (the
+    ``transitions`` only the representatives' edges), and the
     ``trace`` of a violation is re-derived as a concrete path from ``initial`` in the full
     space (``_concrete``). ``stop(level)``: called before the first state of each new
     level is expanded (``level`` levels are complete); True ends the search there
@@ -123,6 +127,7 @@ def explore(
     """
     roots = (initial,) if isinstance(initial, State) else tuple(initial)
     if symmetry:
+        bounds = funnel_bounds(bounds)  # every funnel has the representative's branches
         # Most transitions lead to a state seen before: its representative is looked up,
         # not recomputed (the renamings cost more than the step itself).
         reps: dict[State, State] = {}

@@ -908,6 +908,8 @@ def within(state: State, action: Action, bounds: Bounds) -> bool:
     version = getattr(action, "version", None)
     if version is not None and version > bounds.versions:
         return False
+    if getattr(action, "funnel", None) not in (None, *bounds.funnels):
+        return False
     if isinstance(action, LoadLora):
         return state.endpoint(action.endpoint).lora < bounds.lora_revisions
     return bounds.namespaces or getattr(action, "namespace", None) is None

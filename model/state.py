@@ -19,7 +19,18 @@ from __future__ import annotations
 from attrs import field, frozen
 
 from .fast import evolve
-from .vocabulary import GARBAGE, MIXED, CacheMode, Kind, Lane, MemoryTag, PauseMode, Phase, Tier
+from .vocabulary import (
+    GARBAGE,
+    MIXED,
+    CacheMode,
+    Funnel,
+    Kind,
+    Lane,
+    MemoryTag,
+    PauseMode,
+    Phase,
+    Tier,
+)
 
 ServerInfo = tuple[tuple[str, object], ...] | None
 """What ``/get_server_info`` returned, as sorted ``(key, value)`` pairs; ``None`` when the
@@ -351,7 +362,8 @@ class Bounds:
     ``rids``: request IDs available for in-flight requests. ``versions``: the newest weight
     version the trainer may produce. ``lora_revisions``: newest LoRA revision.
     ``namespaces``: requests may be pinned to a namespace (any version up to the one in
-    force); off, every request carries none.
+    force); off, every request carries none. ``funnels``: the weight-update funnels an
+    update action may name (the reduced search keeps one: ``symmetry.funnel_bounds``).
 
     Bounds are the search's, not the spec's: no guard reads them. ``semantics.within`` is
     the one place they are applied.
@@ -362,6 +374,7 @@ class Bounds:
     versions: int = 2
     lora_revisions: int = 2
     namespaces: bool = False
+    funnels: tuple[Funnel, ...] = tuple(Funnel)
 
 
 @frozen(cache_hash=True)

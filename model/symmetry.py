@@ -16,6 +16,15 @@ endpoint elsewhere would have to be renamed too, and ``tests/test_speed.py`` fai
 field that names an endpoint appears outside the ledger (which the explorer strips).
 ``Config`` values are fixed for a run and identify an endpoint's class: never renamed.
 
+A fourth name is interchangeable in actions, not in states: the weight-update funnel. The
+model reads no funnel (``OpenUpdate``'s docstring: the funnel is the system's business), so
+an ``UpdateWeights``, ``SyncWeights`` or ``BeginWeightUpdate`` has the same branches,
+outcomes included, through every funnel (``tests/test_speed.py`` checks this on every state
+of a small search). ``funnel_bounds`` keeps one funnel (``Bounds.funnels``): the reduced
+model explorer then steps each such action once instead of seven times. The product explorer and the
+stateful search keep every funnel: a system under test may miss one (SGLang's bucketed path,
+public-faults.md), and only the system can show it.
+
 ``canonical`` is sound whatever it picks (it returns a renaming of its argument, so only
 states of the same orbit are merged); picking the smallest hash makes it a true canonical
 form, so the count of states is the count of orbits. Hashes of strings vary between
@@ -35,6 +44,7 @@ import attrs
 
 from .fast import evolve
 from .state import Bounds, Config, State
+from .vocabulary import Funnel
 
 OPAQUE: tuple[type, ...] = (Config,)
 """Values never renamed: an endpoint's config is fixed for a run and names its class."""
@@ -129,6 +139,16 @@ def images(
             else:
                 eps = base.endpoints
                 yield evolve(base, endpoints=tuple(eps[i] for i in order))
+
+
+REPRESENTATIVE_FUNNEL = Funnel.DISK
+"""The funnel the reduced model search keeps for each class of actions equal but for it."""
+
+
+def funnel_bounds(bounds: Bounds) -> Bounds:
+    """``bounds`` whose update actions name ``REPRESENTATIVE_FUNNEL`` only (the search
+    bound ``Bounds.funnels``): every other funnel has the same branches."""
+    return evolve(bounds, funnels=(REPRESENTATIVE_FUNNEL,))
 
 
 def trivial(state: State, bounds: Bounds) -> bool:
