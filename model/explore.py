@@ -37,7 +37,7 @@ from .candidates import actions
 from .checks import Violation, check_served, check_state
 from .semantics import step
 from .state import Bounds, Config, Policy, State, initial_state
-from .symmetry import canonical, funnel_bounds
+from .symmetry import canonical, funnel_bounds, trivial
 from .vocabulary import Lane
 
 
@@ -128,6 +128,9 @@ def explore(
     roots = (initial,) if isinstance(initial, State) else tuple(initial)
     if symmetry:
         bounds = funnel_bounds(bounds)  # every funnel has the representative's branches
+    # Configs are fixed along a path: with no renaming but the identity at the roots (the
+    # CLI's defaults), no state has another, and states are keyed as they are.
+    if symmetry and not all(trivial(r, bounds) for r in roots):
         # Most transitions lead to a state seen before: its representative is looked up,
         # not recomputed (the renamings cost more than the step itself).
         reps: dict[State, State] = {}

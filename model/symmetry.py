@@ -168,4 +168,12 @@ def canonical(
     return min(images(state, bounds, memo), key=hash)
 
 
-__all__ = ["OPAQUE", "canonical", "images", "relabel", "trivial"]
+__all__ = [
+    "OPAQUE",
+    "REPRESENTATIVE_FUNNEL",
+    "canonical",
+    "funnel_bounds",
+    "images",
+    "relabel",
+    "trivial",
+]
