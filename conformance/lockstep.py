@@ -22,7 +22,7 @@ from collections.abc import Callable
 from itertools import product
 from typing import Any
 
-from attrs import evolve, frozen
+from attrs import define, evolve, frozen
 
 from kvfence.adapters.protocol import (
     AdapterFailure,
@@ -127,6 +127,38 @@ class NotEnabled(Exception):
     """A recorded action the model does not enable at its turn (replay and shrinking)."""
 
 
+@define(slots=True)
+class Timing:
+    """Where a run's time went: seconds spent inside the system under test, per side.
+
+    ``engine_seconds`` / ``engine_calls``: every call into the engine adapter that
+    ``call_with_timeout`` makes for the run (``start``, which for a real engine includes
+    importing it and loading the model; ``apply`` per action; ``server_info``; ``close``),
+    shrinking's replays included. ``client_seconds`` / ``client_calls``: the client
+    resolver's ``resolve`` calls. Seconds are ``time.perf_counter`` spans taken on the
+    thread that runs the call (this one for an in-process adapter, the adapter worker
+    otherwise), so a thread handoff counts as the checker's time, not the engine's; a call
+    that times out counts the time waited for it. A client *program*'s own code runs inside
+    the checker's sync and is not split out: only its engine calls are engine time.
+    Everything else in a run's wall time (the model, Hypothesis, judging, writing the
+    counterexample) is the checker's own (``runner.TimeSplit``).
+    """
+
+    engine_seconds: float = 0.0
+    client_seconds: float = 0.0
+    engine_calls: int = 0
+    client_calls: int = 0
+
+    def add(self, seconds: float, client: bool = False) -> None:
+        """Account one call of ``seconds`` to the engine, or to the client resolver."""
+        if client:
+            self.client_seconds += seconds
+            self.client_calls += 1
+        else:
+            self.engine_seconds += seconds
+            self.engine_calls += 1
+
+
 class Recorder:
     """What a run learns across every lockstep run it hosts.
 
@@ -140,10 +172,12 @@ class Recorder:
     run, so that a focused run that FAILs only on it still writes a counterexample.
     ``refused``: rule ID -> the violation of a configuration the client raised on.
     ``skipped``: rule ID -> why the client under test cannot be judged by it (a program,
-    for plan rules): SKIP.
+    for plan rules): SKIP. ``timing``: the seconds spent inside the engine and the client
+    (``Timing``); pass one to share it across recorders (shrinking's replays).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, timing: Timing | None = None) -> None:
+        self.timing = Timing() if timing is None else timing
         self.exercised: Counter[str] = Counter()
         self.reached: set[str] = set()
         self.examples = 0
@@ -197,10 +231,15 @@ class _Worker:
             fn, future = self.jobs.get()
             if not future.set_running_or_notify_cancel():
                 continue
+            started = time.perf_counter()
             try:
-                future.set_result(fn())
+                result = fn()
             except BaseException as e:  # handed to the caller, which classifies it
+                future.seconds = time.perf_counter() - started  # read by the caller
                 future.set_exception(e)
+            else:
+                future.seconds = time.perf_counter() - started
+                future.set_result(result)
             del fn, future
 
     def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
@@ -293,10 +332,22 @@ def is_direct(adapter: object) -> bool:
     return getattr(adapter, "in_process", False) is True
 
 
+_clock = time.perf_counter  # one global lookup per read on the direct path
+
+
 def call_with_timeout(
-    fn: Callable[[], Any], timeout: float, what: str, direct: bool = False
+    fn: Callable[[], Any],
+    timeout: float,
+    what: str,
+    direct: bool = False,
+    timing: Timing | None = None,
+    client: bool = False,
 ) -> Any:
     """Run an adapter call; its exceptions and hangs become ``AdapterError`` (ADP-001).
+
+    ``timing``: the run's ``Timing``, which gets the call's seconds (as a client resolver
+    call when ``client``), whether it answered, raised or timed out: two
+    ``perf_counter`` reads per call (issue 12: the explorer makes tens of thousands a second).
 
     ``direct`` (an in-process adapter, ``is_direct``): the call runs in this thread, and one
     watchdog thread per process (``_Watchdog``) interrupts it with SIGALRM once
@@ -312,18 +363,33 @@ def call_with_timeout(
     """
     try:
         if direct and _direct_possible():
+            started = _clock()
             try:
                 return _call_direct(fn, timeout)
             except _Alarm:
                 raise concurrent.futures.TimeoutError from None
+            finally:
+                if timing is not None:  # inlined ``Timing.add``: the hot path (explorer)
+                    if client:
+                        timing.client_seconds += _clock() - started
+                        timing.client_calls += 1
+                    else:
+                        timing.engine_seconds += _clock() - started
+                        timing.engine_calls += 1
         if not _WORKER:
             _WORKER.append(_Worker())
+        started = time.perf_counter()
         future = _WORKER[0].submit(fn)
         try:
             return future.result(timeout=timeout)
         except concurrent.futures.TimeoutError:
             _WORKER.pop()  # abandoned with its hung call; a daemon, so never joined
             raise
+        finally:
+            if timing is not None:
+                # the worker's own span (set before the result); a hung call: the wait
+                spent = getattr(future, "seconds", None)
+                timing.add(time.perf_counter() - started if spent is None else spent, client)
     except concurrent.futures.TimeoutError:
         raise AdapterError("ADP-001", f"{what} did not answer within {timeout:g} s") from None
     except TraceError:
@@ -342,13 +408,21 @@ def call_with_timeout(
         raise AdapterError("ADP-001", f"{what} raised {type(e).__name__}: {e}") from e
 
 
-def resolve(client: ClientAdapter, policy: Policy, info: Any, timeout: float) -> Plan | str:
+def resolve(
+    client: ClientAdapter, policy: Policy, info: Any, timeout: float, timing: Timing | None = None
+) -> Plan | str:
     """The client's plan for one configuration, or the message of the ``Exception`` it
     raised instead (a refusal, which the caller records against that configuration's
-    rule). Hangs, ``SystemExit`` and ill-typed plans stay adapter errors."""
+    rule). Hangs, ``SystemExit`` and ill-typed plans stay adapter errors. ``timing``: the
+    run's ``Timing`` (the call counts as client time)."""
     try:
         got = call_with_timeout(
-            lambda: client.resolve(policy, info), timeout, "resolve", is_direct(client)
+            lambda: client.resolve(policy, info),
+            timeout,
+            "resolve",
+            is_direct(client),
+            timing,
+            client=True,
         )
     except AdapterError as e:
         if e.raised:
@@ -377,7 +451,7 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
     for mode, flush, pause, info in grid + grid[::-1]:
         policy = Policy(mode, flush, pause)
         expected = resolve_plan(mode, flush, pause, info)
-        got = resolve(client, policy, info, timeout)
+        got = resolve(client, policy, info, timeout, recorder.timing)
         where = f"plan.flush for policy {policy_words(policy)}, server info {info!r}"
         if isinstance(got, str):
             out.append(refusal(expected, got, where))
@@ -385,7 +459,7 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
             continue
         answered += 1
         retract = evolve(policy, pause_mode=PauseMode.RETRACT)
-        again = resolve(client, retract, info, timeout)
+        again = resolve(client, retract, info, timeout, recorder.timing)
         if isinstance(again, str):
             asked = resolve_plan(mode, flush, PauseMode.RETRACT, info)
             where = f"plan.flush for policy {policy_words(retract)}, server info {info!r}"
@@ -393,7 +467,7 @@ def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> l
             continue
         plain, plain_flush = plain_form(info), None
         if plain is not None:
-            on_plain = resolve(client, policy, plain, timeout)
+            on_plain = resolve(client, policy, plain, timeout, recorder.timing)
             if isinstance(on_plain, str):
                 where = f"plan.flush for policy {policy_words(policy)}, server info {plain!r}"
                 out.append(refusal(resolve_plan(mode, flush, pause, plain), on_plain, where))
@@ -541,7 +615,9 @@ class Lockstep:
             if (profile or {}).get(flag) and cap not in self.engine.capabilities:
                 why = f"the adapter's profile sets {flag} but it does not declare {cap.value}"
                 raise AdapterError("ADP-002", why)
-        call_with_timeout(lambda: self.engine.start(configs), limit, "start", self.direct)
+        call_with_timeout(
+            lambda: self.engine.start(configs), limit, "start", self.direct, self.recorder.timing
+        )
         self.states = frozenset({initial_state(configs, policy)})
         self.unsettled = False
 
@@ -618,7 +694,11 @@ class Lockstep:
         self.note(f"  {action!r}" if within is not None else f"{action!r}")
         self._note_reach(action)
         obs = call_with_timeout(
-            lambda: self.engine.apply(action), self.timeout, action.name, self.direct
+            lambda: self.engine.apply(action),
+            self.timeout,
+            action.name,
+            self.direct,
+            self.recorder.timing,
         )
         problem = malformed(obs)
         if problem:

@@ -425,6 +425,7 @@ class SyncRun:
                 self.lock.timeout,
                 f"server_info({index})",
                 self.lock.direct,
+                self.lock.recorder.timing,
             )
         except BaseException as e:
             self.halt = e
@@ -612,10 +613,14 @@ def resolver_sync(lock: Lockstep, action: SyncWeights, step: Step) -> None:
     plans: list[Plan] = []
     for i in range(len(lock.configs)):
         info = call_with_timeout(
-            lambda i=i: lock.engine.server_info(i), lock.timeout, f"server_info({i})", lock.direct
+            lambda i=i: lock.engine.server_info(i),
+            lock.timeout,
+            f"server_info({i})",
+            lock.direct,
+            lock.recorder.timing,
         )
         expected = resolve_plan(p.mode, p.flush_cache, p.pause_mode, info)
-        got = resolve(lock.client, p, info, lock.timeout)
+        got = resolve(lock.client, p, info, lock.timeout, lock.recorder.timing)
         if isinstance(got, str):
             lock.refused(refusal(expected, got, f"endpoint {i} plan.flush, {info!r}"))
         step.plans.append(PlanRecord(i, info, expected, got))
@@ -625,7 +630,7 @@ def resolver_sync(lock: Lockstep, action: SyncWeights, step: Step) -> None:
             # same question with a retract pause, and record the answer for replay.
             retract = evolve(p, pause_mode=PauseMode.RETRACT)
             spec_retract = resolve_plan(p.mode, p.flush_cache, PauseMode.RETRACT, info)
-            again = resolve(lock.client, retract, info, lock.timeout)
+            again = resolve(lock.client, retract, info, lock.timeout, lock.recorder.timing)
             if isinstance(again, str):
                 where = f"endpoint {i} plan.flush (asked with a retract pause), {info!r}"
                 lock.refused(refusal(spec_retract, again, where))

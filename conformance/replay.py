@@ -42,6 +42,7 @@ from .lockstep import (
     Recorder,
     Refused,
     Run,
+    Timing,
 )
 from .program import RecordedProgram
 from .trace import Step, Trace
@@ -88,10 +89,13 @@ def replay_actions(
     bounds: Bounds = MACHINE_BOUNDS,
     timeout: float = 60.0,
     recorder: Recorder | None = None,
+    timing: Timing | None = None,
 ) -> Replayed:
     """Run ``actions`` in lockstep from a fresh start. With ``deltas``, versioned actions
-    are renumbered relative to the trainer's version at their turn (for shrinking)."""
-    lock = Lockstep(engine, client, recorder or Recorder(), bounds, timeout)
+    are renumbered relative to the trainer's version at their turn (for shrinking).
+    ``timing``: a run's ``Timing`` to add the replay's engine and client seconds to (when
+    no ``recorder`` is given)."""
+    lock = Lockstep(engine, client, recorder or Recorder(timing), bounds, timeout)
     try:
         lock.start(configs, policy)
         for i, action in enumerate(actions):
@@ -160,10 +164,12 @@ def shrink(
     bounds: Bounds = MACHINE_BOUNDS,
     timeout: float = 60.0,
     budget: int = 400,
+    timing: Timing | None = None,
 ) -> Replayed | None:
     """The smallest run that still breaks a rule in ``targets`` (among the violations that
     stopped it if ``hard``, else among its client violations), or ``None`` if the original
-    does not reproduce (a nondeterministic SUT). ``budget``: replays at most."""
+    does not reproduce (a nondeterministic SUT). ``budget``: replays at most. ``timing``:
+    the check's ``Timing``, which every replay's engine and client calls add to."""
 
     def breaks(r: Replayed) -> bool:
         rules = {v.rule for v in (r.hard if hard else r.soft)}
@@ -171,7 +177,9 @@ def shrink(
 
     configs, policy, actions = run.configs, run.policy, list(run.actions)
     deltas = _deltas(actions)
-    best = replay_actions(engine, client, configs, policy, actions, deltas, bounds, timeout)
+    best = replay_actions(
+        engine, client, configs, policy, actions, deltas, bounds, timeout, timing=timing
+    )
     if not breaks(best):
         return None
     tries = 1
@@ -181,7 +189,9 @@ def shrink(
         for start in range(0, len(actions), chunk):
             cand = actions[:start] + actions[start + chunk :]
             cand_deltas = deltas[:start] + deltas[start + chunk :]
-            r = replay_actions(engine, client, configs, policy, cand, cand_deltas, bounds, timeout)
+            r = replay_actions(
+                engine, client, configs, policy, cand, cand_deltas, bounds, timeout, timing=timing
+            )
             tries += 1
             if breaks(r):
                 actions, deltas, best = cand, cand_deltas, r
@@ -199,7 +209,9 @@ def shrink(
         for i, j in combinations(range(len(actions)), 2):
             keep = [k for k in range(len(actions)) if k not in (i, j)]
             cand, cand_deltas = [actions[k] for k in keep], [deltas[k] for k in keep]
-            r = replay_actions(engine, client, configs, policy, cand, cand_deltas, bounds, timeout)
+            r = replay_actions(
+                engine, client, configs, policy, cand, cand_deltas, bounds, timeout, timing=timing
+            )
             tries += 1
             if breaks(r):
                 actions, deltas, best, improved = cand, cand_deltas, r, True
@@ -212,7 +224,15 @@ def shrink(
             improved = False
             for cand_configs, cand_policy in _simpler_setups(configs, policy):
                 r = replay_actions(
-                    engine, client, cand_configs, cand_policy, actions, deltas, bounds, timeout
+                    engine,
+                    client,
+                    cand_configs,
+                    cand_policy,
+                    actions,
+                    deltas,
+                    bounds,
+                    timeout,
+                    timing=timing,
                 )
                 tries += 1
                 if breaks(r):

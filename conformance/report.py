@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from .runner import Result
+from .runner import Result, TimeSplit
 from .trace import violation_json, write_atomic
 from .verdict import SILENT, Verdict
 
@@ -96,10 +96,38 @@ def print_result(result: Result, console: Console | None = None) -> None:
             soft_wrap=True,  # a command to copy: never broken over lines
         )
     style = STYLE.get(result.verdict, "")
+    overhead = "" if result.timing is None else f"; {overhead_words(result.timing)}"
     console.print(
         f"verdict: [{style}]{result.verdict}[/]  "
-        f"({result.examples} examples, {result.seconds:.1f} s)"
+        f"({result.examples} examples, {result.seconds:.1f} s{overhead})"
     )
+
+
+def overhead_words(t: TimeSplit) -> str:
+    """The summary line's account of the wall time, e.g. ``engine 41.2 s, client 0.0 s,
+    kvfence overhead 7.9% of wall``."""
+    return (
+        f"engine {t.engine_seconds:.1f} s, client {t.client_seconds:.1f} s, "
+        f"kvfence overhead {100 * t.checker_fraction:.1f}% of wall"
+    )
+
+
+def timing_json(t: TimeSplit | None) -> dict[str, Any] | None:
+    """The report's ``timing`` object (``runner.TimeSplit``): ``wall_seconds``,
+    ``engine_seconds``, ``client_seconds``, ``checker_seconds`` (seconds, rounded to the
+    millisecond), ``checker_fraction`` (checker / wall, in [0, 1], 4 decimals),
+    ``engine_calls``, ``client_calls``; ``None`` where the result was not measured."""
+    if t is None:
+        return None
+    return {
+        "wall_seconds": round(t.wall_seconds, 3),
+        "engine_seconds": round(t.engine_seconds, 3),
+        "client_seconds": round(t.client_seconds, 3),
+        "checker_seconds": round(t.checker_seconds, 3),
+        "checker_fraction": round(t.checker_fraction, 4),
+        "engine_calls": t.engine_calls,
+        "client_calls": t.client_calls,
+    }
 
 
 def result_json(result: Result) -> dict[str, Any]:
@@ -110,6 +138,7 @@ def result_json(result: Result) -> dict[str, Any]:
         "seed": result.seed,
         "verdict": result.verdict.value,
         "seconds": round(result.seconds, 3),
+        "timing": timing_json(result.timing),
         "examples": result.examples,
         "counterexample": None if result.counterexample is None else str(result.counterexample),
         "counterexample_steps": result.steps,

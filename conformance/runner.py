@@ -36,6 +36,7 @@ from .lockstep import (
     ConformanceFailure,
     Recorder,
     Run,
+    Timing,
     call_with_timeout,
     check_capabilities,
     client_table,
@@ -80,10 +81,53 @@ class RuleVerdict:
 
 
 @frozen
+class TimeSplit:
+    """A check's wall time split between the system under test and kvfence itself (issue
+    12: "checker overhead under 10% of a vLLM check's wall time").
+
+    ``wall_seconds``: ``run_check`` from its start to its result (search, shrinking, close,
+    counterexample, judging). ``engine_seconds`` / ``engine_calls``: inside the engine
+    adapter (start-up and model loading included), ``client_seconds`` / ``client_calls``:
+    inside the client resolver (``lockstep.Timing`` says what is counted).
+    ``checker_seconds``: the rest, kvfence's own work (the model, Hypothesis, judging,
+    thread handoffs), never below 0. ``checker_fraction``: ``checker_seconds /
+    wall_seconds`` in [0, 1]; 0.0 for a zero wall time (nothing to divide)."""
+
+    wall_seconds: float
+    engine_seconds: float
+    client_seconds: float
+    engine_calls: int = 0
+    client_calls: int = 0
+
+    @classmethod
+    def of(cls, wall_seconds: float, timing: Timing) -> TimeSplit:
+        return cls(
+            wall_seconds,
+            timing.engine_seconds,
+            timing.client_seconds,
+            timing.engine_calls,
+            timing.client_calls,
+        )
+
+    @property
+    def checker_seconds(self) -> float:
+        return max(0.0, self.wall_seconds - self.engine_seconds - self.client_seconds)
+
+    @property
+    def checker_fraction(self) -> float:
+        if self.wall_seconds <= 0:
+            return 0.0
+        return min(1.0, self.checker_seconds / self.wall_seconds)
+
+
+@frozen
 class Result:
     """One check. ``verdict``: the run's verdict. ``rules``: one ``RuleVerdict`` per rule.
     ``violations``: what failed (rule, expected, actual). ``counterexample``: JSONL path.
-    ``steps``: top-level steps in the counterexample. ``seconds``: wall time."""
+    ``steps``: top-level steps in the counterexample. ``seconds``: wall time of the whole
+    check. ``timing``: that wall time split between the engine, the client and kvfence
+    (``TimeSplit``); ``None`` where no run measured it (a result built from a matrix cell
+    or a served session)."""
 
     engine: str
     client: str
@@ -98,6 +142,7 @@ class Result:
     examples: int
     seconds: float
     warnings: tuple[str, ...] = ()
+    timing: TimeSplit | None = None
 
     @property
     def exit_code(self) -> int:
@@ -323,7 +368,16 @@ def minimise(
         hard = opts.focus not in {v.rule for v in found.pending}
         targets = {opts.focus}
     try:
-        best = shrink(engine, client, found, targets or {"?"}, hard, opts.bounds, opts.timeout)
+        best = shrink(
+            engine,
+            client,
+            found,
+            targets or {"?"},
+            hard,
+            opts.bounds,
+            opts.timeout,
+            timing=rec.timing,
+        )
     except AdapterError as e:
         search.error = search.error or e
         best = None
@@ -428,14 +482,14 @@ def run_check(
     check_focus(focus)
     opts = Options(profile, seed, out_dir, strict, timeout, bounds, max_examples, focus)
     PROFILES[profile]  # KeyError before anything runs
-    started = time.monotonic()
+    started = time.perf_counter()
     search = generate(engine, client, opts)
     run, best = minimise(engine, client, search, opts)
+    timing = search.recorder.timing
     try:
-        call_with_timeout(engine.close, timeout, "close", is_direct(engine))
+        call_with_timeout(engine.close, timeout, "close", is_direct(engine), timing)
     except AdapterError as e:
         search.error = search.error or e
-    seconds = time.monotonic() - started
     run = best.run if best is not None else run
     # The trace lists only violations of the steps it holds (issue 14).
     shown = list(best.violations if best else run.violations if run else [])
@@ -450,6 +504,7 @@ def run_check(
             f"aside, which broke {sorted({v.rule for v in shown})}"
         )
     rules, verdict = judge(search, violations, opts)
+    seconds = time.perf_counter() - started
     return Result(
         engine=engine.name,
         client=client.name,
@@ -464,7 +519,17 @@ def run_check(
         examples=search.recorder.examples,
         seconds=seconds,
         warnings=tuple(warnings),
+        timing=TimeSplit.of(seconds, search.recorder.timing),
     )
 
 
-__all__ = ["ORDER", "PROFILES", "REQUIRES", "Result", "RuleVerdict", "Verdict", "run_check"]
+__all__ = [
+    "ORDER",
+    "PROFILES",
+    "REQUIRES",
+    "Result",
+    "RuleVerdict",
+    "TimeSplit",
+    "Verdict",
+    "run_check",
+]
