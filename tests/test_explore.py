@@ -423,3 +423,20 @@ def test_bad_depths_are_named(depths, message):
     engine, client = registry.engine("reference"), registry.client("reference")
     with pytest.raises(ValueError, match=re.escape(message)):
         explore_adapter(engine, client, depth=2, depths=depths, focus="ENG-003", out_dir=None)
+
+
+def test_a_snapshot_keeps_its_own_configs():
+    """``InProcessAdapter.snapshot`` names each endpoint's config instead of copying it: a
+    restore gives back the very config objects of its own start, even after the explorer
+    started the next setup."""
+    e = registry.engine("reference")
+    e.start((STANDARD, Config(encoder=True)))
+    first = tuple(ep.config for ep in e.endpoints)
+    e.apply(ServeRequest(0, "P"))
+    snap, before = e.snapshot(), fingerprint(e.endpoints)
+    e.start((Config(lora=True),))
+    e.restore(snap)
+    assert tuple(ep.config for ep in e.endpoints) == first
+    assert all(ep.config is c for ep, c in zip(e.endpoints, first, strict=True))
+    assert fingerprint(e.endpoints) == before
+    e.close()
