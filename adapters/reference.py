@@ -16,6 +16,7 @@ requests are running or queued with KV; ``update_weights_from_*`` with ``flush_c
 from __future__ import annotations
 
 import copy
+import io
 import pickle
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -596,6 +597,19 @@ def _reply_status(reply: Reply) -> Status:
     return Status.OK if reply.ok else Status.REJECTED
 
 
+class _ConfigIds:
+    """A pickler's ``persistent_id`` that names each of ``configs`` by its position (the
+    very object, not an equal one), so the pickle holds an index, not a copy."""
+
+    def __init__(self, configs: tuple[Config, ...]) -> None:
+        self.ids = {id(c): i for i, c in enumerate(configs)}
+        self.configs = configs
+
+    def __call__(self, obj: object) -> int | None:
+        i = self.ids.get(id(obj))
+        return i if i is not None and self.configs[i] is obj else None
+
+
 class InProcessAdapter:
     """Drives ``endpoint_cls`` instances in this process, one per endpoint config.
 
@@ -637,20 +651,30 @@ class InProcessAdapter:
     def close(self) -> None:
         self.endpoints = []
 
-    def snapshot(self) -> bytes | list[ReferenceEndpoint]:
+    def snapshot(self) -> tuple[tuple[Config, ...], bytes] | list[ReferenceEndpoint]:
         """Every endpoint's state, for ``restore`` (the explorer's): pickled (a C-speed
-        copy, issue 12), or a deep copy of an endpoint class pickle cannot name (a class
-        defined inside a function, as some mutants are)."""
+        copy, issue 12) beside the endpoints' configs, which the pickle names by position
+        instead of copying (a config is immutable and fixed for a run; unpickling it cost
+        about 40% of a restore); or a deep copy of an endpoint class pickle cannot name (a
+        class defined inside a function, as some mutants are)."""
+        configs = tuple(ep.config for ep in self.endpoints)
         try:
-            return pickle.dumps(self.endpoints, pickle.HIGHEST_PROTOCOL)
+            out = io.BytesIO()
+            pickler = pickle.Pickler(out, pickle.HIGHEST_PROTOCOL)
+            pickler.persistent_id = _ConfigIds(configs)  # type: ignore[method-assign]
+            pickler.dump(self.endpoints)
+            return configs, out.getvalue()
         except (pickle.PicklingError, AttributeError, TypeError):
-            fixed = {id(ep.config): ep.config for ep in self.endpoints}  # immutable: shared
+            fixed = {id(c): c for c in configs}  # immutable: shared
             return copy.deepcopy(self.endpoints, fixed)
 
-    def restore(self, snap: bytes | list[ReferenceEndpoint]) -> None:
+    def restore(self, snap: tuple[tuple[Config, ...], bytes] | list[ReferenceEndpoint]) -> None:
         """Put the endpoints back as ``snapshot`` saw them; ``snap`` stays reusable."""
-        if isinstance(snap, bytes):
-            self.endpoints = pickle.loads(snap)
+        if isinstance(snap, tuple):
+            configs, data = snap
+            unpickler = pickle.Unpickler(io.BytesIO(data))
+            unpickler.persistent_load = configs.__getitem__  # type: ignore[method-assign]
+            self.endpoints = unpickler.load()
             return
         fixed = {id(ep.config): ep.config for ep in snap}
         self.endpoints = copy.deepcopy(snap, fixed)

@@ -44,7 +44,7 @@ CLI, a test) passes the adapter objects and the focus; this module names no cata
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -251,7 +251,10 @@ class AdapterExploration:
 
     ``states``: distinct nodes (model candidates x SUT fingerprint x client violations).
     ``transitions``: edges run in lockstep. ``depth_reached``: most steps of a node seen.
-    ``complete``: every node within ``depth`` expanded, no ``max_states`` cut, no stop.
+    ``complete``: every node within its setup's depth expanded, no ``max_states`` cut, no
+    stop. ``setup_states``: distinct nodes per setup, in the order of ``setups`` (so a
+    caller can tell every setup was explored, not one corner of one); ``depths``: the
+    depth each setup was explored to, in the same order.
     ``violation``/``trace``: the shortest failing path that breaks ``focus`` (any rule
     when ``focus`` is None), from ``setup`` (``configs``, ``policy``); ``counterexample``:
     its JSONL trace. ``other``/``other_trace``: the shortest path that broke only other
@@ -276,6 +279,8 @@ class AdapterExploration:
     other: tuple[Violation, ...] = ()
     other_trace: tuple[Action, ...] = ()
     error: str = ""
+    setup_states: tuple[int, ...] = ()
+    depths: tuple[int, ...] = ()
 
     @property
     def steps(self) -> int:
@@ -304,14 +309,15 @@ class _Search:
     out), or ``(node, path, error)`` for the first failing path (``error`` empty) or the
     first adapter error."""
 
-    def __init__(self, engine, client, setups, bounds, depth, faults, focus, timeout) -> None:
+    def __init__(self, engine, client, setups, bounds, depths, faults, focus, timeout) -> None:
         self.engine, self.client, self.setups = engine, client, setups
-        self.bounds, self.depth, self.faults = bounds, depth, faults
+        self.bounds, self.depths, self.faults = bounds, depths, faults
         self.focus, self.timeout = focus, timeout
         self.recorder = Recorder()
         self.seen: set[tuple[Any, ...]] = set()
         self.queue: deque[_Node] = deque()
         self.transitions = self.depth_reached = 0
+        self.setup_states = [0] * len(setups)
         self.max_states: int | None = None
         self.truncated = False
         self.other: tuple[tuple[Violation, ...], tuple[Action, ...]] | None = None
@@ -334,10 +340,11 @@ class _Search:
             self.engine.start(s.configs)
             root = _Node(i, (), Cursor(frozenset({initial_state(s.configs, s.policy)})), None)
             self.seen.add(self.key(root))
+            self.setup_states[i] += 1
             self.queue.append(attrs.evolve(root, snap=self.engine.snapshot()))
         while self.queue:
             node = self.queue.popleft()
-            if len(node.path) < self.depth:
+            if len(node.path) < self.depths[node.setup]:
                 for action in self.lockstep(node).enabled_actions():
                     if not (action.fault and not self.faults):
                         end = self.step(node, action)
@@ -380,8 +387,9 @@ class _Search:
             self.truncated = True
             return None
         self.seen.add(k)
+        self.setup_states[node.setup] += 1
         self.depth_reached = max(self.depth_reached, level)
-        if level < self.depth:
+        if level < self.depths[node.setup]:
             self.queue.append(attrs.evolve(child, snap=self.engine.snapshot()))
         return None
 
@@ -392,6 +400,8 @@ class _Search:
             focus=self.focus,
             setups=tuple(s.name for s in self.setups),
             states=len(self.seen),
+            setup_states=tuple(self.setup_states),
+            depths=self.depths,
             transitions=self.transitions,
             depth_reached=self.depth_reached,
             complete=fields.pop("complete", False),
@@ -408,6 +418,7 @@ def explore_adapter(
     policy: Policy | None = None,
     bounds: Bounds = EXPLORE_BOUNDS,
     depth: int = 4,
+    depths: Mapping[str, int] | None = None,
     faults: bool = True,
     focus: str | None = None,
     max_states: int | None = None,
@@ -418,6 +429,9 @@ def explore_adapter(
     ``snapshot``/``restore`` (``ValueError`` otherwise); it is closed at the end.
 
     ``configs``/``policy``: one setup; when both are None, ``setups_for(focus)``.
+    ``depth``: steps from each setup's start; ``depths``: a different depth for some
+    setups, by setup name (``ValueError`` for a name not among the setups explored, or a
+    depth below 0).
     ``focus``: a rule ID the search is after (a path that breaks only other rules is
     recorded and not extended); None stops at any violation. ``faults``: draw injected
     faults. ``out_dir``: where the counterexample trace goes (None: not written).
@@ -434,7 +448,8 @@ def explore_adapter(
     setups = tuple(
         attrs.evolve(s, configs=tuple(with_profile(c, profile) for c in s.configs)) for s in setups
     )
-    search = _Search(engine, client, setups, bounds, depth, faults, focus, timeout)
+    limits = _depths(setups, depth, depths or {})
+    search = _Search(engine, client, setups, bounds, limits, faults, focus, timeout)
     search.max_states = max_states
     try:
         end = search.run()
@@ -448,6 +463,19 @@ def explore_adapter(
     if error:
         return attrs.evolve(found, error=error)
     return _counterexample(engine, client, found, bounds, timeout, out_dir)
+
+
+def _depths(setups: tuple[Setup, ...], depth: int, depths: Mapping[str, int]) -> tuple[int, ...]:
+    """Each setup's depth: ``depths[name]`` where given, else ``depth``."""
+    names = [s.name for s in setups]
+    unknown = sorted(set(depths) - set(names))
+    if unknown:
+        raise ValueError(f"depths name setups not explored here: {unknown} (setups: {names})")
+    limits = tuple(depths.get(n, depth) for n in names)
+    bad = {n: d for n, d in zip(names, limits, strict=True) if not isinstance(d, int) or d < 0}
+    if bad:
+        raise ValueError(f"a depth must be a whole number of steps, 0 or more: {bad}")
+    return limits
 
 
 def _counterexample(

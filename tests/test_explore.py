@@ -3,6 +3,8 @@ and model x SUT search finding a shortest counterexample for every catalogued mu
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from attrs import evolve
 
@@ -391,3 +393,52 @@ def test_no_longer_than_the_stateful_run(mutant, out_dir):
     )
     assert mutant.rule in x.caught()
     assert x.steps <= stateful.steps
+
+
+# ----- per-setup depths (issue 12: the pass matrix's explorer fixture) ---------------------
+
+
+def test_a_setup_can_be_explored_shallower():
+    """``depths`` overrides ``depth`` for the setups it names: the shallower setup reaches
+    exactly the nodes a search of it alone to that depth does, the other keeps ``depth``."""
+    engine, client = registry.engine("reference"), registry.client("reference")
+    focus = "ENG-003"  # setups plain, tiers and encoder (see setups_for)
+    assert [s.name for s in setups_for(focus)] == ["plain", "tiers", "encoder"]
+    both = explore_adapter(engine, client, depth=2, depths={"plain": 1}, focus=focus, out_dir=None)
+    assert both.complete and both.depths == (1, 2, 2) and both.depth_reached == 2
+    assert sum(both.setup_states) == both.states
+    plain = next(s for s in SETUPS if s.name == "plain")
+    alone = explore_adapter(
+        engine, client, configs=plain.configs, policy=plain.policy, depth=1, out_dir=None
+    )
+    assert both.setup_states[0] == alone.states and alone.depths == (1,)
+    deeper = explore_adapter(engine, client, depth=2, focus=focus, out_dir=None)
+    assert deeper.setup_states[1:] == both.setup_states[1:]
+    assert deeper.setup_states[0] > both.setup_states[0]
+
+
+@pytest.mark.parametrize(
+    ("depths", "message"),
+    [({"plian": 1}, "not explored here: ['plian']"), ({"plain": -1}, "0 or more")],
+)
+def test_bad_depths_are_named(depths, message):
+    engine, client = registry.engine("reference"), registry.client("reference")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        explore_adapter(engine, client, depth=2, depths=depths, focus="ENG-003", out_dir=None)
+
+
+def test_a_snapshot_keeps_its_own_configs():
+    """``InProcessAdapter.snapshot`` names each endpoint's config instead of copying it: a
+    restore gives back the very config objects of its own start, even after the explorer
+    started the next setup."""
+    e = registry.engine("reference")
+    e.start((STANDARD, Config(encoder=True)))
+    first = tuple(ep.config for ep in e.endpoints)
+    e.apply(ServeRequest(0, "P"))
+    snap, before = e.snapshot(), fingerprint(e.endpoints)
+    e.start((Config(lora=True),))
+    e.restore(snap)
+    assert tuple(ep.config for ep in e.endpoints) == first
+    assert all(ep.config is c for ep, c in zip(e.endpoints, first, strict=True))
+    assert fingerprint(e.endpoints) == before
+    e.close()
