@@ -335,6 +335,27 @@ def test_bench_runs_with_tiny_bounds(tmp_path):
     assert set(written["figures"]) == {"explore-d4", "explore-60s", "vllm"}
 
 
+def _figures(explore_s: float, depth: int, product: float, kill_s: float, frac: float) -> dict:
+    """Figures as ``bench.py`` writes them, with the values the targets read."""
+    return {
+        "explore-d6": {"seconds": explore_s, "states": 9, "transitions": 99},
+        "explore-60s": {
+            "depth": depth,
+            "seconds": 50.0,
+            "budget_seconds": 60.0,
+            "depth_in_filed_time": depth,
+        },
+        "product": {"transitions_per_s": product},
+        "kill": {
+            "slowest_kill_seconds": kill_s,
+            "slowest_mutant": "m",
+            "seconds": 9.0,
+            "mutants": 52,
+        },
+        "vllm": {"checker_fraction": frac, "wall_seconds": 100.0},
+    }
+
+
 def test_bench_judges_each_target_from_the_figures():
     """The targets block says MET only where the figure meets the target, gives the
     reason for one not met, and says "not measured" where a figure is missing."""
@@ -343,26 +364,9 @@ def test_bench_judges_each_target_from_the_figures():
         import bench
     finally:
         sys.path.remove(str(ROOT / "scripts"))
-    fast = {
-        "explore-d6": {"seconds": 41.0, "states": 9, "transitions": 99},
-        "explore-60s": {"depth": 9, "seconds": 50.0, "budget_seconds": 60.0},
-        "product": {"transitions_per_s": 30_000.0},
-        "kill": {"slowest_kill_seconds": 0.5, "slowest_mutant": "m", "seconds": 9.0},
-        "vllm": {"checker_fraction": 0.05, "wall_seconds": 100.0},
-    }
-    fast["explore-60s"]["depth_in_filed_time"] = 8
-    fast["kill"]["mutants"] = 52
-    lines = [ln for ln in bench.targets(fast) if not ln.strip().startswith("why:")]
+    met = bench.targets(_figures(41.0, 8, 30_000.0, 0.5, 0.05))
+    lines = [ln for ln in met if not ln.strip().startswith("why:")]
     assert len(lines) == 5 and all(ln.strip().startswith("MET") for ln in lines), lines
-    slow = {
-        "explore-d6": {"seconds": 61.0, "states": 9, "transitions": 99},
-        "explore-60s": {"depth": 7, "seconds": 50.0, "budget_seconds": 60.0},
-        "product": {"transitions_per_s": 24_999.0},
-        "kill": {"slowest_kill_seconds": 1.5, "slowest_mutant": "m", "seconds": 9.0},
-        "vllm": {"checker_fraction": 0.2, "wall_seconds": 100.0},
-    }
-    slow["explore-60s"]["depth_in_filed_time"] = 7
-    slow["kill"]["mutants"] = 52
-    text = "\n".join(bench.targets(slow))
+    text = "\n".join(bench.targets(_figures(61.0, 7, 24_999.0, 1.5, 0.2)))
     assert text.count("NOT MET") == 5 and "why: " in text
     assert "not measured" in "\n".join(bench.targets({"vllm": {"note": "no vLLM"}}))
