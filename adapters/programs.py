@@ -401,21 +401,10 @@ class TwoPhaseProgram(ReferenceProgram):
     begin, two chunks, finish with the engine's flush where the endpoint needs one, reset
     any other stale cache kind, continue, then publish the version label. A chunk that
     fails aborts the window and leaves the endpoint paused.
-
-    A window that did not finish may leave the live weights mixed (its chunks landed, the
-    finish or the abort could not make them whole). No new window opens on mixed weights
-    (the spec's ``BeginWeightUpdate`` guard: they are repaired by a whole load): the next
-    sync of such an endpoint loads the version by a one-shot update instead, as a trainer
-    falls back to a full ``/update_weights_from_disk`` after a failed chunked sync. The
-    program remembers those endpoints by index (``mixed``); an index kept from an earlier
-    run only costs that endpoint a one-shot update, which is always a valid sync.
     """
 
     name = "two-phase-program"
     CHUNKS = 2
-
-    def __init__(self) -> None:
-        self.mixed: set[int] = set()
 
     def finish_flush(self, flush: bool) -> bool:
         return flush
@@ -425,12 +414,14 @@ class TwoPhaseProgram(ReferenceProgram):
         stuck = []
         for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
             ep.pause(pause_for(policy, flush))
-            if ep.index in self.mixed:
-                if not ep.update_weights(version, flush_cache=self.finish_flush(flush)):
-                    stuck.append(ep.index)
-                    continue
-                self.mixed.discard(ep.index)
-            elif not self.window(ep, version, flush):
+            if not ep.begin_update(version):
+                stuck.append(ep.index)
+                continue
+            if not all(ep.update_chunk() for _ in range(self.CHUNKS)):
+                ep.abort_update()
+                stuck.append(ep.index)
+                continue
+            if not ep.finish_update(flush_cache=self.finish_flush(flush)):
                 stuck.append(ep.index)
                 continue
             if all([reset(ep, k) for k in ep.cache_kinds if k != "prefix"]):
@@ -440,19 +431,6 @@ class TwoPhaseProgram(ReferenceProgram):
                 stuck.append(ep.index)
         if stuck:
             raise SyncFailed(f"endpoints {stuck} left paused: an update or a reset failed")
-
-    def window(self, ep: Endpoint, version: int, flush: bool) -> bool:
-        """Begin, the chunks, finish: True if the version was published whole."""
-        if not ep.begin_update(version):
-            return False
-        if not all(ep.update_chunk() for _ in range(self.CHUNKS)):
-            ep.abort_update()
-            self.mixed.add(ep.index)
-            return False
-        if not ep.finish_update(flush_cache=self.finish_flush(flush)):
-            self.mixed.add(ep.index)
-            return False
-        return True
 
 
 class TwoPhaseFinishWithoutFlush(TwoPhaseProgram):
