@@ -93,12 +93,14 @@ class Request:
 @define
 class Window:
     """An open two-phase update: its target ``version`` and ``funnel``, whether a chunk
-    ``landed`` in the live parameters, and whether one ``failed``."""
+    ``landed`` in the live parameters, whether one ``failed``, and whether the window
+    opened on torn weights (``from_torn``: a rollback returns to them)."""
 
     version: int
     funnel: Funnel
     landed: bool = False
     failed: bool = False
+    from_torn: bool = False
 
 
 @define
@@ -292,8 +294,9 @@ class ReferenceEndpoint:
 
     def begin_weight_update(self, version: int, funnel: Funnel) -> Reply:
         """vLLM ``POST /start_weight_update`` (``initialize_layerwise_reload``): open the
-        window; nothing lands yet."""
-        self.window = Window(version, funnel)
+        window; nothing lands yet. On torn weights (a failed update left them) the window
+        is the retry: its finish installs the version whole."""
+        self.window = Window(version, funnel, from_torn=self.torn)
         return Reply(True)
 
     def update_weight_chunk(self) -> Reply:
@@ -337,15 +340,16 @@ class ReferenceEndpoint:
 
     def abort_weight_update(self) -> Reply:
         """Give the window up: back to the old weights, whole (WIN-003)."""
-        self.window = None
         self.fail_next_chunk = False
         self._chunk_failed()
+        self.window = None
         return Reply(True)
 
     def _chunk_failed(self) -> None:
         """Roll back: the old tensors were kept aside, so the old weights are whole again,
-        with their label; KV of the mixed weights goes (WIN-002)."""
-        if self.torn:
+        with their label, unless the window opened on torn ones (then those are back);
+        KV of the mixed weights goes (WIN-002)."""
+        if self.torn and not (self.window is not None and self.window.from_torn):
             self.torn, self.label = False, self.weights
         self._drop_window_kv()
 

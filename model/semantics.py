@@ -522,19 +522,27 @@ def fault_update_fails_midway(s: State, a: FaultUpdateFailsMidway) -> Branches:
 # ----- two-phase updates (WIN-001..003) ----------------------------------------------------
 
 
-def _whole_and_newer(s: State, a: BeginWeightUpdate) -> bool:
-    """A newer version, on an endpoint whose weights are whole: a torn endpoint is repaired
-    by a one-shot update or a restart, not by a window (a rollback returns to whole
-    weights)."""
-    return _newer_version(s, a) and not s.endpoint(a.endpoint).torn
-
-
-@action(BeginWeightUpdate, when=_whole_and_newer)
+@action(BeginWeightUpdate, when=_newer_version)
 def begin_weight_update(s: State, a: BeginWeightUpdate) -> Branches:
-    """Open the window: nothing lands yet, the endpoint serves its old weights as before."""
-    ep = evolve(s.endpoint(a.endpoint), update=OpenUpdate(a.version))
+    """Open the window: nothing lands yet, the endpoint serves its old weights as before.
+    On torn weights (a failed update or a refused finish left them) the window is how a
+    client retries the update, as SkyRL's next sync does against vLLM: the live weights
+    are mixed from the start, so serving inside the window is WIN-001's mixed serving, and
+    a rollback returns to the torn weights, closed (``OpenUpdate.from_torn``)."""
+    ep = s.endpoint(a.endpoint)
+    ep = evolve(ep, update=OpenUpdate(a.version, from_torn=ep.torn))
     s = evolve(s, trainer=max(s.trainer, a.version))
     return ((s.with_endpoint(a.endpoint, ep), ok(ep)),)
+
+
+def _rolled_back(ep: Endpoint) -> Endpoint:
+    """``ep`` with its window given up and the weights as the window found them: whole and
+    labelled, or the torn weights it opened on (``from_torn``: closed, no label). KV of the
+    mixed weights goes either way (WIN-002)."""
+    assert ep.update is not None
+    whole = not ep.update.from_torn
+    label = ep.weights if whole else None
+    return window_dropped(evolve(ep, update=None, fail_chunk=False, torn=not whole, label=label))
 
 
 @action(UpdateWeightChunk, when=_window_open)
@@ -552,8 +560,7 @@ def update_weight_chunk(s: State, a: UpdateWeightChunk) -> Branches:
         return ((s, rejected(ep, "WIN-003")),)
     if ep.fail_chunk:
         failed = evolve(ep.update, failed=True)
-        back = window_dropped(evolve(ep, torn=False, label=ep.weights, fail_chunk=False))
-        back = evolve(back, update=failed)
+        back = evolve(_rolled_back(ep), update=failed)
         closed = evolve(ep, torn=True, label=None, fail_chunk=False, update=failed)
         blame = {"weights": "WIN-003", "label": "WIN-003", **_mixed_kv_blame(ep)}
         return tuple(
@@ -611,10 +618,11 @@ def _window_cache_blame(o: Outcome, mixed: frozenset[Entry]) -> Outcome:
 @action(AbortWeightUpdate, when=_window_open)
 def abort_weight_update(s: State, a: AbortWeightUpdate) -> Branches:
     """Give up the window: rolled back (old weights whole, label back, no KV of the mixed
-    weights: WIN-002) or, once a chunk landed, closed (torn: FC-002). Either is a done
-    abort; a window that never landed a chunk simply closes."""
+    weights: WIN-002; or, for a window opened on torn weights, back to them) or, once a
+    chunk landed, closed (torn: FC-002). Either is a done abort; a window that never
+    landed a chunk simply closes."""
     ep = s.endpoint(a.endpoint)
-    back = window_dropped(evolve(ep, update=None, fail_chunk=False, torn=False, label=ep.weights))
+    back = _rolled_back(ep)
     if ep.label is None and not ep.torn:
         back = evolve(back, label=None)  # a label that was already gone stays gone
     blame = {"weights": "WIN-003", "label": "WIN-003", **_mixed_kv_blame(ep)}

@@ -225,13 +225,17 @@ class OpenUpdate:
     parameters (they are mixed from then on: ``Endpoint.torn``) or staged aside (CD-14:
     the live weights stay whole; a forward that then differs from the old version's is
     WIN-001's). ``failed``: a chunk
-    failed; the finish must then report failure and publish nothing (WIN-003). The funnel
-    is the system's business: no rule of the spec depends on it.
+    failed; the finish must then report failure and publish nothing (WIN-003).
+    ``from_torn``: the window opened on torn weights (what a failed update or a refused
+    finish left): the live weights are mixed from the start, and a rollback returns to
+    them, closed (FC-002), not to a whole version. The funnel is the system's business:
+    no rule of the spec depends on it.
     """
 
     version: int
     landed: bool = False
     failed: bool = False
+    from_torn: bool = False
 
 
 @frozen(cache_hash=True)
