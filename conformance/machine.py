@@ -2,8 +2,17 @@
 
 ``build_machine(engine, client, recorder)`` returns a Hypothesis ``RuleBasedStateMachine``
 class. Each example starts the SUT fresh with drawn endpoint configs and a client policy;
-each step draws one action the model enables (preconditions come from ``model.enabled``)
-and runs it in lockstep. Like zarr's ``testing/stateful.py``, the machine ships inside the
+each step draws one action the model enables in every candidate state
+(``Lockstep.enabled_actions``) and runs it in lockstep.
+
+The draw: an action type by ``DRAW_FREQUENCY`` among the enabled ones (traffic and syncs
+dominate, disruptions stay rare), then one of its instances. While an endpoint holds KV on a
+lower tier (host or storage), three steps in four draw only among that endpoint's enabled
+actions, by ``STEERED_FREQUENCY`` (``tier_steered``): a tier bug hides behind a chain on one
+endpoint (serve, evict, release, flush) that the plain draw, spread over every endpoint and
+dominated by traffic, completed in 8 of 3,713 focused ci examples. Lower-tier KV exists only
+where the engine declares ``tiers``, so for other engines (vLLM) no extra choice is drawn and
+the distribution is the plain one. Like zarr's ``testing/stateful.py``, the machine ships inside the
 library and takes the system under test as an argument.
 """
 
@@ -40,7 +49,8 @@ from kvfence.model.actions import (
     UpdateWeights,
     WakeUp,
 )
-from kvfence.model.state import Bounds
+from kvfence.model.state import Bounds, State
+from kvfence.model.vocabulary import Tier
 
 from . import strategies
 from .lockstep import MACHINE_BOUNDS, Diverged, Lockstep, Recorder, Refused
@@ -73,6 +83,55 @@ DRAW_FREQUENCY: dict[type[Action], int] = {
 requests live long enough to span an update; disruptions stay rare."""
 
 
+STEERED_FREQUENCY: dict[type[Action], int] = {
+    Sleep: 4,
+    FlushCache: 3,
+    UpdateWeights: 3,
+    WakeUp: 2,
+    ServeRequest: 2,
+    EvictPrefix: 2,
+}
+"""How often each action type is drawn on an endpoint that holds lower-tier KV
+(``tier_steered``; a type not listed: 1). What a tier bug hides behind is the event that
+meets the lower-tier KV next (a release, a flush, an update, a resume, a reuse), not
+traffic: a request in flight even keeps a release (``Sleep``) from being enabled."""
+
+
+def lower_tier_endpoints(states: frozenset[State]) -> frozenset[int]:
+    """Endpoints that hold KV on a lower tier (host or storage) in every candidate state."""
+    held = [
+        {i for i, ep in enumerate(s.endpoints) if any(e.tier is not Tier.DEVICE for e in ep.cache)}
+        for s in states
+    ]
+    return frozenset(set.intersection(*held)) if held else frozenset()
+
+
+def tier_steered(lockstep: Lockstep, data: st.DataObject) -> tuple[list[Action], bool]:
+    """``(pool, steered)``: the actions the next one is drawn from, and whether they are
+    steered. Plain: ``lockstep.enabled_actions()``. While some endpoint holds KV on a lower
+    tier, three draws in four (an integer 0..3 is drawn; 0, where a shrink goes, is the
+    plain draw) keep only the enabled actions on such an endpoint, to be weighted by
+    ``STEERED_FREQUENCY``.
+
+    A tier bug (a flush, update, release or resume that forgets host or storage KV:
+    PF-19, sgl-project/sglang PR #19029) shows only on the endpoint that holds the lower-tier
+    KV, and only if that endpoint's next few actions come before something else drops the
+    KV: drawn over every endpoint, the chain serve, evict, release, flush reached its last
+    step in 8 of 3,713 focused ci examples. Steering keeps the draws on that endpoint until
+    the KV is gone. Every steered action is one the model enables in every candidate state
+    (the pool is a subset of ``enabled_actions``), so the checker judges it as any other.
+    Lower-tier KV exists only where the engine declares ``tiers`` (an ``EvictPrefix`` needs
+    it), so for any other engine no extra choice is drawn and the draw is unchanged."""
+    pool = lockstep.enabled_actions()
+    held = lower_tier_endpoints(lockstep.states)
+    if not held:
+        return pool, False
+    there = [a for a in pool if getattr(a, "endpoint", None) in held]
+    if there and data.draw(st.integers(0, 3), label="steer to lower-tier KV") > 0:
+        return there, True
+    return pool, False
+
+
 class KvfenceMachine(RuleBasedStateMachine):
     """Base machine; ``build_machine`` binds ``engine``, ``client`` and ``recorder``."""
 
@@ -102,10 +161,13 @@ class KvfenceMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def step(self, data: st.DataObject) -> None:
         """Draw an action type by ``DRAW_FREQUENCY`` among those enabled, then one of its
-        instances, and run it in lockstep."""
-        pool = self.lockstep.enabled_actions()
+        instances, and run it in lockstep. While an endpoint holds KV on a lower tier, the
+        draw is first steered to that endpoint's actions half of the time
+        (``tier_steered``)."""
+        pool, steered = tier_steered(self.lockstep, data)
         kinds = {type(a) for a in pool}
-        weighted = [k for k in DRAW_FREQUENCY if k in kinds for _ in range(DRAW_FREQUENCY[k])]
+        weights = STEERED_FREQUENCY if steered else DRAW_FREQUENCY
+        weighted = [k for k in DRAW_FREQUENCY if k in kinds for _ in range(weights.get(k, 1))]
         kind = data.draw(st.sampled_from(weighted), label="action type")
         action = data.draw(st.sampled_from([a for a in pool if type(a) is kind]), label="action")
         event(kind.__name__)

@@ -72,14 +72,13 @@ BEYOND_FIRST_KILL: dict[str, str] = {}
 kill matrix falls back to the stateful search for them. Empty since the ``mixed-info``
 setup (endpoints reporting different server info) reaches ``endpoint0-info-only``."""
 
-BEYOND_STATEFUL_BUDGET: dict[str, str] = {
-    "kv-resumed-stale-after-weights-only-update": "four particular steps (serve, evict to "
-    "host, release the KV, update) that the focused ci budget no longer draws once the spec "
-    "0.3 vocabulary dilutes it; the breadth-first kill finds them (the kill matrix's default)",
-}
+BEYOND_STATEFUL_BUDGET: dict[str, str] = {}
 """Mutants the stateful search alone misses at the focused ci budget, each with the reason;
-each is killed by the breadth-first kill (``first_kill``), the kill matrix's default; ``kvfence
-mutants --stateful`` reports them unkilled, which is the truth of that search."""
+each must be killed by the breadth-first kill (``first_kill``), the kill matrix's default;
+``kvfence mutants --stateful`` reports them unkilled, which is the truth of that search.
+Empty since the machine steers its draw to an endpoint holding lower-tier KV
+(``machine.tier_steered``): ``kv-resumed-stale-after-weights-only-update`` (serve, evict to
+host, release the KV, flush) is now reached at the ci budget."""
 
 KILL_STATES = 20000
 """Nodes the breadth-first kill may visit before it gives up for the stateful search."""
