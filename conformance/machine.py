@@ -63,7 +63,7 @@ DRAW_FREQUENCY: dict[type[Action], int] = {
     UpdateWeights: 2,
     ContinueGeneration: 2,
     WakeUp: 2,
-    EvictPrefix: 2,
+    EvictPrefix: 4,  # enabled only where the engine declares tiers (see below)
     FlushCache: 2,
     PauseGeneration: 2,
     Sleep: 1,
@@ -80,7 +80,11 @@ DRAW_FREQUENCY: dict[type[Action], int] = {
     FaultChunkFails: 1,
 }
 """How often each action type is drawn when enabled: traffic and syncs dominate, so that
-requests live long enough to span an update; disruptions stay rare."""
+requests live long enough to span an update; disruptions stay rare. ``EvictPrefix`` is
+enabled only on an engine that declares ``tiers`` (``NEEDS``), so its weight changes the
+draw of no other engine: at 4 (was 2) the focused ci search for
+``kv-resumed-stale-after-weights-only-update`` kills in a median of about 170 examples over
+11 seeds (at most 734), against 130 to 2,138 at 2 with steering alone."""
 
 
 STEERED_FREQUENCY: dict[type[Action], int] = {
@@ -89,7 +93,7 @@ STEERED_FREQUENCY: dict[type[Action], int] = {
     UpdateWeights: 3,
     WakeUp: 2,
     ServeRequest: 2,
-    EvictPrefix: 2,
+    EvictPrefix: 4,
 }
 """How often each action type is drawn on an endpoint that holds lower-tier KV
 (``tier_steered``; a type not listed: 1). What a tier bug hides behind is the event that
