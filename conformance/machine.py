@@ -63,7 +63,7 @@ DRAW_FREQUENCY: dict[type[Action], int] = {
     UpdateWeights: 2,
     ContinueGeneration: 2,
     WakeUp: 2,
-    EvictPrefix: 4,  # enabled only where the engine declares tiers (see below)
+    EvictPrefix: 2,
     FlushCache: 2,
     PauseGeneration: 2,
     Sleep: 1,
@@ -80,11 +80,7 @@ DRAW_FREQUENCY: dict[type[Action], int] = {
     FaultChunkFails: 1,
 }
 """How often each action type is drawn when enabled: traffic and syncs dominate, so that
-requests live long enough to span an update; disruptions stay rare. ``EvictPrefix`` is
-enabled only on an engine that declares ``tiers`` (``NEEDS``), so its weight changes the
-draw of no other engine: at 4 (was 2) the focused ci search for
-``kv-resumed-stale-after-weights-only-update`` kills in a median of about 170 examples over
-11 seeds (at most 734), against 130 to 2,138 at 2 with steering alone."""
+requests live long enough to span an update; disruptions stay rare."""
 
 
 STEERED_FREQUENCY: dict[type[Action], int] = {
