@@ -97,9 +97,10 @@ def print_result(result: Result, console: Console | None = None) -> None:
         )
     style = STYLE.get(result.verdict, "")
     overhead = "" if result.timing is None else f"; {overhead_words(result.timing)}"
+    more = f" with {result.top_ups} extra searches for evidence" if result.top_ups else ""
     console.print(
         f"verdict: [{style}]{result.verdict}[/]  "
-        f"({result.examples} examples, {result.seconds:.1f} s{overhead})"
+        f"({result.examples} examples{more}, {result.seconds:.1f} s{overhead})"
     )
 
 
@@ -140,6 +141,7 @@ def result_json(result: Result) -> dict[str, Any]:
         "seconds": round(result.seconds, 3),
         "timing": timing_json(result.timing),
         "examples": result.examples,
+        "top_ups": result.top_ups,
         "counterexample": None if result.counterexample is None else str(result.counterexample),
         "counterexample_steps": result.steps,
         "error": result.error,

@@ -127,7 +127,8 @@ class Result:
     ``steps``: top-level steps in the counterexample. ``seconds``: wall time of the whole
     check. ``timing``: that wall time split between the engine, the client and kvfence
     (``TimeSplit``); ``None`` where no run measured it (a result built from a matrix cell
-    or a served session)."""
+    or a served session). ``top_ups``: extra searches run because a rule was still
+    unexercised after the profile's budget (``TOP_UPS``), counted in ``examples``."""
 
     engine: str
     client: str
@@ -143,6 +144,7 @@ class Result:
     seconds: float
     warnings: tuple[str, ...] = ()
     timing: TimeSplit | None = None
+    top_ups: int = 0
 
     @property
     def exit_code(self) -> int:
@@ -178,6 +180,8 @@ class Search:
     reasons: dict[str, str] = field(factory=dict)
     """Capability -> why the engine lacks it (the adapter's optional ``missing_reasons``),
     added to the SKIP notes."""
+    top_ups: int = 0
+    """Extra searches run because a rule was still unexercised (``_top_up_due``)."""
 
 
 def missing_reasons(engine: object) -> dict[str, str]:
@@ -303,28 +307,76 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
         search.error = e
         return search
     machine = build_machine(engine, client, search.recorder, opts.bounds, opts.timeout, opts.focus)
-    for config, seed in _chunks(_settings(engine, opts), opts.seed):
-        test = get_state_machine_test(machine, settings=config)
-        if seed is not None:
-            test = hypothesis_seed(seed)(test)
-        try:
-            with _hypothesis_home(opts.out_dir):
-                test()
-        except ConformanceFailure:
-            pass
-        except AdapterError as e:
-            search.error = e
-        except Flaky as e:
-            search.error = AdapterError("ADP-001", f"the SUT is not deterministic: {e}")
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # a SystemExit from the SUT is an error, not 'exit 0'
-            search.error = AdapterError("ADP-001", f"{type(e).__name__}: {e}")
-        if search.recorder.error is not None:
-            search.error = search.recorder.error[1]
+    budget = _settings(engine, opts)
+    runs = _chunks(budget, opts.seed)
+    for config, seed in runs:
+        _search(machine, config, seed, search, opts)
+        if search.error is not None or search.recorder.failure is not None:
+            return search
+    for config, seed in _top_ups(budget, opts.seed, len(runs)):
+        if not _top_up_due(search, opts):
+            break
+        search.top_ups += 1
+        _search(machine, config, seed, search, opts)
         if search.error is not None or search.recorder.failure is not None:
             break
     return search
+
+
+def _search(machine: Any, config: settings, seed: int | None, search: Search, opts: Options):
+    """One Hypothesis run of ``machine`` under ``config`` (and ``seed``), its outcome
+    recorded on ``search``: the recorder's failure, or ``search.error``."""
+    test = get_state_machine_test(machine, settings=config)
+    if seed is not None:
+        test = hypothesis_seed(seed)(test)
+    try:
+        with _hypothesis_home(opts.out_dir):
+            test()
+    except ConformanceFailure:
+        pass
+    except AdapterError as e:
+        search.error = e
+    except Flaky as e:
+        search.error = AdapterError("ADP-001", f"the SUT is not deterministic: {e}")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # a SystemExit from the SUT is an error, not 'exit 0'
+        search.error = AdapterError("ADP-001", f"{type(e).__name__}: {e}")
+    if search.recorder.error is not None:
+        search.error = search.recorder.error[1]
+
+
+TOP_UPS = 2
+"""Extra searches an unfocused check runs while some rule is still unexercised."""
+
+
+def _top_ups(config: settings, seed: int | None, after: int) -> list[tuple[settings, int]]:
+    """The extra searches, each half the budget, with seeds of their own: fixed ones
+    (``1``, ``2``) for a derandomized profile, so a ``ci`` check stays the same every run;
+    ``seed`` plus the runs before for a seeded one; random ones otherwise."""
+    n = max(1, config.max_examples // 2)
+    fixed = config.derandomize and seed is None
+    out = []
+    for i in range(TOP_UPS):
+        s = i + 1 if fixed else None if seed is None else seed + after + i
+        out.append((settings(config, derandomize=False, max_examples=n), s))
+    return out
+
+
+def _top_up_due(search: Search, opts: Options) -> bool:
+    """An unfocused search that found nothing left some rule UNKNOWN for want of evidence
+    (never exercised): before saying so, it looks further (``_top_ups``). A rule that needs
+    what the engine lacks is SKIP or N/A, never looked for here. The evidence a search
+    draws depends on its examples; a correct system whose check passed or failed UNKNOWN by
+    the luck of one derandomized draw is what this avoids."""
+    rec = search.recorder
+    if opts.focus is not None or rec.soft is not None or rec.set_aside is not None:
+        return False
+    refused = frozenset(v.rule for v in search.table if _is_refusal(v))
+    rules = _rule_verdicts(
+        rec, [], None, search.capabilities, opts.strict, opts.focus, refused, search.reasons
+    )
+    return any(r.verdict is Verdict.UNKNOWN for r in rules)
 
 
 CHUNK = 500
@@ -520,6 +572,7 @@ def run_check(
         seconds=seconds,
         warnings=tuple(warnings),
         timing=TimeSplit.of(seconds, search.recorder.timing),
+        top_ups=search.top_ups,
     )
 
 
