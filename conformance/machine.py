@@ -162,7 +162,7 @@ class KvfenceMachine(RuleBasedStateMachine):
     def step(self, data: st.DataObject) -> None:
         """Draw an action type by ``DRAW_FREQUENCY`` among those enabled, then one of its
         instances, and run it in lockstep. While an endpoint holds KV on a lower tier, the
-        draw is first steered to that endpoint's actions half of the time
+        draw is first steered to that endpoint's actions three times in four
         (``tier_steered``)."""
         pool, steered = tier_steered(self.lockstep, data)
         kinds = {type(a) for a in pool}

@@ -293,6 +293,39 @@ def _hypothesis_home(folder: Path) -> Iterator[None]:
         configuration.set_hypothesis_home_dir(before)
 
 
+@contextlib.contextmanager
+def no_local_constants() -> Iterator[None]:
+    """Hypothesis's draws without the literals of the modules imported so far, while a
+    search runs; then back to how they were.
+
+    Hypothesis (6.1xx, ``hypothesis/internal/conjecture/providers.py``
+    ``_get_local_constants``) mixes into about one draw in twenty the constants it finds in
+    every *local* module (outside site-packages and the standard library) loaded in the
+    process when the draw is made. Which modules those are depends on the process: the CLI
+    imports its report, a pytest run imports the test files, a pool worker only what its
+    jobs needed. So the same derandomized ``ci`` search drew different examples in each,
+    and a design's evidence (or a mutant's kill) could depend on where it ran. With no
+    local constants the draw depends only on the seed. When the Hypothesis in use has no
+    such function the guard does nothing; ``tests/test_runner.py`` then fails, so an upgrade
+    that moves it is noticed."""
+    from hypothesis.internal.conjecture import providers
+
+    cache = getattr(providers, "CONSTANTS_CACHE", None)
+    get = getattr(providers, "_get_local_constants", None)
+    constants = getattr(providers, "Constants", None)
+    if cache is None or get is None or constants is None:
+        yield
+        return
+    none = constants()
+    providers._get_local_constants = lambda: none
+    cache.cache.clear()  # (choice kind, bounds) -> the constants they permit, local ones too
+    try:
+        yield
+    finally:
+        providers._get_local_constants = get
+        cache.cache.clear()
+
+
 def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Search:
     """Phase 1: the client table, then Hypothesis's stateful search. Never raises for what
     the SUT does; the first adapter error (``Recorder.error``) is the one reported, so a
@@ -330,7 +363,7 @@ def _search(machine: Any, config: settings, seed: int | None, search: Search, op
     if seed is not None:
         test = hypothesis_seed(seed)(test)
     try:
-        with _hypothesis_home(opts.out_dir):
+        with _hypothesis_home(opts.out_dir), no_local_constants():
             test()
     except ConformanceFailure:
         pass
