@@ -16,6 +16,7 @@ import signal
 import pytest
 
 import kvfence.model.explore as explorer
+from kvfence.conformance.cli import build_parser, main_explore
 from kvfence.model.checks import Violation, check_served, check_state
 from kvfence.model.explore import STANDARD, explore, initial_states, usable_cores
 from kvfence.model.state import Bounds, State, initial_state
@@ -227,3 +228,20 @@ def test_usable_cores_counts_this_process_s_cores():
     assert n >= 1
     if hasattr(os, "sched_getaffinity"):
         assert n == len(os.sched_getaffinity(0))
+
+
+def test_cli_explores_on_workers_with_the_same_result():
+    """``kvfence explore --workers N`` (default: the usable cores) prints what one
+    process prints, but for the time line."""
+
+    def lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if not line.startswith("time: ")]
+
+    one = main_explore(2, 1, 2, 1, 3, None, None, workers=1)
+    two = main_explore(2, 1, 2, 1, 3, None, None, workers=2)
+    assert one[0] == two[0] == 0 and lines(one[1]) == lines(two[1])
+    assert "; 2 workers)" in two[1] and "; 1 worker)" in one[1]
+    assert build_parser().parse_args(["explore"]).workers == usable_cores()
+    assert build_parser().parse_args(["explore", "--workers", "3"]).workers == 3
+    with pytest.raises(ValueError, match="--workers >= 1, got 0"):
+        main_explore(2, 1, 2, 1, 3, None, None, workers=0)
