@@ -81,7 +81,7 @@ def _explore(depth: int, quick: bool) -> dict[str, float]:
     from kvfence.model.state import Bounds
 
     bounds = Bounds(prefixes=("P",), rids=("r1",), versions=2)
-    workers = usable_cores()  # what ``kvfence explore`` uses by default
+    workers = WORKERS or usable_cores()  # what ``kvfence explore`` uses by default
     t, c = time.perf_counter(), cpu_seconds()
     x = explore(initial_states(2), bounds, 2 if quick else depth, symmetry=True, workers=workers)
     dt, cpu = time.perf_counter() - t, cpu_seconds() - c
@@ -114,7 +114,7 @@ def explore_60s(quick: bool) -> dict[str, float]:
         raise OutOfTime
 
     budget = 2.0 if quick else 60.0
-    workers = usable_cores()  # what ``kvfence explore`` uses by default
+    workers = WORKERS or usable_cores()  # what ``kvfence explore`` uses by default
     bounds = Bounds(prefixes=("P",), rids=("r1",), versions=2)
     done: list[tuple[int, float]] = []
     t = time.perf_counter()
@@ -257,6 +257,11 @@ FIGURES = {
 }
 
 
+WORKERS: int | None = None
+"""``--workers N``: the explore figures on N processes (default: the usable cores, as
+``kvfence explore``); ``--workers 1`` measures the one-process search back to back."""
+
+
 def one(name: str, quick: bool) -> None:
     """Child mode: measure ``name`` and print it as JSON with this process's peak memory."""
     got = FIGURES[name](quick)
@@ -266,6 +271,7 @@ def one(name: str, quick: bool) -> None:
 
 def run_child(name: str, quick: bool) -> dict[str, float | str]:
     cmd = [sys.executable, __file__, "--one", name] + (["--quick"] if quick else [])
+    cmd += ["--workers", str(WORKERS)] if WORKERS else []
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
@@ -362,10 +368,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--one", choices=sorted(FIGURES), help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="tiny bounds (smoke test)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="explore figures on this many processes (default: the usable cores, as the CLI)",
+    )
     p.add_argument("--only", nargs="*", choices=sorted(FIGURES), help="these figures only")
     p.add_argument("--update-baseline", action="store_true", help=f"write {BASELINE.name}")
     p.add_argument("--baseline", type=Path, default=BASELINE, help="figures to compare with")
     args = p.parse_args(argv)
+    global WORKERS
+    if args.workers is not None and args.workers < 1:
+        p.error(f"--workers must be at least 1, got {args.workers}")
+    WORKERS = args.workers
     if args.one:
         one(args.one, args.quick)
         return 0
