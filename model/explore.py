@@ -22,7 +22,13 @@ prefixes, request IDs and endpoints of equal config, and steps one funnel of eac
 action the model cannot tell apart by funnel (``model.symmetry``); a counterexample found
 among representatives is re-derived as a concrete path (``_concrete``).
 
-Pure: standard library and attrs only. No I/O, clock or randomness; callers time it.
+``workers=N`` expands each level of ``PARALLEL_MIN`` states or more on N processes (this
+one and N-1 forked children reading the visited set copy-on-write) and merges their chunks
+in frontier order: the result is the one-process search's (``_forked``; issue 12: the
+default-bound search on both cores). ``kvfence explore`` passes the usable cores.
+
+Standard library and attrs only. No clock or randomness; callers time it. The only I/O is
+with its own forked workers (pipes), and the model it runs is pure, so they need no locks.
 """
 
 from __future__ import annotations
