@@ -25,7 +25,7 @@ from kvfence.model.actions import Action, TraceError
 from kvfence.model.capabilities import EVIDENCE, Capability
 from kvfence.model.capabilities import parse as parse_capabilities
 from kvfence.model.checks import Violation
-from kvfence.model.explore import explore, initial_states
+from kvfence.model.explore import explore, initial_states, usable_cores
 from kvfence.model.rules import BY_ID, RULES
 from kvfence.model.state import Bounds, Config, Policy
 from kvfence.model.vocabulary import Tier
@@ -181,6 +181,14 @@ def build_parser() -> Parser:
         action="store_false",
         help="explore the full state space (by default states equal up to renaming of "
         "prefixes, request IDs and endpoints of equal config are explored once)",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=usable_cores(),
+        help="processes expanding each large level of the model's search (default: the "
+        "cores this process may use, %(default)s here; 1: one process); the result is the "
+        "same whatever the number",
     )
     p.add_argument(
         "--out",
@@ -472,6 +480,7 @@ def main_explore(
     client: str | None = None,
     symmetry: bool = True,
     out_dir: Path = Path("kvfence-results"),
+    workers: int = 1,
 ) -> tuple[int, str]:
     """``kvfence explore``: the model alone, or model x an in-process SUT when ``engine``
     or ``client`` is named (the other side is the reference). Returns the exit code (0 no
@@ -482,8 +491,12 @@ def main_explore(
     starts from the ``SETUPS`` that reach a catalogued mutant's rule (``--endpoints`` does
     not apply to them), else from the same endpoints as the model alone. ``symmetry``
     (the model alone): count states up to renaming (``model.symmetry``); a counterexample
-    is still a concrete path.
+    is still a concrete path. ``workers`` (the model alone): processes expanding each
+    large level (``model.explore.explore``'s ``workers``); the counts and any
+    counterexample do not depend on it.
     """
+    if workers < 1:
+        raise ValueError(f"need --workers >= 1, got {workers}")
     if endpoints < 1 or prefixes < 1 or versions < 0 or inflight < 0 or depth < 0:
         raise ValueError(
             "need --endpoints >= 1, --prefixes >= 1, --versions >= 0, --inflight >= 0, --depth >= 0"
@@ -495,16 +508,21 @@ def main_explore(
         f"{bounds.lora_revisions}; faults on; depth {depth}"
     )
     if engine is None and client is None:
-        return _main_model(endpoints, bounds, depth, limits, symmetry)
+        return _main_model(endpoints, bounds, depth, limits, symmetry, workers)
     return _main_product(endpoints, bounds, depth, limits, engine, client, out_dir)
 
 
 def _main_model(
-    endpoints: int, bounds: Bounds, depth: int, limits: str, symmetry: bool = True
+    endpoints: int,
+    bounds: Bounds,
+    depth: int,
+    limits: str,
+    symmetry: bool = True,
+    workers: int = 1,
 ) -> tuple[int, str]:
     (initial,) = initial_states(endpoints)
     started = time.perf_counter()
-    x = explore(initial, bounds, depth, symmetry=symmetry)
+    x = explore(initial, bounds, depth, symmetry=symmetry, workers=workers)
     seconds = time.perf_counter() - started
     configs = ", ".join(_config_text(ep.config) for ep in initial.endpoints)
     lines = [
@@ -514,7 +532,8 @@ def _main_model(
         f"distinct states: {x.states:,}{' up to symmetry' if symmetry else ''}   "
         f"transitions: {x.transitions:,}   "
         f"depth reached: {x.depth_reached}   complete: {'yes' if x.complete else 'no'}",
-        f"time: {seconds:.1f} s ({_rate(x.states, seconds)} states/s)",
+        f"time: {seconds:.1f} s ({_rate(x.states, seconds)} states/s; "
+        f"{workers} worker{'s' if workers != 1 else ''})",
     ]
     if x.violation:
         lines.append(f"FAIL: the spec breaks its own invariants in {len(x.trace)} step(s):")
@@ -606,6 +625,7 @@ def cmd_explore(args: argparse.Namespace, console: Console) -> int:
             args.client,
             args.symmetry,
             args.out,
+            args.workers,
         )
     except ValueError as e:
         console.print(f"usage: kvfence explore: {clean(e)}", highlight=False, markup=False)

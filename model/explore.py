@@ -22,13 +22,26 @@ prefixes, request IDs and endpoints of equal config, and steps one funnel of eac
 action the model cannot tell apart by funnel (``model.symmetry``); a counterexample found
 among representatives is re-derived as a concrete path (``_concrete``).
 
-Pure: standard library and attrs only. No I/O, clock or randomness; callers time it.
+``workers=N`` expands each level of ``PARALLEL_MIN`` states or more on N processes (this
+one and N-1 forked children reading the visited set copy-on-write) and merges their chunks
+in frontier order: the result is the one-process search's (``_forked``; issue 12: the
+default-bound search on both cores). ``kvfence explore`` passes the usable cores.
+
+Standard library and attrs only. No clock or randomness; callers time it. The only I/O is
+with its own forked workers (pipes), and the model it runs is pure, so they need no locks.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterable
+import gc
+import multiprocessing
+import os
+import pickle
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import closing
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 
 from attrs import frozen
 
@@ -103,6 +116,167 @@ def _bare(state: State) -> State:
     return state.without_ledger() if state.ledger else state
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (``os.sched_getaffinity``, where the platform has
+    it; else ``os.cpu_count()``): ``kvfence explore``'s default ``--workers``."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+PARALLEL_MIN = 2000
+"""Frontier states below which a level is expanded in this process even with ``workers``
+> 1: forking, sending the new states back and merging them cost more than such a level
+(depth 2 of the CLI's defaults has 388 frontier states, depth 3 about 3,000)."""
+
+# One successor of a slice, in the order the serial search meets it: ``(key, i, action,
+# t, bad, served)``. ``key`` is the successor's key, new to the visited set as it was when
+# the level began and to the slice so far, or None for a successor already seen whose
+# response broke a rule (``served``, a definite violation: the slice ends there). ``i``:
+# index in the frontier of the state expanded; ``t``: the slice's transitions up to and
+# including this one. ``bad``: ``check_state`` of a new successor (empty unless it breaks
+# a rule), ``served``: the part of it its responses broke (``check_served``). Whether a
+# successor new to its slice is new to the search only the merge knows (an earlier slice
+# may have found it): new, it is judged by ``bad``; seen, by ``served``, as the serial
+# search would. A new successor with a broken response ends the slice either way.
+_Record = tuple[State | None, int, Action, int, list[Violation], list[Violation]]
+
+
+def _expand(
+    frontier: list[State],
+    lo: int,
+    hi: int,
+    parent: Mapping[State, object],
+    bounds: Bounds,
+    faults: bool,
+    keyed: Callable[[State], State],
+) -> tuple[list[_Record], int]:
+    """Expand ``frontier[lo:hi]`` against ``parent`` (read only): the slice's records
+    (``_Record``) in serial order, and its transitions (up to the violation that ended it,
+    if one did)."""
+    records: list[_Record] = []
+    seen: set[State] = set()
+    t = 0
+    for i in range(lo, hi):
+        state = frontier[i]
+        for action in actions(state, bounds, faults):
+            for nxt, _ in step(state, action):
+                t += 1
+                key = keyed(nxt)
+                if key in parent or key in seen:
+                    # Stored states carry no ledger: ``nxt.ledger`` is what this step served.
+                    if nxt.ledger:
+                        served = [v for s in nxt.ledger for v in check_served(s)]
+                        if served:
+                            records.append((None, i, action, t, served, served))
+                            return records, t
+                    continue
+                seen.add(key)
+                bad = check_state(nxt)
+                served = [v for s in nxt.ledger for v in check_served(s)] if bad else []
+                records.append((key, i, action, t, bad, served))
+                if served:
+                    return records, t
+    return records, t
+
+
+def _child(conn: Connection, work: Callable[[], object]) -> None:
+    """A forked worker: ``work()`` sent back pickled, or the traceback of why it failed."""
+    try:
+        out: tuple[str, object] = ("ok", work())
+    except BaseException:  # the parent raises it, naming this worker
+        out = ("error", traceback.format_exc())
+    conn.send_bytes(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
+    conn.close()
+
+
+def _here(
+    frontier: list[State],
+    parent: Mapping[State, object],
+    bounds: Bounds,
+    faults: bool,
+    keyed: Callable[[State], State],
+) -> Iterator[tuple[list[_Record], int]]:
+    """One level in this process: the whole frontier as one slice."""
+    yield _expand(frontier, 0, len(frontier), parent, bounds, faults, keyed)
+
+
+CHUNKS_PER_WORKER = 8
+"""A forked level's frontier is cut into ``CHUNKS_PER_WORKER * workers`` contiguous chunks,
+claimed one at a time: states differ in cost (a paused endpoint has few actions), so equal
+halves would leave one core idle; small chunks keep both busy to the end."""
+
+
+def _forked(
+    frontier: list[State],
+    parent: Mapping[State, object],
+    bounds: Bounds,
+    faults: bool,
+    keyed: Callable[[State], State],
+    workers: int,
+) -> Iterator[tuple[list[_Record], int]]:
+    """One level on ``workers`` processes: this one and ``workers - 1`` forked children
+    claim contiguous chunks of ``frontier`` from a shared counter and expand them
+    (``_expand``); each child sends its chunks back when none is left. The chunks' results
+    are yielded in frontier order. Forked (not spawned): the visited set and frontier are
+    shared copy-on-write, nothing is pickled in; only the new states come back. Closing
+    the generator (or an exception in it, e.g. a caller's ``SIGALRM``) kills and reaps
+    every child still running: none is left behind. ``RuntimeError`` if a child failed or
+    died."""
+    ctx = multiprocessing.get_context("fork")
+    n = len(frontier)
+    chunks = min(n, CHUNKS_PER_WORKER * workers)
+    cuts = [n * c // chunks for c in range(chunks + 1)]
+    claimed = ctx.Value("i", 0)  # the next chunk nobody has claimed
+
+    def work() -> list[tuple[int, list[_Record], int]]:
+        done = []
+        while True:
+            with claimed.get_lock():
+                c = claimed.value
+                claimed.value = c + 1
+            if c >= chunks:
+                return done
+            records, count = _expand(frontier, cuts[c], cuts[c + 1], parent, bounds, faults, keyed)
+            done.append((c, records, count))
+
+    children: list[tuple[BaseProcess, Connection]] = []
+    try:
+        for _ in range(1, workers):
+            reader, writer = ctx.Pipe(duplex=False)
+            child = ctx.Process(target=_child, args=(writer, work), daemon=True)
+            children.append((child, reader))
+            child.start()
+            writer.close()
+        results: list[tuple[list[_Record], int] | None] = [None] * chunks
+        for c, records, count in work():
+            results[c] = (records, count)
+        for w, (child, reader) in enumerate(children, start=1):
+            try:
+                status, got = pickle.loads(reader.recv_bytes())
+            except EOFError:
+                child.join()
+                raise RuntimeError(
+                    f"explore worker {w} (pid {child.pid}) died without its results "
+                    f"(exit code {child.exitcode})"
+                ) from None
+            if status != "ok":
+                raise RuntimeError(f"explore worker {w} (pid {child.pid}) failed:\n{got}")
+            for c, records, count in got:
+                results[c] = (records, count)
+        for c, result in enumerate(results):
+            if result is None:  # cannot happen: every chunk is claimed once and sent back
+                raise RuntimeError(f"explore: chunk {c} of {chunks} came back from no worker")
+            yield result
+    finally:
+        for child, reader in children:
+            reader.close()
+            if child.is_alive():
+                child.kill()
+            child.join()
+
+
 def explore(
     initial: State | Iterable[State],
     bounds: Bounds = Bounds(),
@@ -111,6 +285,7 @@ def explore(
     max_states: int | None = None,
     symmetry: bool = False,
     stop: Callable[[int], bool] | None = None,
+    workers: int = 1,
 ) -> Exploration:
     """Breadth-first search from ``initial`` (one state, or several explored together) up
     to ``depth`` top-level actions; stops at the first violation, or when ``max_states``
@@ -124,7 +299,41 @@ def explore(
     space (``_concrete``). ``stop(level)``: called before the first state of each new
     level is expanded (``level`` levels are complete); True ends the search there
     (``complete`` False): how a caller bounds the search by time (the model reads no clock).
+
+    ``workers``: processes expanding each level of ``PARALLEL_MIN`` states or more (level-
+    parallel breadth-first search, ``_forked``; 1: this process alone). The slices are
+    merged in frontier order, so the result is the serial search's whatever ``workers``:
+    the same counts, and the same first violation and trace. Needs the ``fork`` start
+    method (POSIX); elsewhere the search runs in this process. ``ValueError`` if
+    ``workers`` < 1.
     """
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    if "fork" not in multiprocessing.get_all_start_methods():
+        workers = 1
+    # The search makes next to no reference cycles, but millions of objects the cyclic
+    # collector would traverse again and again (12% of a serial search's time; in a forked
+    # child, its passes would also copy the shared heap page by page): off while it runs.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _search(initial, bounds, depth, faults, max_states, symmetry, stop, workers)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _search(
+    initial: State | Iterable[State],
+    bounds: Bounds,
+    depth: int,
+    faults: bool,
+    max_states: int | None,
+    symmetry: bool,
+    stop: Callable[[int], bool] | None,
+    workers: int,
+) -> Exploration:
+    """``explore``'s search, with its arguments checked."""
     roots = (initial,) if isinstance(initial, State) else tuple(initial)
     if symmetry:
         bounds = funnel_bounds(bounds)  # every funnel has the representative's branches
@@ -146,7 +355,7 @@ def explore(
         keyed = _bare
     parent: dict[State, tuple[State, Action] | None] = {}
     root_of: dict[State, State] = {}
-    queue: deque[tuple[State, int]] = deque()
+    frontier: list[State] = []
     transitions = 0
     depth_reached = 0
 
@@ -175,42 +384,41 @@ def explore(
         bad = check_state(root)
         if bad:
             return found(bad, key, None)
-        queue.append((key, 0))
+        frontier.append(key)
 
     truncated = False
-    level_done = -1
-    while queue:
-        state, level = queue.popleft()
-        if level >= depth:
-            continue
-        if level > level_done:
-            level_done = level
-            if stop is not None and stop(level):
-                return Exploration(len(parent), transitions, depth_reached, False)
-        for action in actions(state, bounds, faults):
-            for nxt, _ in step(state, action):
-                transitions += 1
-                key = keyed(nxt)
-                new = key not in parent
-                # Stored states carry no ledger, so ``nxt.ledger`` is what this step served.
-                if new:
-                    bad = check_state(nxt)
-                else:
-                    bad = [v for served in nxt.ledger for v in check_served(served)]
-                if bad:
-                    if new:
-                        parent[key] = (state, action)
-                        depth_reached = max(depth_reached, level + 1)
+    level = 0
+    while frontier and level < depth:
+        if stop is not None and stop(level):
+            return Exploration(len(parent), transitions, depth_reached, False)
+        if workers > 1 and len(frontier) >= PARALLEL_MIN:
+            slices = _forked(frontier, parent, bounds, faults, keyed, workers)
+        else:
+            slices = _here(frontier, parent, bounds, faults, keyed)
+        following: list[State] = []
+        with closing(slices):  # a violation below ends the level: no child outlives it
+            for records, count in slices:
+                for key, i, action, t, bad, served in records:
+                    if key is None or key in parent:  # seen: judged by what it served
+                        if served:
+                            transitions += t
+                            return found(served, frontier[i], action)
+                        continue
+                    if bad:
+                        transitions += t
+                        parent[key] = (frontier[i], action)
+                        depth_reached = level + 1
                         return found(bad, key, None)
-                    return found(bad, state, action)
-                if not new:
-                    continue
-                if max_states is not None and len(parent) >= max_states:
-                    truncated = True
-                    continue
-                parent[key] = (state, action)
-                depth_reached = max(depth_reached, level + 1)
-                queue.append((key, level + 1))
+                    if max_states is not None and len(parent) >= max_states:
+                        truncated = True
+                        continue
+                    parent[key] = (frontier[i], action)
+                    following.append(key)
+                transitions += count
+        if following:
+            depth_reached = level + 1
+        frontier = following
+        level += 1
     return Exploration(len(parent), transitions, depth_reached, not truncated)
 
 
@@ -260,4 +468,5 @@ __all__ = [
     "default_configs",
     "explore",
     "initial_states",
+    "usable_cores",
 ]

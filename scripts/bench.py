@@ -9,15 +9,18 @@ baseline is ``scripts/bench-baseline.json`` (figures of the commit that wrote it
 "new / old" for rates (higher is better) and "old / new" for times and memory (higher is
 better too), so a ratio above 1 is always a gain. The machine may be shared: measure the
 baseline and the change back to back, and read small ratios with care; the ``per_cpu_s``
-rates (this process's CPU time) move less with the load than the wall-clock ones.
+rates (CPU time: the explorer's figures add its forked workers') move less with the load
+than the wall-clock ones.
 
 Figures (issue 12, item 5):
 
 * ``explore-d4``, ``explore-d6``: the model explorer on ``kvfence explore``'s defaults (two
   endpoints, exact + standard lane; one prefix, one request ID, versions 2; symmetry on) to
-  depth 4 and 6: states/s, transitions/s.
+  depth 4 and 6, on ``workers`` processes as the CLI runs it (its default ``--workers``:
+  the usable cores): states/s, transitions/s, and transitions per CPU second of this
+  process and its forked workers together (``cpu_seconds``).
 * ``explore-60s``: the deepest depth of the same search finished within 60 s, and within
-  the 13.7 s the filing's depth 6 took.
+  the 13.7 s the filing's depth 6 took (on the same ``workers``).
 * ``product``: the product explorer (model x the in-process reference, every setup) to
   depth 3: transitions/s.
 * ``check-ci``: a ci-profile ``kvfence check`` of the reference: examples/s.
@@ -66,14 +69,22 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of its children it has reaped: the
+    explorer's forked workers are reaped at the end of each level, so their CPU counts."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def _explore(depth: int, quick: bool) -> dict[str, float]:
-    from kvfence.model.explore import explore, initial_states
+    from kvfence.model.explore import explore, initial_states, usable_cores
     from kvfence.model.state import Bounds
 
     bounds = Bounds(prefixes=("P",), rids=("r1",), versions=2)
-    t, c = time.perf_counter(), time.process_time()
-    x = explore(initial_states(2), bounds, 2 if quick else depth, symmetry=True)
-    dt, cpu = time.perf_counter() - t, time.process_time() - c
+    workers = WORKERS or usable_cores()  # what ``kvfence explore`` uses by default
+    t, c = time.perf_counter(), cpu_seconds()
+    x = explore(initial_states(2), bounds, 2 if quick else depth, symmetry=True, workers=workers)
+    dt, cpu = time.perf_counter() - t, cpu_seconds() - c
     return {
         "depth": x.depth_reached,
         "states": x.states,
@@ -82,6 +93,7 @@ def _explore(depth: int, quick: bool) -> dict[str, float]:
         "states_per_s": x.states / dt,
         "transitions_per_s": x.transitions / dt,
         "transitions_per_cpu_s": x.transitions / cpu,
+        "workers": workers,
     }
 
 
@@ -92,7 +104,7 @@ def explore_60s(quick: bool) -> dict[str, float]:
     for it to end would measure the next depth, not this budget)."""
     import signal
 
-    from kvfence.model.explore import explore, initial_states
+    from kvfence.model.explore import explore, initial_states, usable_cores
     from kvfence.model.state import Bounds
 
     class OutOfTime(Exception):
@@ -102,6 +114,7 @@ def explore_60s(quick: bool) -> dict[str, float]:
         raise OutOfTime
 
     budget = 2.0 if quick else 60.0
+    workers = WORKERS or usable_cores()  # what ``kvfence explore`` uses by default
     bounds = Bounds(prefixes=("P",), rids=("r1",), versions=2)
     done: list[tuple[int, float]] = []
     t = time.perf_counter()
@@ -113,7 +126,7 @@ def explore_60s(quick: bool) -> dict[str, float]:
     signal.signal(signal.SIGALRM, alarm)
     signal.setitimer(signal.ITIMER_REAL, budget)
     try:
-        x = explore(initial_states(2), bounds, 99, symmetry=True, stop=stop)
+        x = explore(initial_states(2), bounds, 99, symmetry=True, stop=stop, workers=workers)
         done.append((x.depth_reached, time.perf_counter() - t))  # the space ran dry
     except OutOfTime:
         pass
@@ -126,6 +139,7 @@ def explore_60s(quick: bool) -> dict[str, float]:
         "seconds": seconds,
         "budget_seconds": budget,
         "depth_in_filed_time": filed[-1] if filed else 0,
+        "workers": workers,
     }
 
 
@@ -243,6 +257,11 @@ FIGURES = {
 }
 
 
+WORKERS: int | None = None
+"""``--workers N``: the explore figures on N processes (default: the usable cores, as
+``kvfence explore``); ``--workers 1`` measures the one-process search back to back."""
+
+
 def one(name: str, quick: bool) -> None:
     """Child mode: measure ``name`` and print it as JSON with this process's peak memory."""
     got = FIGURES[name](quick)
@@ -252,6 +271,7 @@ def one(name: str, quick: bool) -> None:
 
 def run_child(name: str, quick: bool) -> dict[str, float | str]:
     cmd = [sys.executable, __file__, "--one", name] + (["--quick"] if quick else [])
+    cmd += ["--workers", str(WORKERS)] if WORKERS else []
     proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
     if proc.returncode != 0:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
@@ -348,10 +368,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--one", choices=sorted(FIGURES), help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="tiny bounds (smoke test)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="explore figures on this many processes (default: the usable cores, as the CLI)",
+    )
     p.add_argument("--only", nargs="*", choices=sorted(FIGURES), help="these figures only")
     p.add_argument("--update-baseline", action="store_true", help=f"write {BASELINE.name}")
     p.add_argument("--baseline", type=Path, default=BASELINE, help="figures to compare with")
     args = p.parse_args(argv)
+    global WORKERS
+    if args.workers is not None and args.workers < 1:
+        p.error(f"--workers must be at least 1, got {args.workers}")
+    WORKERS = args.workers
     if args.one:
         one(args.one, args.quick)
         return 0
