@@ -125,14 +125,14 @@ def _first_kill(job: Job, engine: EngineAdapter) -> Result | None:
     setups = sorted(setups_for(job.rule), key=lambda s: len(s.configs))
     names = [s.name for s in setups]
     left = list(names)
-    x = _search(job, KILL_SHALLOW, {}, KILL_STATES)
+    x = _kill_search(job, KILL_SHALLOW, {}, KILL_STATES)
     if x.error:
         return None
     if job.rule in x.caught() and x.counterexample is not None:
         return _killed(job, engine, x, started)
     for budget in KILL_ROUNDS:
         for name in list(left):
-            x = _search(job, KILL_DEPTH, {n: 0 for n in names if n != name}, budget)
+            x = _kill_search(job, KILL_DEPTH, {n: 0 for n in names if n != name}, budget)
             if x.error:
                 return None
             if job.rule in x.caught() and x.counterexample is not None:
@@ -142,7 +142,7 @@ def _first_kill(job: Job, engine: EngineAdapter) -> Result | None:
     return None
 
 
-def _search(job: Job, depth: int, depths: dict[str, int], budget: int) -> AdapterExploration:
+def _kill_search(job: Job, depth: int, depths: dict[str, int], budget: int) -> AdapterExploration:
     """The product explorer on a fresh ``job.engine``, focused on ``job.rule``, over the
     rule's setups to ``depth`` steps (``depths``: others; 0 leaves a setup out)."""
     return explore_adapter(

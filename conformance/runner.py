@@ -383,7 +383,7 @@ TOP_UPS = 2
 """Extra searches an unfocused check runs while some rule is still unexercised."""
 
 
-def _top_ups(config: settings, seed: int | None, after: int) -> list[tuple[settings, int]]:
+def _top_ups(config: settings, seed: int | None, after: int) -> list[tuple[settings, int | None]]:
     """The extra searches, each half the budget, with seeds of their own: fixed ones
     (``1``, ``2``) for a derandomized profile, so a ``ci`` check stays the same every run;
     ``seed`` plus the runs before for a seeded one; random ones otherwise."""
@@ -405,10 +405,7 @@ def _top_up_due(search: Search, opts: Options) -> bool:
     rec = search.recorder
     if opts.focus is not None or rec.soft is not None or rec.set_aside is not None:
         return False
-    refused = frozenset(v.rule for v in search.table if _is_refusal(v))
-    rules = _rule_verdicts(
-        rec, [], None, search.capabilities, opts.strict, opts.focus, refused, search.reasons
-    )
+    rules, _ = judge(search, [], opts)
     return any(r.verdict is Verdict.UNKNOWN for r in rules)
 
 
