@@ -2,7 +2,10 @@
 
 Each ``Case`` is one report from ``shared/cases/public-faults.md`` (PF-01..PF-18) or
 ``shared/cases/more-faults.md`` (PF-19..PF-24, PF-22 in two variants; PF-23 is a client
-program's call sequence): the endpoint configs and client policy, the smallest action list
+program's call sequence) or ``shared/cases/deployments-and-failures.md`` (PF-25, PF-26 in
+two variants: data-parallel ranks; PF-27, PF-28, PF-32: failed updates and KV of no
+version): the endpoint configs and client policy, the
+smallest action list
 that shows the fault, the mutant that makes the general mistake, and the rule a checker
 must name. The regression
 tests replay every case against the reference (it must pass) and against its mutant (it
@@ -13,10 +16,12 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from kvfence.model.actions import (
+from ..model.actions import (
     Action,
     ContinueGeneration,
     EvictPrefix,
+    FaultRankUpdateFails,
+    FaultUpdateFailsMidway,
     FinishRequest,
     FlushCache,
     LoadLora,
@@ -28,8 +33,9 @@ from kvfence.model.actions import (
     UpdateWeights,
     WakeUp,
 )
-from kvfence.model.state import Config, Policy
-from kvfence.model.vocabulary import ALL_MEMORY, CacheMode, Funnel, Lane, MemoryTag, PauseMode, Tier
+from ..model.rules import RuleId
+from ..model.state import Config, Policy
+from ..model.vocabulary import ALL_MEMORY, CacheMode, Funnel, Lane, MemoryTag, PauseMode, Tier
 
 
 @frozen
@@ -59,7 +65,7 @@ CASES: tuple[Case, ...] = (
         "Missing flush after a tensor update",
         "huggingface/trl #3024",
         "never-flush",
-        "INV-001",
+        RuleId.INV_001,
         (STANDARD,),
         AUTO,
         (ServeRequest(0, "P"), SyncWeights(1, T), ServeRequest(0, "P")),
@@ -69,7 +75,7 @@ CASES: tuple[Case, ...] = (
         "Prefix index survives sleep while KV memory does not",
         "vllm-project/vllm #17103",
         "sleep-keeps-index",
-        "ENG-006",
+        RuleId.ENG_006,
         (STANDARD,),
         AUTO,
         (ServeRequest(0, "P"), Sleep(0), WakeUp(0), ServeRequest(0, "P")),
@@ -79,7 +85,7 @@ CASES: tuple[Case, ...] = (
         "Flush refused, reported as success",
         "vllm-project/vllm PR #12284 and #28827",
         "flush-refusal-reported-as-success",
-        "FC-003",
+        RuleId.FC_003,
         (STANDARD,),
         OPT_OUT,
         (
@@ -95,7 +101,7 @@ CASES: tuple[Case, ...] = (
         "Flush refused while requests run, assert kills the engine",
         "areal-project/AReaL #140",
         "crashes-after-swap",
-        "FC-001",
+        RuleId.FC_001,
         (EXACT,),
         AUTO,
         (StartRequest(0, "r1", "P"), StartRequest(0, "r2", "Q"), UpdateWeights(0, 1, T, True)),
@@ -105,7 +111,7 @@ CASES: tuple[Case, ...] = (
         "Retract pause makes the flush impossible",
         "sgl-project/sglang PR #31962",
         "retract-blocks-flush",
-        "LIV-001",
+        RuleId.LIV_001,
         (EXACT,),
         AUTO,
         (
@@ -120,7 +126,7 @@ CASES: tuple[Case, ...] = (
         "In-place pause skips the flush forever",
         "radixark/miles PR #2782",
         "in-place-skips-flush",
-        "CLI-007",
+        RuleId.CLI_007,
         (STANDARD,),
         Policy(pause_mode=PauseMode.IN_PLACE),
         (
@@ -136,7 +142,7 @@ CASES: tuple[Case, ...] = (
         "Reset after a disk reload forgotten",
         "PrimeIntellect-ai/prime-rl PR #1650",
         "guard-missing-on-disk",
-        "ENG-001",
+        RuleId.ENG_001,
         (EXACT,),
         OPT_OUT,
         (ServeRequest(0, "P"), UpdateWeights(0, 1, Funnel.DISK, None), ServeRequest(0, "P")),
@@ -146,7 +152,7 @@ CASES: tuple[Case, ...] = (
         "Update accepted while KV is live, hit counters look normal",
         "InternLM/lmdeploy #4917",
         "update-never-flushes",
-        "ENG-001",
+        RuleId.ENG_001,
         (EXACT,),
         OPT_OUT,
         (
@@ -161,7 +167,7 @@ CASES: tuple[Case, ...] = (
         "Storage tier survives the flush",
         "sgl-project/sglang #26792",
         "flush-forgets-storage",
-        "ENG-003",
+        RuleId.ENG_003,
         (Config(lane=Lane.EXACT, tiers=frozenset(Tier)),),
         AUTO,
         (
@@ -176,7 +182,7 @@ CASES: tuple[Case, ...] = (
         "Encoder cache not reset with the prefix cache",
         "verl-project/verl #6523",
         "flush-forgets-encoder",
-        "ENG-003",
+        RuleId.ENG_003,
         (Config(encoder=True),),
         OPT_OUT,
         # Encoder outputs now follow every update (ENG-012), so the forgotten kind shows on
@@ -192,7 +198,7 @@ CASES: tuple[Case, ...] = (
         "Draft model not updated on one funnel",
         "sgl-project/sglang #27718",
         "draft-left-behind-on-distributed",
-        "ENG-004",
+        RuleId.ENG_004,
         (Config(lane=Lane.EXACT, draft=True),),
         AUTO,
         (UpdateWeights(0, 1, Funnel.DISTRIBUTED, True),),
@@ -202,7 +208,7 @@ CASES: tuple[Case, ...] = (
         "Draft KV not restored with target KV from the host tier",
         "sgl-project/sglang PR #17338",
         "load-back-loses-draft-kv",
-        "ENG-008",
+        RuleId.ENG_008,
         (Config(draft=True, tiers=frozenset({Tier.DEVICE, Tier.HOST})),),
         AUTO,
         (ServeRequest(0, "P"), EvictPrefix(0, "P", Tier.HOST), ServeRequest(0, "P")),
@@ -212,7 +218,7 @@ CASES: tuple[Case, ...] = (
         "Same-name LoRA reload reuses stale blocks",
         "vllm-project/vllm #42125",
         "lora-keyed-by-name",
-        "ENG-007",
+        RuleId.ENG_007,
         (Config(lora=True),),
         AUTO,
         (ServeRequest(0, "P", lora=True), LoadLora(0), ServeRequest(0, "P", lora=True)),
@@ -222,7 +228,7 @@ CASES: tuple[Case, ...] = (
         "FP8 KV scales dropped on one funnel",
         "NVIDIA-NeMo/RL #3225",
         "scales-dropped-on-ipc",
-        "ENG-005",
+        RuleId.ENG_005,
         (Config(fp8_kv=True),),
         AUTO,
         (UpdateWeights(0, 1, Funnel.IPC, True), ServeRequest(0, "Q")),
@@ -232,7 +238,7 @@ CASES: tuple[Case, ...] = (
         "Version label not recorded on one funnel",
         "vllm-project/vime PR #45",
         "label-not-recorded-on-ipc",
-        "INV-003",
+        RuleId.INV_003,
         (STANDARD,),
         AUTO,
         (UpdateWeights(0, 1, Funnel.IPC, True),),
@@ -242,7 +248,7 @@ CASES: tuple[Case, ...] = (
         "Tokens labelled with the version seen after generation",
         "areal-project/AReaL PR #1569",
         "labels-with-final-version",
-        "INV-002",
+        RuleId.INV_002,
         (STANDARD,),
         AUTO,
         (
@@ -258,7 +264,7 @@ CASES: tuple[Case, ...] = (
         "Keep-mode pause resumes a request on old KV under new weights",
         "vllm-project/vllm #54443",
         "flushes-around-paused-kv",
-        "FC-001",
+        RuleId.FC_001,
         (EXACT,),
         AUTO,
         (
@@ -274,7 +280,7 @@ CASES: tuple[Case, ...] = (
         "A cache hit changes the numbers",
         "sgl-project/sglang #34683",
         "hit-path-numerics-differ",
-        "INV-004",
+        RuleId.INV_004,
         (EXACT,),
         AUTO,
         (FlushCache(0), ServeRequest(0, "P"), ServeRequest(0, "P")),
@@ -287,7 +293,7 @@ CASES += (
         "Encoder outputs survive an update when the caller opted out of the prefix flush",
         "vllm-project/vllm #44910",
         "encoder-kept-on-opt-out",
-        "ENG-012",
+        RuleId.ENG_012,
         (Config(encoder=True),),
         OPT_OUT,
         (ServeRequest(0, "P"), UpdateWeights(0, 1, T, False), ServeRequest(0, "P")),
@@ -297,7 +303,7 @@ CASES += (
         "The cache reset is a stub that clears nothing (placeholder answer)",
         "vllm-project/vllm-omni #6739",
         "flush-is-a-stub",
-        "FC-003",
+        RuleId.FC_003,
         (STANDARD,),
         OPT_OUT,
         (
@@ -312,7 +318,7 @@ CASES += (
         "The cache reset is a stub that clears nothing (answers True)",
         "vllm-project/vllm-omni #6739",
         "flush-stub-claims-success",
-        "FC-003",
+        RuleId.FC_003,
         (STANDARD,),
         OPT_OUT,
         (
@@ -330,7 +336,7 @@ CASES += (
         "A session pinned to the namespace of older weights",
         "PrimeIntellect-ai/prime-rl PR #2266, #2687",
         "session-pinned-namespace",
-        "INV-001",
+        RuleId.INV_001,
         (EXACT,),
         OPT_OUT,
         # g1's first turn under v0; the update (no flush: the engine keys by version); g1's
@@ -345,7 +351,7 @@ CASES += (
         "Update with flush while KV memory is released kills the scheduler",
         "sgl-project/sglang PR #19029; regression PR #40480",
         "crash-on-flush-while-kv-released",
-        "MEM-001",
+        RuleId.MEM_001,
         (STANDARD,),
         AUTO,
         # The colocated order: release everything, train, resume the weights, update with
@@ -364,7 +370,7 @@ CASES += (
         "Derived weight state not rebuilt on one funnel",
         "sgl-project/sglang PR #31937, issue #14158",
         "derived-skipped-on-tensor-funnel",
-        "DER-001",
+        RuleId.DER_001,
         (Config(derived=True),),
         AUTO,
         # A prompt never seen before: no KV is reused at all, and still the forward mixes
@@ -379,21 +385,105 @@ CASES += (
         "The client resets the prefix cache before the weight update has finished",
         "huggingface/trl PR #6765 (review)",
         "reset-before-finish",
-        "CLI-008",
+        RuleId.CLI_008,
         (STANDARD,),
         AUTO,
-        # A client program (issue 11): its sync pauses, resets the prefix cache, then
+        # A client program: its sync pauses, resets the prefix cache, then
         # updates without a flush and resumes. The right decision in the wrong order; the
         # recorded calls of the sync are the trace's ``within`` steps, judged on replay.
         # The two-phase form (a request admitted between the reset and the finish, its KV
         # computed under mixed weights) is drawn at engine level in tests/test_twophase.py.
         (ServeRequest(0, "P"), SyncWeights(1, T), ServeRequest(0, "P")),
     ),
+    # shared/cases/deployments-and-failures.md: judging continues past a failed update
+    Case(
+        "PF-27",
+        "A bucketed update fails midway and the mixed weights keep serving",
+        "NVIDIA/TensorRT-LLM PR #16642 (review); sgl-project/sglang-omni PR #784 (review)",
+        "bucket-failure-keeps-serving",
+        RuleId.FC_004,
+        (STANDARD,),
+        AUTO,
+        (ServeRequest(0, "P"), FaultUpdateFailsMidway(0, 1), ServeRequest(0, "P")),
+    ),
+    Case(
+        "PF-28",
+        "An in-place pause leaves the overlapped forward racing the weight write",
+        "sgl-project/sglang PR #27886; PR #25319",
+        "in-place-pause-races-weight-write",
+        RuleId.INV_001,
+        (STANDARD,),
+        OPT_OUT,
+        (
+            StartRequest(0, "r1", "P"),
+            PauseGeneration(0, PauseMode.IN_PLACE),
+            UpdateWeights(0, 1, Funnel.DISK, False),
+            ContinueGeneration(0),
+            ServeRequest(0, "P"),
+        ),
+    ),
+    Case(
+        "PF-32",
+        "The flush raises after the weights moved; the endpoint keeps serving",
+        "sgl-project/sglang-omni PR #678",
+        "serves-after-raised-flush",
+        RuleId.FC_002,
+        (STANDARD,),
+        AUTO,
+        # two prefixes cached: the mutant's post-update flush raises on such a tree
+        (
+            ServeRequest(0, "P"),
+            ServeRequest(0, "Q"),
+            UpdateWeights(0, 1, Funnel.DISK, True),
+            ServeRequest(0, "P"),
+        ),
+    ),
 )
 
-DEFERRED: dict[str, int] = {}
-"""Public cases of the shared case files that another issue expresses, by issue number
-(none today: PF-23 became a client-program case once issue 11's protocol landed)."""
+# shared/cases/deployments-and-failures.md: data-parallel ranks behind one endpoint
+RANKS = Config(ranks=2)
+CASES += (
+    Case(
+        "PF-25",
+        "A DP flush answered with the first rank's reply",
+        "sgl-project/sglang PR #39562; lightseekorg/tokenspeed PR #1608",
+        "flush-first-rank-reply",
+        RuleId.RNK_001,
+        (RANKS,),
+        AUTO,
+        # r1 holds KV on rank 1, so rank 1 refuses the flush; rank 0 clears and says so
+        (StartRequest(0, "r1", "Q", rank=1), FlushCache(0)),
+    ),
+    Case(
+        "PF-26",
+        "A DP weight update answered with the first rank's reply",
+        "sgl-project/sglang PR #39534 (before the fix)",
+        "update-first-rank-reply",
+        RuleId.RNK_002,
+        (RANKS,),
+        AUTO,
+        (FaultRankUpdateFails(0, 1), UpdateWeights(0, 1, T, True), ServeRequest(0, "P", rank=1)),
+    ),
+    Case(
+        "PF-26",
+        "A DP weight update that failed on one rank; both ranks keep serving, torn",
+        "sgl-project/sglang PR #39534 (after the fix)",
+        "failed-rank-update-keeps-serving",
+        RuleId.RNK_003,
+        (RANKS,),
+        AUTO,
+        (FaultRankUpdateFails(0, 1), UpdateWeights(0, 1, T, True), ServeRequest(0, "P", rank=1)),
+    ),
+)
+
+DEFERRED: dict[str, int] = {
+    "PF-29": 25,  # prefill and decode engines on different versions: needs roles
+    "PF-30": 25,  # a flush that frees KV a live transfer holds: needs roles and a router
+    "PF-31": 25,  # a shared KV store keyed without lineage: needs a shared store
+}
+"""Public cases of the shared case files not expressed yet, each with the number of the
+tracker issue that will express it: the deployment vocabulary these cases need
+(prefill/decode roles, routers, shared KV stores) is not in the spec yet."""
 
 BY_ID: dict[str, Case] = {}
 """The first case of each ID (PF-22 has two variants, one per mutant: see ``BY_MUTANT``)."""

@@ -13,10 +13,9 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kvfence.model.client import Plan
-from kvfence.model.state import Policy
-from kvfence.model.vocabulary import PauseMode
-
+from ..model.client import Plan
+from ..model.state import Policy
+from ..model.vocabulary import PauseMode
 from .protocol import AdapterFailure
 
 _WORDS = {"true": True, "1": True, "yes": True, "on": True}
@@ -80,6 +79,33 @@ class NeverFlushClient(ReferenceClient):
 
     def wants_flush(self, policy: Policy, info: Mapping[str, object] | None) -> bool:
         return False
+
+
+class BoolOnlyFallbackClient(ReferenceClient):
+    """Keeps: CLI-001, CLI-002, CLI-006, CLI-013.
+
+    The xorl-style resolver (the seed's fixed client, SC-7 in
+    ../shared/cases/public-faults.md): reads ``radix_cache_enabled`` only when it is a real
+    JSON boolean (an int, a string or null is "not reported"), else ``disable_radix_cache``
+    the same way, inverted, else unknown (so ``auto`` flushes). Right on every shape an
+    engine emits: SGLang's ``disable_radix_cache`` bool, vLLM's silence, a fork's
+    ``radix_cache_enabled`` bool. On the strings ``"true"``/``"false"`` it flushes where an
+    ``"false"`` would let it skip: an extra flush on a report that says off only in a word,
+    which CLI-003 does not charge (``model.client.off_in_booleans``); on
+    ``{"radix_cache_enabled": 1, "disable_radix_cache": true}``, a shape no engine emits, it
+    follows the boolean field, which CLI-013 admits.
+    """
+
+    name = "bool-only-fallback"
+
+    def radix_enabled(self, info: Mapping[str, object] | None) -> bool | None:
+        if not isinstance(info, Mapping):
+            return None
+        enabled = info.get("radix_cache_enabled")
+        if isinstance(enabled, bool):
+            return enabled
+        disabled = info.get("disable_radix_cache")
+        return (not disabled) if isinstance(disabled, bool) else None
 
 
 class CallableClient:

@@ -17,15 +17,16 @@ matrix (``conformance/matrix.py``).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from attrs import frozen
 
-from kvfence.model.state import Config
-from kvfence.model.vocabulary import Funnel, Kind, MemoryTag, PauseMode
-
-from .reference import ClosingEndpoint, Key, ReferenceEndpoint, Reply
+from ..model.state import Config, Use
+from ..model.vocabulary import MIXED, Funnel, Kind, MemoryTag, PauseMode, Phase
+from .ranks import RankedEndpoint
+from .reference import ClosingEndpoint, Key, ReferenceEndpoint, Reply, Request
 
 # ----- CD-01 ------------------------------------------------------------------------------
 
@@ -170,6 +171,23 @@ class RadixOffSkipsFlush(ReferenceEndpoint):
         return Reply(True, message="radix cache off: nothing to flush")
 
 
+class RadixOffFlushesWhileRunning(ReferenceEndpoint):
+    """Keeps: LIV-001, FC-003.
+
+    With the radix cache off and nothing on any tier, ``/flush_cache`` has nothing to drop,
+    so it answers success even while requests run, where the reference refuses: LIV-001's
+    gate keeps a flush from dropping KV a request holds, and with no tree there is none to
+    drop. SGLang with ``--disable-radix-cache`` serves from a ``ChunkCache``
+    (sgl-project/sglang ``python/sglang/srt/mem_cache/chunk_cache.py``), whose ``reset``
+    has nothing to remove. An injected refusal is still a refusal.
+    """
+
+    def flush_cache(self) -> Reply:
+        if self.config.radix or self.cache or self.refuse_next_flush:
+            return super().flush_cache()
+        return Reply(True, flushed=True, message="radix cache off: nothing to flush")
+
+
 # ----- CD-07 ------------------------------------------------------------------------------
 
 
@@ -279,7 +297,7 @@ class AlwaysFlushes(ReferenceEndpoint):
         return True
 
 
-# ----- CD-10..CD-15: the spec 0.3 lifecycle rules (memory tags, publishing, windows,
+# ----- CD-10..CD-15: the lifecycle rules (memory tags, publishing, windows,
 # derived state), each kept by other means than the reference ---------------------------
 
 
@@ -377,7 +395,7 @@ class StagesChunksAside(ReferenceEndpoint):
     abort drops the buffer, and the old weights never changed. The shape of RD211/actors
     (``docs/updating_weights.md``: workers move streamed weight batches to a CPU cache and
     apply them once all have arrived) and of SGLang's P2P prepare/complete split when
-    prepare really stages (issue 10); vLLM's layerwise reload instead writes the live
+    prepare really stages; vLLM's layerwise reload instead writes the live
     parameters (``vllm/model_executor/model_loader/reload``), the reference's shape.
     """
 
@@ -442,6 +460,178 @@ class DerivedRebuiltLazily(ReferenceEndpoint):
         return super().cold_output(prefix, lora)
 
 
+# ----- failed updates: CD-19 and an engine that refuses updates while requests exist -------
+
+
+class ClosesOnRaisedFlush(ReferenceEndpoint):
+    """Keeps: FC-001, FC-002.
+
+    The post-update flush can raise after the weights were reloaded (here, whenever the
+    radix tree holds KV of two or more prefixes: a stand-in for the backend error of
+    sgl-project/sglang-omni PR #678, where ``update_weights_from_disk`` reloads the
+    weights and then the flush raises). The reply is a failure, and the endpoint serves
+    nothing until a flush completes on the whole new weights; a later ``/flush_cache``
+    (which does not raise) reopens it (CD-19).
+    """
+
+    def _flush_raises(self) -> bool:
+        """Whether the flush run inside an update raises: two or more prefixes cached."""
+        return len({key[0] for key in self.cache}) >= 2
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        flush = self._must_flush(funnel, flush_cache)
+        released = MemoryTag.KV_CACHE in self.released
+        if not (flush and self._can_flush() and not released and self._flush_raises()):
+            return super().update_weights(version, funnel, flush_cache)
+        self._install(version, funnel)
+        self._drop_derived()
+        self._on_raised_flush()
+        return Reply(False, message="weights reloaded; the post-update flush raised")
+
+    def _on_raised_flush(self) -> None:
+        """Closed until a flush completes (FC-002)."""
+        self.dirty = True
+
+
+class RefusesUpdatesWhileRequestsExist(ReferenceEndpoint):
+    """Keeps: FC-001, LIV-001.
+
+    Takes a weight update only when no request is in flight (running, paused in place, or
+    retracted and queued): otherwise it refuses the update before any tensor is touched,
+    whatever was asked about the flush, and changes nothing. A refused update is always
+    allowed; the flush rules are not at stake (the engine never refused a flush), and its
+    explicit ``/flush_cache`` is the reference's (LIV-001). The shape of a scheduler that
+    applies updates only between batches, as SGLang's ``update_weights_from_*`` routes do
+    behind ``pause_generation`` (sgl-project/sglang
+    ``python/sglang/srt/managers/tokenizer_manager.py``), with the wait replaced by a
+    refusal.
+    """
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        if self.requests:
+            return Reply(False, message="requests in flight: update refused, nothing changed")
+        return super().update_weights(version, funnel, flush_cache)
+
+
+# ----- CD-18 ------------------------------------------------------------------------------
+
+
+class DrainsOverlapBeforeWrite(ReferenceEndpoint):
+    """Keeps: INV-001.
+
+    Overlap scheduling: the batch launched before an in-place pause may still be running
+    when the pause returns. Before the first weight write the engine waits for that
+    forward to finish, so the KV its frozen requests hold is all of the old weights, whole,
+    and the update may run with ``flush_cache=False`` under the usual opt-out (CD-18: the
+    race of sgl-project/sglang PR #27886 and PR #25319, drained). ``no_version`` holds the
+    prefixes whose KV a forward wrote while the weights were being written: none here.
+    """
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.no_version: set[Key] = set()
+
+    def _drains(self) -> bool:
+        """Whether the overlapped forward finishes before the first weight write."""
+        return True
+
+    def _overlapped(self) -> list[Request]:
+        """Requests frozen by an in-place pause, whose last forward may still be running."""
+        if self.phase is not Phase.PAUSED:
+            return []
+        return [r for r in self.requests.values() if not r.retracted]
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        racing = [] if self._drains() else self._overlapped()
+        reply = super().update_weights(version, funnel, flush_cache)
+        if reply.ok:
+            for req in racing:  # its KV was written under weights half old, half new
+                keys = self._keys(req.prefix, req.lora, req.namespace)
+                self.no_version |= {k for k in keys if k in self.cache and k[1] is Kind.TARGET}
+                req.uses = {
+                    Use(u.component, MIXED) if u.component == "target" else u for u in req.uses
+                }
+        return reply
+
+    def _prefill(
+        self, prefix: str, lora: bool, namespace: int | None = None
+    ) -> tuple[set[Use], bool]:
+        uses, hit = super()._prefill(prefix, lora, namespace)
+        keys = self._keys(prefix, lora, namespace)
+        if hit and self.no_version.intersection(keys):
+            live = self.live()
+            uses = {
+                Use("target", MIXED) if u.component == "target" and u.version != live else u
+                for u in uses
+            }
+        return uses, hit
+
+    def _insert(self, keys: list[Key], lora: bool) -> None:
+        """Freshly computed KV is of the weights in force."""
+        self.no_version.difference_update(keys)
+        super()._insert(keys, lora)
+
+
+# ----- data-parallel ranks behind one endpoint (RNK-001..003) ------------------------------
+
+
+class MergesEveryFlushReply(RankedEndpoint):
+    """Keeps: RNK-001.
+
+    The flush goes to every rank at once and the endpoint's reply is the merge of every
+    reply: success only if all succeeded. A rank where a request holds KV refuses, so the
+    endpoint reports failure although the other ranks already emptied their trees (dropping
+    KV is always safe). The DP controller's merge after sgl-project/sglang PR #39562 and
+    lightseekorg/tokenspeed PR #1608 (CD-16).
+    """
+
+    def _every_rank_can_flush(self) -> bool:
+        """No pre-check: each rank answers for itself, and the merge says the truth."""
+        return True
+
+
+class ClosesOnAnyRankFailure(RankedEndpoint):
+    """Keeps: RNK-002, RNK-003.
+
+    An update that fails on any rank closes the endpoint, even when no rank moved, with no
+    rollback of the ranks that did: it reports no version and refuses to serve until the
+    next update succeeds on every rank (CD-17; sgl-project/sglang PR #39534 review).
+    """
+
+    def _merge_update(self, version: int, replies: list[Reply]) -> Reply:
+        failed = [k for k, r in enumerate(replies) if not r.ok]
+        if not failed:
+            return super()._merge_update(version, replies)
+        self.torn, self.label = True, None
+        return Reply(False, message=f"rank(s) {failed} failed: closed until a whole update")
+
+
+class RollsBackMovedRanks(RankedEndpoint):
+    """Keeps: RNK-002, RNK-003.
+
+    An update that fails on any rank rolls back the ranks that moved: each rank keeps its
+    old weights and cache aside until every rank has installed the new ones, and puts them
+    back on a failure, so the endpoint stays open at its old version with its cache (the
+    spec's other branch of RNK-002; the rollback sgl-project/sglang PR #39534's review asks
+    of a DP update, as FC-004's of a bucketed one).
+    """
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        kept = copy.deepcopy(self.ranks, {id(self.config): self.config})
+        reply = super().update_weights(version, funnel, flush_cache)
+        if not reply.ok:
+            self.ranks = kept
+            self.torn = False
+            return Reply(False, message=f"{reply.message}; every rank rolled back")
+        return reply
+
+    def _merge_update(self, version: int, replies: list[Reply]) -> Reply:
+        failed = [k for k, r in enumerate(replies) if not r.ok]
+        if not failed:
+            return super()._merge_update(version, replies)
+        return Reply(False, message=f"rank(s) {failed} failed")
+
+
 # ----- the catalog ------------------------------------------------------------------------
 
 
@@ -499,19 +689,23 @@ def _engine(name: str, case: str | None, cls: type[ReferenceEndpoint]) -> Design
 
 def _programs() -> tuple[Design, ...]:
     """The correct client programs (``adapters/programs.py``), run against the reference."""
+    from .clients import BoolOnlyFallbackClient
     from .programs import (
         AnyOnFlushesEverywhere,
         ColocatedProgram,
         ReferenceProgram,
         RequeueLabelsEveryVersion,
+        RetriesFailedUpdate,
         TwoPhaseProgram,
     )
 
     return (
+        Design("bool-only-fallback", None, "client", BoolOnlyFallbackClient),
         Design("reference-program", None, "client", ReferenceProgram),
         Design("any-on-flushes-everywhere", None, "client", AnyOnFlushesEverywhere),
+        Design("retries-failed-update", None, "client", RetriesFailedUpdate),
         Design("requeue-labels-every-version", None, "client", RequeueLabelsEveryVersion),
-        # lifecycle and two-phase syncs (spec 0.3)
+        # lifecycle and two-phase syncs
         Design("colocated-program", None, "client", ColocatedProgram),
         Design("two-phase-program", None, "client", TwoPhaseProgram),
     )
@@ -526,16 +720,27 @@ DESIGNS: tuple[Design, ...] = (
     _engine("encoder-follows-weights", "CD-04", EncoderFollowsWeights),
     _engine("omitted-flush-means-flush", "CD-05", OmittedFlushMeansFlush),
     _engine("radix-off-skips-flush", "CD-06", RadixOffSkipsFlush),
+    _engine("radix-off-flushes-while-running", None, RadixOffFlushesWhileRunning),
     _engine("stops-on-refused-flush", "CD-07", StopsOnRefusedFlush),
     _engine("aborts-then-flushes", "CD-08", AbortsThenFlushes),
     _engine("always-flushes", "CD-09", AlwaysFlushes),
-    # the spec 0.3 lifecycle rules: memory tags, publishing, windows, derived state
+    # the lifecycle rules: memory tags, publishing, windows, derived state
     _engine("refuses-flush-while-kv-released", "CD-10", RefusesFlushWhileKvReleased),
     _engine("labels-only-with-updates", "CD-11", LabelsOnlyWithUpdates),
     _engine("aborts-before-publish-check", "CD-12", AbortsBeforePublishCheck),
     _engine("refuses-inside-window", "CD-13", RefusesInsideWindow),
     _engine("stages-chunks-aside", "CD-14", StagesChunksAside),
     _engine("derived-rebuilt-lazily", "CD-15", DerivedRebuiltLazily),
+    # failed updates (shared/cases/deployments-and-failures.md)
+    _engine("drains-overlap-before-write", "CD-18", DrainsOverlapBeforeWrite),
+    _engine("closes-on-raised-flush", "CD-19", ClosesOnRaisedFlush),
+    # data-parallel ranks behind one endpoint (checked on ranks.RANKS_CONFIGS, explored on
+    # the ranks deployment; on a config of one rank each is the reference scheduler)
+    _engine("merges-every-flush-reply", "CD-16", MergesEveryFlushReply),  # type: ignore[arg-type]
+    _engine("closes-on-any-rank-failure", "CD-17", ClosesOnAnyRankFailure),  # type: ignore[arg-type]
+    _engine("rolls-back-moved-ranks", None, RollsBackMovedRanks),  # type: ignore[arg-type]
+    # (RefusesUpdatesWhileRequestsExist is correct but never updates with a request in
+    # flight, so INV-002 cannot be exercised on it: its passes are shown by its own test)
     # client programs and the engine profile they are checked on (docs/clients.md)
     _engine("encoder-left-to-client", None, EncoderLeftToClient),
     *_programs(),
@@ -551,16 +756,23 @@ __all__ = [
     "AbortsBeforePublishCheck",
     "AbortsThenFlushes",
     "AlwaysFlushes",
+    "ClosesOnAnyRankFailure",
+    "ClosesOnRaisedFlush",
     "DerivedRebuiltLazily",
     "Design",
+    "DrainsOverlapBeforeWrite",
     "EncoderFollowsWeights",
     "EncoderLeftToClient",
     "LabelsOnlyWithUpdates",
+    "MergesEveryFlushReply",
     "OmittedFlushMeansFlush",
     "PauseAbortClearsCache",
+    "RadixOffFlushesWhileRunning",
     "RadixOffSkipsFlush",
     "RefusesFlushWhileKvReleased",
     "RefusesInsideWindow",
+    "RefusesUpdatesWhileRequestsExist",
+    "RollsBackMovedRanks",
     "SleepFlushesEveryTier",
     "StagesChunksAside",
     "StopsOnRefusedFlush",

@@ -12,12 +12,18 @@ from collections.abc import Callable, Mapping
 
 from attrs import frozen
 
-from kvfence.model.observation import View
-from kvfence.model.state import Config, Policy, Use
-from kvfence.model.vocabulary import GARBAGE, MIXED, Funnel, Kind, PauseMode, Tier
-
+from ..model.observation import View
+from ..model.rules import RuleId
+from ..model.state import Config, Policy, Use
+from ..model.vocabulary import GARBAGE, MIXED, Funnel, Kind, PauseMode, Tier
 from .clients import NeverFlushClient, ReferenceClient
-from .designs import VersionKeyedCache
+from .designs import (
+    ClosesOnRaisedFlush,
+    DrainsOverlapBeforeWrite,
+    MergesEveryFlushReply,
+    VersionKeyedCache,
+)
+from .ranks import RankedEndpoint
 from .reference import Key, ReferenceEndpoint, Reply, Request
 
 # ----- clients ---------------------------------------------------------------------------
@@ -52,6 +58,34 @@ class Fp8OnlyClient(ReferenceClient):
             return True
         info = info or {}
         return policy.mode.value == "auto" and info.get("kv_cache_dtype") == "fp8_e4m3"
+
+
+class IdentityTrueClient(ReferenceClient):
+    """Violates: CLI-013.
+
+    Reads a field that is neither a string nor null as on only when it ``is True``, so an
+    int ``radix_cache_enabled: 1`` (a shape no engine emits) reads as off and ``auto`` skips
+    the flush, where no reading of the report says off. Right on every producer shape (a
+    JSON bool, the strings ``"true"``/``"false"``, null, silence): only the robustness rule
+    can catch it, as a WARN (FAIL under ``--strict``).
+    """
+
+    name = "identity-true"
+
+    def radix_enabled(self, info: Mapping[str, object] | None) -> bool | None:
+        if not isinstance(info, Mapping):
+            return None
+        for field, inverted in (("radix_cache_enabled", False), ("disable_radix_cache", True)):
+            value = info.get(field)
+            if value is None:
+                continue
+            if isinstance(value, str):
+                word = value.strip().lower()
+                if word not in ("true", "false"):
+                    continue
+                return (word == "true") != inverted
+            return (value is True) != inverted
+        return None
 
 
 class KeepsInPlacePauseClient(ReferenceClient):
@@ -136,7 +170,7 @@ class ForcesFlushOnStandardLane(ReferenceEndpoint):
     Applies the exact-lane guard everywhere: standard lanes lose their cache on every
     update though the caller asked to keep it. Safe, so only a SHOULD (a performance note),
     seen only with ``exact_cache``; it was ENG-002 before that rule was narrowed to the
-    unsafe direction (issue 14 item 2). Seed contract SC-2.
+    unsafe direction. Seed contract SC-2.
     """
 
     exact_cache = True
@@ -385,7 +419,7 @@ class HitPathNumericsDiffer(ReferenceEndpoint):
         return (*out, "hit-kernel") if hit else out
 
 
-# ----- appended: PF-21, PF-22 (shared/cases/more-faults.md) ------------------------------
+# ----- PF-21, PF-22 (shared/cases/more-faults.md) ----------------------------------------
 
 
 class EncoderKeptOnOptOut(ReferenceEndpoint):
@@ -452,7 +486,7 @@ class SessionPinnedNamespace(VersionKeyedCache):
         return super()._keys(prefix, lora, namespace)
 
 
-# ----- two-phase updates, derived weight state, restart oracle (issue 10) -----------------
+# ----- two-phase updates, derived weight state, restart oracle ----------------------------
 
 
 class P2pPrepareWritesLive(ReferenceEndpoint):
@@ -461,8 +495,8 @@ class P2pPrepareWritesLive(ReferenceEndpoint):
     The P2P prepare step writes the received chunks straight into the live parameters but
     the engine believes them staged: it keeps serving between prepare and finish as the
     old version (probe, label and attribution say v0, its KV is filed as v0 KV), so a
-    finish that skips the flush reuses KV of the mixed weights. Issue 10 item 2 (SGLang P2P
-    prepare/complete weight update); vLLM's layerwise reload writes live parameters too
+    finish that skips the flush reuses KV of the mixed weights. SGLang's P2P
+    prepare/complete weight update; vLLM's layerwise reload writes live parameters too
     (``vllm/model_executor/model_loader/reload``).
     """
 
@@ -495,8 +529,8 @@ class FinishPublishesAfterFailedChunk(ReferenceEndpoint):
     """Violates: WIN-003.
 
     The finish of a window whose chunk failed still publishes the target version: the
-    failure was logged per chunk and never reached the commit. Issue 10 item 2; FC-004 for
-    bucketed transfers.
+    failure was logged per chunk and never reached the commit (SGLang's P2P prepare/complete
+    split; FC-004 for bucketed transfers).
     """
 
     def finish_weight_update(self, flush_cache: bool | None) -> Reply:
@@ -537,8 +571,8 @@ class RelabelWithoutLoading(ReferenceEndpoint):
     An update records the new version (label and weights probe say v1) but the tensors are
     written into a detached copy of the parameters: the forward still computes v0. Its cold
     prefill runs on the same stale forward, so the byte oracle agrees with itself; only an
-    engine freshly started at v1 (the restart oracle) shows the difference. Issue 10 item 4
-    (the known false PASS of a same-engine oracle).
+    engine freshly started at v1 (the restart oracle) shows the difference: the known false
+    PASS of a same-engine oracle.
     """
 
     def __init__(self, config: Config) -> None:
@@ -558,7 +592,7 @@ class RelabelWithoutLoading(ReferenceEndpoint):
 # ----- the catalog -----------------------------------------------------------------------
 
 
-# ----- engines: memory release and version publishing (issue #10) -----------------------
+# ----- engines: memory release and version publishing ------------------------------------
 
 
 class CrashOnFlushWhileKvReleased(ReferenceEndpoint):
@@ -650,6 +684,103 @@ class PauseClearCacheIgnored(ReferenceEndpoint):
         """Claims the clear, keeps everything."""
 
 
+# ----- failed updates (shared/cases/deployments-and-failures.md) -------------------------
+
+
+class ServesAfterRaisedFlush(ClosesOnRaisedFlush):
+    """Violates: FC-002.
+
+    The post-update flush raises after the weights were reloaded; the failure is reported
+    (the worker answers 400, the router 502) but nothing closes the endpoint, and the next
+    request hits the stale tree under the new weights. sgl-project/sglang-omni PR #678
+    (PF-32); its fail-closed twin is ``closes-on-raised-flush`` (CD-19).
+    """
+
+    def _on_raised_flush(self) -> None:
+        """The failure is logged and the endpoint keeps serving."""
+
+
+class InPlacePauseRacesWeightWrite(DrainsOverlapBeforeWrite):
+    """Violates: INV-001.
+
+    With overlap scheduling, the batch launched before an in-place pause keeps running
+    while the update writes the parameters: the KV it writes is of no version (half old,
+    half new weights), yet it is filed as ordinary KV of the paused request and reused
+    after the resume. An opt-out (``flush_cache=False``) covers KV of whole older weights,
+    never this. sgl-project/sglang PR #27886, PR #25319 (PF-28); its correct twin is
+    ``drains-overlap-before-write`` (CD-18).
+    """
+
+    def _drains(self) -> bool:
+        return False
+
+
+class BucketFailureKeepsServing(ReferenceEndpoint):
+    """Violates: FC-004.
+
+    A bucketed update copies its first buckets into the live parameters, the next bucket
+    fails, and the abort clears only the staging state: the update reports failure, the
+    live weights are mixed (the probe, reading the parameters, names no version), yet the
+    serving gate consults the clean staging state and keeps serving on the mixed weights.
+    NVIDIA/TensorRT-LLM PR #16642 (review), sgl-project/sglang-omni PR #784 (review); PF-27.
+    """
+
+    def fail_update_midway(self, version: int) -> Reply:
+        self.torn, self.label = True, None
+        return Reply(False, message="bucket 4/8 failed; staging cleared")
+
+    @property
+    def closed(self) -> bool:
+        """The gate reads the staging state, which the abort cleaned: never torn."""
+        return self.dirty
+
+    def live(self) -> int:
+        return MIXED if self.torn else self.weights
+
+
+# ----- data-parallel ranks behind one endpoint ---------------------------------------------
+
+
+class FlushFirstRankReply(MergesEveryFlushReply):
+    """Violates: RNK-001.
+
+    Fans the flush out to every rank but answers with the first rank's reply: rank 0
+    emptied its tree, so the endpoint reports success while a rank where a request holds
+    KV refused and keeps KV of the old weights. sgl-project/sglang PR #39562,
+    lightseekorg/tokenspeed PR #1608 (PF-25).
+    """
+
+    def _merge_flush(self, replies: list[Reply]) -> Reply:
+        return replies[0]
+
+
+class UpdateFirstRankReply(RankedEndpoint):
+    """Violates: RNK-002.
+
+    Answers a DP weight update with the first rank's reply: rank 0 applied it, so the
+    endpoint reports success and labels the new version while a rank that failed stays at
+    the old weights and serves them as the new. sgl-project/sglang PR #39534, before the fix
+    (PF-26).
+    """
+
+    def _merge_update(self, version: int, replies: list[Reply]) -> Reply:
+        if replies[0].ok:
+            self.torn, self.label = False, version
+        return replies[0]
+
+
+class FailedRankUpdateKeepsServing(RankedEndpoint):
+    """Violates: RNK-003.
+
+    Merges the update's replies honestly (failure, no version reported) but neither rolls
+    back the ranks that moved nor closes: both ranks keep serving, each under its own
+    weights. sgl-project/sglang PR #39534, after the fix (PF-26).
+    """
+
+    def _closed(self) -> bool:
+        return False
+
+
 @frozen
 class Mutant:
     """One catalogued mutant: ``name``, the ``rule`` it must be killed by, whether it is a
@@ -678,61 +809,85 @@ def _client(name: str, cls: type[ReferenceClient], rule: str, *cases: str) -> Mu
 
 
 MUTANTS: tuple[Mutant, ...] = (
-    _client("never-flush", NeverFlushClient, "CLI-001", "PF-01"),
-    _client("unreported-means-disabled", UnreportedMeansDisabledClient, "CLI-002"),
-    _client("fp8-only", Fp8OnlyClient, "CLI-001"),
-    _client("keeps-in-place-pause", KeepsInPlacePauseClient, "CLI-007"),
-    _client("in-place-skips-flush", InPlaceSkipsFlushClient, "CLI-007", "PF-06"),
-    _engine("guard-yields-to-opt-out", GuardYieldsToOptOut, "ENG-001"),
+    _client("never-flush", NeverFlushClient, RuleId.CLI_001, "PF-01"),
+    _client("unreported-means-disabled", UnreportedMeansDisabledClient, RuleId.CLI_002),
+    _client("fp8-only", Fp8OnlyClient, RuleId.CLI_001),
+    _client("identity-true", IdentityTrueClient, RuleId.CLI_013),
+    _client("keeps-in-place-pause", KeepsInPlacePauseClient, RuleId.CLI_007),
+    _client("in-place-skips-flush", InPlaceSkipsFlushClient, RuleId.CLI_007, "PF-06"),
+    _engine("guard-yields-to-opt-out", GuardYieldsToOptOut, RuleId.ENG_001),
     *(
         _engine(
             f"guard-missing-on-{f.value.replace('_', '-')}",
             guard_missing_on(f),
-            "ENG-001",
+            RuleId.ENG_001,
             *{"disk": ("PF-07",)}.get(f.value, ()),
         )
         for f in Funnel
     ),
-    _engine("update-never-flushes", UpdateNeverFlushes, "ENG-001", "PF-08"),
-    _engine("forces-flush-on-standard-lane", ForcesFlushOnStandardLane, "ENG-011"),
-    _engine("swallows-failed-flush", SwallowsFailedFlush, "FC-001"),
-    _engine("serves-after-failed-flush", ServesAfterFailedFlush, "FC-002"),
-    _engine("crashes-after-swap", CrashesAfterSwap, "FC-001", "PF-04"),
-    _engine("flush-refusal-reported-as-success", FlushRefusalReportedAsSuccess, "FC-003", "PF-03"),
-    _engine("retract-blocks-flush", RetractBlocksFlush, "LIV-001", "PF-05"),
-    _engine("flushes-around-paused-kv", FlushesAroundPausedKv, "FC-001", "PF-17"),
-    _engine("flush-forgets-storage", FlushForgetsStorage, "ENG-003", "PF-09"),
-    _engine("flush-forgets-encoder", FlushForgetsEncoder, "ENG-003", "PF-10"),
-    _engine("flush-spares-queued-requests", FlushSparesQueuedRequests, "ENG-003"),
-    _engine("draft-left-behind-on-distributed", DraftLeftBehindOnDistributed, "ENG-004", "PF-11"),
-    _engine("load-back-loses-draft-kv", LoadBackLosesDraftKv, "ENG-008", "PF-12"),
-    _engine("lora-keyed-by-name", LoraKeyedByName, "ENG-007", "PF-13"),
-    _engine("sleep-keeps-index", SleepKeepsIndex, "ENG-006", "PF-02"),
-    _engine("scales-dropped-on-ipc", ScalesDroppedOnIpc, "ENG-005", "PF-14"),
-    _engine("label-not-recorded-on-ipc", LabelNotRecordedOnIpc, "INV-003", "PF-15"),
-    _engine("labels-with-final-version", LabelsWithFinalVersion, "INV-002", "PF-16"),
-    _engine("hit-path-numerics-differ", HitPathNumericsDiffer, "INV-004", "PF-18"),
-    # appended with shared/cases/more-faults.md
-    _engine("encoder-kept-on-opt-out", EncoderKeptOnOptOut, "ENG-012", "PF-21"),
-    _engine("flush-is-a-stub", FlushIsAStub, "FC-003", "PF-22"),
-    _engine("flush-stub-claims-success", FlushStubClaimsSuccess, "FC-003", "PF-22"),
-    _engine("session-pinned-namespace", SessionPinnedNamespace, "INV-001", "PF-24"),
-    # issue #10: memory release tags, version publishing, pause(clear_cache)
-    _engine("crash-on-flush-while-kv-released", CrashOnFlushWhileKvReleased, "MEM-001", "PF-19"),
-    _engine("index-kept-across-release", IndexKeptAcrossRelease, "MEM-002"),
+    _engine("update-never-flushes", UpdateNeverFlushes, RuleId.ENG_001, "PF-08"),
+    _engine("forces-flush-on-standard-lane", ForcesFlushOnStandardLane, RuleId.ENG_011),
+    _engine("swallows-failed-flush", SwallowsFailedFlush, RuleId.FC_001),
+    _engine("serves-after-failed-flush", ServesAfterFailedFlush, RuleId.FC_002),
+    _engine("crashes-after-swap", CrashesAfterSwap, RuleId.FC_001, "PF-04"),
+    _engine(
+        "flush-refusal-reported-as-success", FlushRefusalReportedAsSuccess, RuleId.FC_003, "PF-03"
+    ),
+    _engine("retract-blocks-flush", RetractBlocksFlush, RuleId.LIV_001, "PF-05"),
+    _engine("flushes-around-paused-kv", FlushesAroundPausedKv, RuleId.FC_001, "PF-17"),
+    _engine("flush-forgets-storage", FlushForgetsStorage, RuleId.ENG_003, "PF-09"),
+    _engine("flush-forgets-encoder", FlushForgetsEncoder, RuleId.ENG_003, "PF-10"),
+    _engine("flush-spares-queued-requests", FlushSparesQueuedRequests, RuleId.ENG_003),
+    _engine(
+        "draft-left-behind-on-distributed", DraftLeftBehindOnDistributed, RuleId.ENG_004, "PF-11"
+    ),
+    _engine("load-back-loses-draft-kv", LoadBackLosesDraftKv, RuleId.ENG_008, "PF-12"),
+    _engine("lora-keyed-by-name", LoraKeyedByName, RuleId.ENG_007, "PF-13"),
+    _engine("sleep-keeps-index", SleepKeepsIndex, RuleId.ENG_006, "PF-02"),
+    _engine("scales-dropped-on-ipc", ScalesDroppedOnIpc, RuleId.ENG_005, "PF-14"),
+    _engine("label-not-recorded-on-ipc", LabelNotRecordedOnIpc, RuleId.INV_003, "PF-15"),
+    _engine("labels-with-final-version", LabelsWithFinalVersion, RuleId.INV_002, "PF-16"),
+    _engine("hit-path-numerics-differ", HitPathNumericsDiffer, RuleId.INV_004, "PF-18"),
+    # shared/cases/more-faults.md
+    _engine("encoder-kept-on-opt-out", EncoderKeptOnOptOut, RuleId.ENG_012, "PF-21"),
+    _engine("flush-is-a-stub", FlushIsAStub, RuleId.FC_003, "PF-22"),
+    _engine("flush-stub-claims-success", FlushStubClaimsSuccess, RuleId.FC_003, "PF-22"),
+    _engine("session-pinned-namespace", SessionPinnedNamespace, RuleId.INV_001, "PF-24"),
+    # memory release tags, version publishing, pause(clear_cache)
+    _engine(
+        "crash-on-flush-while-kv-released", CrashOnFlushWhileKvReleased, RuleId.MEM_001, "PF-19"
+    ),
+    _engine("index-kept-across-release", IndexKeptAcrossRelease, RuleId.MEM_002),
     _engine(
         "kv-resumed-stale-after-weights-only-update",
         KvResumedStaleAfterWeightsOnlyUpdate,
-        "ENG-003",
+        RuleId.ENG_003,
     ),
-    _engine("publish-label-without-weights", PublishLabelWithoutWeights, "PUB-001"),
-    _engine("publish-aborts-kept-requests", PublishAbortsKeptRequests, "PUB-002"),
-    _engine("pause-clear-cache-ignored", PauseClearCacheIgnored, "FC-003"),
-    # two-phase updates, derived weight state, restart oracle (issue 10)
-    _engine("p2p-prepare-writes-live", P2pPrepareWritesLive, "WIN-001"),
-    _engine("finish-publishes-after-failed-chunk", FinishPublishesAfterFailedChunk, "WIN-003"),
-    _engine("derived-skipped-on-tensor-funnel", DerivedSkippedOnTensorFunnel, "DER-001", "PF-20"),
-    _engine("relabel-without-loading", RelabelWithoutLoading, "INV-003"),
+    _engine("publish-label-without-weights", PublishLabelWithoutWeights, RuleId.PUB_001),
+    _engine("publish-aborts-kept-requests", PublishAbortsKeptRequests, RuleId.PUB_002),
+    _engine("pause-clear-cache-ignored", PauseClearCacheIgnored, RuleId.FC_003),
+    # two-phase updates, derived weight state, restart oracle
+    _engine("p2p-prepare-writes-live", P2pPrepareWritesLive, RuleId.WIN_001),
+    _engine("finish-publishes-after-failed-chunk", FinishPublishesAfterFailedChunk, RuleId.WIN_003),
+    _engine(
+        "derived-skipped-on-tensor-funnel", DerivedSkippedOnTensorFunnel, RuleId.DER_001, "PF-20"
+    ),
+    _engine("relabel-without-loading", RelabelWithoutLoading, RuleId.INV_003),
+    # failed updates (shared/cases/deployments-and-failures.md)
+    _engine("serves-after-raised-flush", ServesAfterRaisedFlush, RuleId.FC_002, "PF-32"),
+    _engine("bucket-failure-keeps-serving", BucketFailureKeepsServing, RuleId.FC_004, "PF-27"),
+    _engine(
+        "in-place-pause-races-weight-write", InPlacePauseRacesWeightWrite, RuleId.INV_001, "PF-28"
+    ),
+    # data-parallel ranks behind one endpoint
+    _engine("flush-first-rank-reply", FlushFirstRankReply, RuleId.RNK_001, "PF-25"),  # type: ignore[arg-type]
+    _engine("update-first-rank-reply", UpdateFirstRankReply, RuleId.RNK_002, "PF-26"),  # type: ignore[arg-type]
+    _engine(
+        "failed-rank-update-keeps-serving",
+        FailedRankUpdateKeepsServing,  # type: ignore[arg-type]
+        RuleId.RNK_003,
+        "PF-26",
+    ),
 )
 
 
@@ -744,18 +899,26 @@ def _program_mutants() -> tuple[Mutant, ...]:
         RefusedResetIgnored,
         RequeueAcrossVersions,
         ResetBeforeFinishProgram,
+        ResumesAfterFailedUpdate,
         TwoPhaseFinishWithoutFlush,
     )
 
     return (
-        Mutant("reset-before-finish", "CLI-008", "client", ResetBeforeFinishProgram, ("PF-23",)),
-        Mutant("refused-reset-ignored", "CLI-010", "client", RefusedResetIgnored),
-        Mutant("endpoint0-info-only", "CLI-001", "client", Endpoint0InfoOnly),
-        Mutant("prefix-only-reset", "CLI-009", "client", PrefixOnlyReset, engine=ENCODER_ENGINE),
-        # requeue across versions (issue 11 item 2)
-        Mutant("requeue-across-versions", "CLI-012", "client", RequeueAcrossVersions),
-        # two-phase sync (spec 0.3)
-        Mutant("two-phase-finish-without-flush", "CLI-001", "client", TwoPhaseFinishWithoutFlush),
+        Mutant(
+            "reset-before-finish", RuleId.CLI_008, "client", ResetBeforeFinishProgram, ("PF-23",)
+        ),
+        Mutant("refused-reset-ignored", RuleId.CLI_010, "client", RefusedResetIgnored),
+        Mutant("resumes-after-failed-update", RuleId.CLI_014, "client", ResumesAfterFailedUpdate),
+        Mutant("endpoint0-info-only", RuleId.CLI_001, "client", Endpoint0InfoOnly),
+        Mutant(
+            "prefix-only-reset", RuleId.CLI_009, "client", PrefixOnlyReset, engine=ENCODER_ENGINE
+        ),
+        # requeue across versions
+        Mutant("requeue-across-versions", RuleId.CLI_012, "client", RequeueAcrossVersions),
+        # two-phase sync
+        Mutant(
+            "two-phase-finish-without-flush", RuleId.CLI_001, "client", TwoPhaseFinishWithoutFlush
+        ),
     )
 
 

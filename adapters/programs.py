@@ -18,9 +18,8 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from kvfence.model.state import Policy
-from kvfence.model.vocabulary import PauseMode
-
+from ..model.state import Policy
+from ..model.vocabulary import PauseMode
 from .clients import ReferenceClient
 
 RETRIES = 3
@@ -201,7 +200,59 @@ class AnyOnFlushesEverywhere(ReferenceProgram):
             raise SyncFailed(f"endpoints {stuck} left paused: an update or a reset failed")
 
 
+class RetriesFailedUpdate(ReferenceProgram):
+    """Keeps: CLI-001, CLI-002, CLI-004, CLI-011, CLI-014.
+
+    Answers a refused or failed update by asking again, at most ``RETRIES`` times, with
+    the engine's own flush where the plan wants one (an update refused because a request
+    held KV may go through once it finished); an endpoint whose update keeps failing stays
+    paused and the sync fails. Unlike the reference program it never resets separately:
+    the update's ``flush_cache`` is the reset. What it retries on is the failure reply of
+    sglang's update routes (``{"success": false, "message": ...}`` from
+    ``/update_weights_from_disk``, python/sglang/srt/entrypoints/http_server.py).
+    """
+
+    name = "retries-failed-update"
+
+    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
+        infos = [ep.server_info() for ep in endpoints]
+        stuck = []
+        for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
+            ep.pause(pause_for(policy, flush))
+            if not any(ep.update_weights(version, flush_cache=flush) for _ in range(RETRIES)):
+                stuck.append(ep.index)
+                continue
+            if all([reset(ep, k) for k in ep.cache_kinds if k != "prefix"]):
+                ep.continue_generation()
+            else:
+                stuck.append(ep.index)
+        if stuck:
+            raise SyncFailed(f"endpoints {stuck} left paused: the update kept failing")
+
+
 # ----- mutants -----------------------------------------------------------------------------
+
+
+class ResumesAfterFailedUpdate(ReferenceProgram):
+    """Violates: CLI-014.
+
+    Never reads the update's answer: after a refused or failed update it resets, resumes
+    serving and returns, so the trainer takes the sync as done while the endpoint serves
+    the old weights (or whatever a failed update left). sgl-project/sglang-omni PR #678
+    (PF-32): the failure is reported and serving goes on.
+    """
+
+    name = "resumes-after-failed-update"
+
+    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
+        infos = [ep.server_info() for ep in endpoints]
+        for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
+            ep.pause(pause_for(policy, flush))
+            ep.update_weights(version, flush_cache=flush)
+            for kind in ep.cache_kinds:
+                if kind != "prefix" or flush:
+                    reset(ep, kind)
+            ep.continue_generation()
 
 
 class ResetBeforeFinishProgram(ReferenceProgram):
@@ -335,7 +386,7 @@ class RequeueAcrossVersions(RequeueLabelsEveryVersion):
         return [version]
 
 
-# ----- lifecycle and two-phase syncs (spec 0.3) ----------------------------------------------
+# ----- lifecycle and two-phase syncs ----------------------------------------------------------
 
 
 class ColocatedProgram(ReferenceProgram):

@@ -37,6 +37,8 @@ adapter lacks is SKIP with that reason, never PASS:
                           started at the version the endpoint claims (its label)
 ``encoder_reset``         an update leaves the encoder cache to the client, which resets it
                           with FlushEncoderCache (profile ``encoder_reset_separate``)
+``ranks``                 endpoints with data-parallel ranks (``Config.ranks``): a request
+                          placed on a rank, replies merged, FaultRankUpdateFails
 ========================  ===============================================================
 
 Without ``pause``, a SyncWeights drives only UpdateWeights on each endpoint. An engine
@@ -45,6 +47,14 @@ adapter may declare a ``profile``: ``Config`` fields applied to every endpoint
 keyed by the version in force; ``misreports``: its server info may lie about the radix
 cache; ``encoder_reset_separate``: the client owes the encoder-cache reset, CLI-009).
 STOPPED means the adapter saw the engine process exit, not merely a lost reply.
+
+An engine adapter may declare ``logprob_tolerance`` (a float >= 0, absolute, in nats;
+default 0.0, exact): how far a response's logprobs may drift from a cold prefill of the
+same prompt under the same weights through the engine's own numerics (a different kernel
+or batch on the prefix-hit path). The byte oracle then takes outputs with the same token
+ids and logprobs within it as the same bytes (``kvfence.model.checks.same_output``): float
+noise is never stale reuse, while KV of other weights, which moves logprobs by far more,
+still is. ``tolerance`` reads it; a negative or non-numeric one is an adapter error.
 """
 
 from __future__ import annotations
@@ -52,11 +62,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
-from kvfence.model.actions import Action
-from kvfence.model.capabilities import Capability
-from kvfence.model.client import Plan
-from kvfence.model.observation import Observation
-from kvfence.model.state import Config, Policy
+from ..model.actions import Action
+from ..model.capabilities import Capability
+from ..model.client import Plan
+from ..model.observation import Observation
+from ..model.state import Config, Policy
 
 CAPABILITIES = frozenset(c.value for c in Capability)
 """Every capability name the checker knows; any other name is an adapter error."""
@@ -70,6 +80,16 @@ class Unsupported(Exception):
 
 class AdapterFailure(Exception):
     """The SUT or its adapter broke (crash, dead endpoint, malformed answer): ERROR."""
+
+
+def tolerance(engine: object) -> float:
+    """The ``logprob_tolerance`` ``engine`` declares (0.0 when none). ``ValueError`` names
+    a value that is not a finite number >= 0."""
+    value = getattr(engine, "logprob_tolerance", 0.0)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not 0.0 <= float(value) < float("inf"):
+        raise ValueError(f"logprob_tolerance {value!r:.40} is not a finite number >= 0")
+    return float(value)
 
 
 @runtime_checkable

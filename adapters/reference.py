@@ -23,13 +23,14 @@ from typing import Any, ClassVar
 
 from attrs import define, field
 
-from kvfence.model.actions import (
+from ..model.actions import (
     AbortWeightUpdate,
     Action,
     BeginWeightUpdate,
     ContinueGeneration,
     EvictPrefix,
     FaultChunkFails,
+    FaultRankUpdateFails,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FinishRequest,
@@ -47,10 +48,10 @@ from kvfence.model.actions import (
     UpdateWeights,
     WakeUp,
 )
-from kvfence.model.capabilities import Capability
-from kvfence.model.observation import Observation, Response, View
-from kvfence.model.state import Config, Entry, Use
-from kvfence.model.vocabulary import (
+from ..model.capabilities import Capability
+from ..model.observation import Observation, Response, View
+from ..model.state import Config, Entry, Use
+from ..model.vocabulary import (
     ALL_MEMORY,
     MIXED,
     Funnel,
@@ -61,7 +62,6 @@ from kvfence.model.vocabulary import (
     Status,
     Tier,
 )
-
 from .protocol import AdapterFailure, Unsupported
 
 Key = tuple[str, Kind, "int | None", "int | None"]
@@ -534,7 +534,7 @@ class ReferenceEndpoint:
         for k in [k for k, kv in self.cache.items() if kv.tier is Tier.DEVICE]:
             del self.cache[k]
 
-    # issue #10 lifecycle hooks
+    # the RL lifecycle hooks
 
     def _flush_while_released(self) -> Reply:
         """A flush while the KV memory is released: no device pool is touched (there is no
@@ -626,11 +626,12 @@ class InProcessAdapter:
         Capability.EXACT_CACHE,
         Capability.NAMESPACES,
         Capability.ENCODER_RESET,
+        Capability.RANKS,  # the ranked endpoint classes declare it (``ranks.RankedEndpoint``)
     }
     fixed_configs = None
     in_process = True
     """Plain Python in this process: the checker calls it directly, without a thread
-    handoff, and a SIGALRM watchdog stops a call that hangs (``lockstep.call_with_timeout``)."""
+    handoff, and a SIGALRM watchdog stops a call that hangs (``calls.call_with_timeout``)."""
 
     def __init__(
         self, endpoint_cls: type[ReferenceEndpoint], name: str, exact: bool | None = None
@@ -643,11 +644,29 @@ class InProcessAdapter:
         if exact:
             self.capabilities = type(self).capabilities | {Capability.EXACT_CACHE}
         self.profile = dict(endpoint_cls.profile)
+        # an endpoint class that is a deployment shape (ranks) names the endpoints it runs
+        # and what of the vocabulary it takes
+        self.fixed_configs = getattr(endpoint_cls, "fixed_configs", None)
+        self.capabilities = getattr(endpoint_cls, "capabilities", self.capabilities)
         if self.profile.get("encoder_reset_separate"):
             self.capabilities = self.capabilities | {Capability.ENCODER_RESET}
 
     def start(self, configs: tuple[Config, ...]) -> None:
-        self.endpoints = [self.endpoint_cls(c) for c in configs]
+        self.endpoints = [self._endpoint(c) for c in configs]
+
+    def _endpoint(self, config: Config) -> ReferenceEndpoint:
+        """One endpoint of ``config``. With data-parallel ranks (``Config.ranks`` > 1) and a
+        single-scheduler class, the reference DP controller (``ranks.RankedEndpoint``)
+        over ranks of that class; a class that is itself a ranked endpoint runs as it is,
+        and on a config of one rank it is its ``rank_cls`` (one scheduler)."""
+        from .ranks import RankedEndpoint
+
+        ranked = issubclass(self.endpoint_cls, RankedEndpoint)  # type: ignore[arg-type]
+        if config.ranks > 1 and not ranked:
+            return RankedEndpoint(config, self.endpoint_cls)  # type: ignore[return-value]
+        if config.ranks == 1 and ranked:  # a controller of one rank is that rank's scheduler
+            return self.endpoint_cls.rank_cls(config)  # type: ignore[attr-defined]
+        return self.endpoint_cls(config)
 
     def server_info(self, endpoint: int) -> Mapping[str, object] | None:
         return self._ep(endpoint).get_server_info()
@@ -657,7 +676,7 @@ class InProcessAdapter:
 
     def snapshot(self) -> tuple[tuple[Config, ...], bytes] | list[ReferenceEndpoint]:
         """Every endpoint's state, for ``restore`` (the explorer's): pickled (a C-speed
-        copy, issue 12) beside the endpoints' configs, which the pickle names by position
+        copy) beside the endpoints' configs, which the pickle names by position
         instead of copying (a config is immutable and fixed for a run; unpickling it cost
         about 40% of a restore); or a deep copy of an endpoint class pickle cannot name (a
         class defined inside a function, as some mutants are)."""
@@ -729,12 +748,18 @@ class InProcessAdapter:
         key = (ep.config, ep.label)
         fresh = self.fresh_engines.get(key)
         if fresh is None:
-            fresh = self.fresh_engines[key] = self.endpoint_cls(ep.config)
+            fresh = self.fresh_engines[key] = self._endpoint(ep.config)
             fresh._install(ep.label, Funnel.DISK)
         fresh.lora_rev = ep.lora_rev
         return fresh.cold_output(prefix, lora)
 
     def _call(self, ep: ReferenceEndpoint, a: Action) -> Reply:
+        rank = getattr(a, "rank", 0)
+        if rank and isinstance(a, (ServeRequest, StartRequest)):
+            # placed on a data-parallel rank: only an endpoint with ranks takes the argument
+            if isinstance(a, ServeRequest):
+                return ep.generate(a.prefix, a.lora, a.namespace, rank=rank)  # type: ignore[call-arg]
+            return ep.start(a.rid, a.prefix, a.lora, a.namespace, rank=rank)  # type: ignore[call-arg]
         calls: dict[type, Any] = {
             ServeRequest: lambda: ep.generate(a.prefix, a.lora, a.namespace),
             StartRequest: lambda: ep.start(a.rid, a.prefix, a.lora, a.namespace),
@@ -761,6 +786,7 @@ class InProcessAdapter:
             FinishWeightUpdate: lambda: ep.finish_weight_update(a.flush_cache),
             AbortWeightUpdate: ep.abort_weight_update,
             FaultChunkFails: lambda: setattr(ep, "fail_next_chunk", True) or Reply(True),
+            FaultRankUpdateFails: lambda: ep.fail_rank_update(a.rank),  # type: ignore[attr-defined]
         }
         if type(a) not in calls:
             raise Unsupported(f"{a.name} is not an engine action")

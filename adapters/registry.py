@@ -17,6 +17,8 @@ resolver.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import importlib
 import re
 from collections.abc import Callable
@@ -31,6 +33,12 @@ from .protocol import ClientAdapter, EngineAdapter
 from .reference import ClosingEndpoint, InProcessAdapter, ReferenceEndpoint
 
 
+def _ranked() -> type:
+    from .ranks import RankedEndpoint
+
+    return RankedEndpoint
+
+
 def _lazy(module: str, attr: str, **kwargs: object) -> Callable[..., EngineAdapter]:
     def build(**options: object) -> EngineAdapter:
         return getattr(importlib.import_module(module), attr)(**kwargs, **options)
@@ -41,6 +49,8 @@ def _lazy(module: str, attr: str, **kwargs: object) -> Callable[..., EngineAdapt
 ENGINES: dict[str, Callable[..., EngineAdapter]] = {
     "reference": lambda: InProcessAdapter(ReferenceEndpoint, "reference"),
     "reference-closing": lambda: InProcessAdapter(ClosingEndpoint, "reference-closing"),
+    # the reference DP controller over reference schedulers, on endpoints of two ranks
+    "reference-ranks": lambda: InProcessAdapter(_ranked(), "reference-ranks"),
     "vllm": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline"),
     "vllm-http": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="http"),
     "vllm-raw": _lazy(
@@ -87,6 +97,8 @@ for _d in DESIGNS:  # the correct designs of the pass matrix (adapters/designs.p
     if _d.side == "engine" and _d.name not in ENGINES:
         ENGINES[_d.name] = lambda d=_d: InProcessAdapter(d.build(), d.name)
 
+VLLM_ENGINES_NAMES = tuple(n for n in ENGINES if n.startswith("vllm"))
+
 _AFTER_VLLM = list(ENGINES).index("vllm-raw") + 1
 ENGINE_NAMES: tuple[str, ...] = (
     *list(ENGINES)[:_AFTER_VLLM],
@@ -97,6 +109,17 @@ ENGINE_NAMES: tuple[str, ...] = (
 """Every engine name ``engine`` accepts, for help and messages: the in-process and vLLM
 engines of ``ENGINES``, and ``sglang`` / ``sglang@VERSION``, which ``engine`` builds itself
 (their options differ)."""
+
+KINDS = ("reference", "real", "mutant", "design")
+"""The kinds of engine and client names: the reference systems, real engines (vLLM,
+SGLang, a server by URL), the catalog's mutants (faulty systems from public bug reports)
+and its correct designs."""
+
+KIND_PREFIXES = ("mutant", "design")
+"""``mutant:NAME`` and ``design:NAME`` name a catalog entry with its kind visible; the
+bare ``NAME`` is accepted too."""
+
+REAL_ENGINES: tuple[str, ...] = (*VLLM_ENGINES_NAMES, "sglang", "sglang@VERSION", "sglang-http")
 
 CLIENTS: dict[str, Callable[[], ClientAdapter]] = {"reference": ReferenceClient}
 for _m in MUTANTS:
@@ -170,7 +193,70 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def _public_url(url: str) -> str:
+    """``url`` without what may be secret: user and password, query and fragment."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def system(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """How to reach the engine ``name`` built with ``options`` again, as a trace header
+    records it (``system``): ``engine`` as given (a ``module:factory`` verbatim), and
+    when set ``url`` (no user, password or query), ``checkpoints`` (``{"v0": PATH}``),
+    ``served_model``, ``overlay`` and ``sglang_version``. Nothing secret is kept."""
+    out: dict[str, Any] = {"engine": name}
+    if options.get("url") is not None:
+        out["url"] = _public_url(str(options["url"]))
+    if options.get("checkpoints"):
+        out["checkpoints"] = {f"v{v}": str(p) for v, p in sorted(options["checkpoints"].items())}
+    if options.get("served_model") is not None:
+        out["served_model"] = str(options["served_model"])
+    if options.get("overlay"):
+        out["overlay"] = str(options["overlay"])
+    bare = _bare(name)
+    if bare == "sglang" or bare.startswith("sglang@"):
+        from .sglang_engine import DEFAULT_VERSION
+
+        out["sglang_version"] = bare.partition("@")[2] or DEFAULT_VERSION
+    return out
+
+
+def system_options(recorded: dict[str, Any]) -> dict[str, Any]:
+    """The ``engine`` options a trace header's ``system`` records (``system``'s inverse,
+    less the engine name); ``ValueError`` names a field of the wrong shape."""
+    out: dict[str, Any] = {}
+    for key in ("url", "served_model", "overlay"):
+        if key in recorded:
+            if not isinstance(recorded[key], str):
+                raise ValueError(f"the trace header's system.{key} is not text")
+            out[key] = recorded[key]
+    if "checkpoints" in recorded:
+        items = recorded["checkpoints"]
+        if not isinstance(items, dict) or not all(isinstance(v, str) for v in items.values()):
+            raise ValueError("the trace header's system.checkpoints is not {vN: PATH}")
+        out["checkpoints"] = parse_checkpoints([f"{k}={v}" for k, v in items.items()])
+    return out
+
+
 def engine(name: str, **options: Any) -> EngineAdapter:
+    """The engine adapter called ``name``, with ``system(name, options)`` recorded on it as
+    ``kvfence_system`` where the object allows (the counterexample's header carries it);
+    see ``build_engine`` for the names and options."""
+    recorded = system(name, options)
+    adapter = build_engine(name, **options)
+    # An adapter with __slots__ or a frozen one keeps none: its trace names it alone.
+    with contextlib.suppress(AttributeError, TypeError):
+        adapter.kvfence_system = recorded  # type: ignore[attr-defined]
+    return adapter
+
+
+def build_engine(name: str, **options: Any) -> EngineAdapter:
     """The engine adapter called ``name``, or ``package.module:factory`` (a callable with
     no arguments returning an ``EngineAdapter``); ``ValueError`` says what is wrong.
 
@@ -182,6 +268,8 @@ def engine(name: str, **options: Any) -> EngineAdapter:
     log_dir = options.pop("log_dir", None)
     overlay = options.pop("overlay", None)
     options = {k: v for k, v in options.items() if v is not None}
+    if name.partition(":")[0] in KIND_PREFIXES:
+        name = _kind_name(name, "engine")
     if name == "sglang" or name.startswith("sglang@"):
         if options:
             flags = ", ".join("--" + k.replace("_", "-").rstrip("s") for k in options)
@@ -191,7 +279,12 @@ def engine(name: str, **options: Any) -> EngineAdapter:
         version = name.partition("@")[2] if "@" in name else DEFAULT_VERSION
         if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", version):
             raise ValueError(f"engine {name!r}: {version!r} is not an SGLang version number")
-        return SglangAdapter(version=version, overlay=overlay)
+        adapter = SglangAdapter(version=version, overlay=overlay)
+        try:
+            adapter.sglang_path()  # not installed: a usage error naming the install command
+        except Exception as e:
+            raise ValueError(f"engine {name!r}: {e}") from None
+        return adapter
     if overlay:
         raise ValueError(f"--overlay applies to the sglang engines, not {name!r}")
     if options and name not in ATTACH_ENGINES:
@@ -202,7 +295,14 @@ def engine(name: str, **options: Any) -> EngineAdapter:
     if ":" in name:
         return _load_engine(name)
     if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r}; known: {', '.join(ENGINE_NAMES)}")
+        known = [*ENGINE_NAMES, *(f"{k}:{n}" for k in KIND_PREFIXES for n in ENGINES)]
+        hint = did_you_mean(name, [n for n in ENGINE_NAMES if n != "sglang@VERSION"]) or (
+            did_you_mean(name, known)
+        )
+        raise ValueError(
+            f"unknown engine {name!r}{hint} (`kvfence engines` lists them all; "
+            "or package.module:factory)"
+        )
     if name == "sglang-http":
         if "url" not in options:
             raise ValueError(
@@ -236,20 +336,128 @@ def _load_engine(spec: str) -> EngineAdapter:
     return adapter
 
 
+def kind_of(name: str, side: str = "engine") -> str:
+    """``reference``, ``real``, ``mutant`` or ``design`` for a registry name of ``side``
+    (``engine`` or ``client``); ``ValueError`` for a name the registry does not hold."""
+    bare = _bare(name)
+    if bare in ("reference", "reference-closing"):
+        return "reference"
+    if side == "engine" and (bare in REAL_ENGINES or bare.startswith("sglang@")):
+        return "real"
+    if bare in _MUTANT_NAMES.get(side, ()):
+        return "mutant"
+    if bare in _DESIGN_NAMES.get(side, ()):
+        return "design"
+    raise ValueError(f"unknown {side} {name!r}")
+
+
+_MUTANT_NAMES = {s: {m.name for m in MUTANTS if m.side == s} for s in ("engine", "client")}
+_DESIGN_NAMES = {s: {d.name for d in DESIGNS if d.side == s} for s in ("engine", "client")}
+
+
+def _bare(name: str) -> str:
+    """``mutant:NAME`` / ``design:NAME`` -> ``NAME``; any other name unchanged."""
+    kind, sep, rest = name.partition(":")
+    return rest if sep and kind in KIND_PREFIXES and rest else name
+
+
+def _kind_name(name: str, side: str) -> str:
+    """A ``mutant:NAME`` / ``design:NAME`` (or ``design:CD-NN``) as its bare registry name,
+    checking the kind;
+    ``ValueError`` when the catalog holds no such entry of that kind."""
+    kind, _, bare = name.partition(":")
+    names = (_MUTANT_NAMES if kind == "mutant" else _DESIGN_NAMES).get(side, set())
+    if kind == "design":  # a design by its case too: design:CD-06
+        bare = next((d.name for d in DESIGNS if d.case == bare and d.side == side), bare)
+    if bare not in names:
+        raise ValueError(f"no {kind} {side} {bare!r}" + did_you_mean(bare, sorted(names), kind))
+    return bare
+
+
+def did_you_mean(name: str, known: list[str] | tuple[str, ...], prefix: str = "") -> str:
+    """``"; did you mean 'vllm'?"`` for the names of ``known`` close to ``name``
+    (``difflib``), with ``prefix:`` when given; ``""`` when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    shown = [f"{prefix}:{c}" if prefix else c for c in close]
+    return "; did you mean " + " or ".join(repr(c) for c in shown) + "?"
+
+
+def _summary(doc: str) -> str:
+    """The first sentence of a catalog docstring after its ``Violates:`` / ``Keeps:``
+    line, on one line."""
+    lines = doc.splitlines()
+    if lines and lines[0].startswith(("Violates:", "Keeps:")):
+        lines = lines[1:]
+    text = " ".join(" ".join(lines).split())
+    return text.split(". ")[0].split(": ")[0].rstrip(".") if text else ""
+
+
+REAL_SUMMARIES = {
+    "vllm": "vLLM offline in-process on CPU, with the adapter's fail-closed guard",
+    "vllm-raw": "the same vLLM without the adapter's guard and label updates",
+    "vllm-lora": "vLLM serving one LoRA adapter, each revision in its own directory",
+    "vllm-lora-raw": "the same, new LoRA bytes over the old directory, without the guard",
+    "vllm-rl": "vLLM with the RL lifecycle actions (publish, pause, two-phase update)",
+    "vllm-rl-raw": "the same without the adapter's guard and label updates",
+    "vllm-http": "vLLM's OpenAI server (started by kvfence, or --url to attach)",
+    "sglang": "upstream SGLang's scheduler control plane on CPU (default version)",
+    "sglang@VERSION": "the same, another installed SGLang release (scripts/install-sglang.sh)",
+    "sglang-http": "a running SGLang server, attached by --url and --checkpoint",
+}
+
+
+def catalog(side: str = "engine") -> list[tuple[str, str, str]]:
+    """Every name of ``side`` (``engine`` or ``client``) as ``(address, kind, summary)``:
+    references and real engines by their name, catalog entries as ``mutant:NAME`` /
+    ``design:NAME`` with the rule a mutant breaks or the rules a design keeps."""
+    out: list[tuple[str, str, str]] = []
+    if side == "engine":
+        out.append(("reference", "reference", "the reference engine (the spec's own choice)"))
+        out.append(("reference-closing", "reference", "the reference, fail-closed branch"))
+        out += [(n, "real", REAL_SUMMARIES.get(n, "")) for n in REAL_ENGINES]
+    else:
+        out.append(("reference", "reference", "the reference resolver"))
+    for m in MUTANTS:
+        if m.side == side:
+            out.append((f"mutant:{m.name}", "mutant", f"breaks {m.rule}: {_summary(m.doc)}"))
+    for d in DESIGNS:
+        if d.side == side and d.name not in ("reference", "reference-closing"):
+            keeps = ", ".join(d.keeps)
+            what = f"{d.case + ' ' if d.case else ''}keeps {keeps}: {_summary(d.doc)}"
+            out.append((f"design:{d.name}", "design", what))
+    return out
+
+
 PROGRAM_PREFIX = "program:"
 """``program:package.module:function`` names a user's client program (``--client-program``)."""
 
 
 def client(name: str) -> ClientAdapter:
+    """``build_client(name)``, with ``name`` as given recorded on it as ``kvfence_name``
+    where the object allows (the counterexample's header carries it)."""
+    adapter = build_client(name)
+    with contextlib.suppress(AttributeError, TypeError):
+        adapter.kvfence_name = name  # type: ignore[attr-defined]
+    return adapter
+
+
+def build_client(name: str) -> ClientAdapter:
     """The client called ``name``: a registry name (a resolver or a program),
     ``program:package.module:function`` for a user's client program
     (``sync(endpoints, version, policy)``), or ``package.module:function`` for a user's
     resolver. ``ValueError`` says what is wrong."""
     if name.startswith(PROGRAM_PREFIX):
         return load_program(name.removeprefix(PROGRAM_PREFIX))  # type: ignore[return-value]
+    if name.partition(":")[0] in KIND_PREFIXES:
+        name = _kind_name(name, "client")
     if ":" in name:
         return load_callable_client(name)
     if name not in CLIENTS:
-        known = ", ".join(CLIENTS)
-        raise ValueError(f"unknown client {name!r}; known: {known}, or package.module:function")
+        hint = did_you_mean(name, list(CLIENTS))
+        raise ValueError(
+            f"unknown client {name!r}{hint} (`kvfence engines --side client` lists them; "
+            "or package.module:function)"
+        )
     return CLIENTS[name]()

@@ -75,7 +75,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvfence.model.actions import (
+from ..model.actions import (
     Action,
     ContinueGeneration,
     FinishRequest,
@@ -88,11 +88,10 @@ from kvfence.model.actions import (
     UpdateWeights,
     WakeUp,
 )
-from kvfence.model.capabilities import Capability as C
-from kvfence.model.observation import Observation, Response, View
-from kvfence.model.state import Config, Entry, Use, server_info
-from kvfence.model.vocabulary import Lane, Status
-
+from ..model.capabilities import Capability as C
+from ..model.observation import Observation, Response, View
+from ..model.state import Config, Entry, Use, server_info
+from ..model.vocabulary import Lane, Status
 from .protocol import AdapterFailure, Unsupported
 
 DEFAULT_VERSION = "0.5.23"

@@ -52,11 +52,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from kvfence.model.actions import PauseGeneration, UpdateWeights
-from kvfence.model.observation import Observation
-from kvfence.model.state import Config, server_info
-from kvfence.model.vocabulary import Lane, PauseMode, Status
-
+from ..model.actions import PauseGeneration, UpdateWeights
+from ..model.observation import Observation
+from ..model.state import Config, server_info
+from ..model.vocabulary import Lane, PauseMode, Status
 from .http_base import HttpDriverBase
 from .protocol import AdapterFailure
 from .vllm_base import ServerStartError, VllmDriverError

@@ -161,7 +161,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kvfence.model.actions import (
+from ..model.actions import (
     AbortWeightUpdate,
     Action,
     BeginWeightUpdate,
@@ -178,11 +178,10 @@ from kvfence.model.actions import (
     UpdateWeightChunk,
     UpdateWeights,
 )
-from kvfence.model.capabilities import Capability
-from kvfence.model.observation import Observation, Response, View
-from kvfence.model.state import Config, Entry, server_info
-from kvfence.model.vocabulary import Kind, Lane, PauseMode, Status, Tier
-
+from ..model.capabilities import Capability
+from ..model.observation import Observation, Response, View
+from ..model.state import Config, Entry, server_info
+from ..model.vocabulary import Kind, Lane, PauseMode, Status, Tier
 from .protocol import AdapterFailure, Unsupported
 from .tiny_model import SPECIAL_TOKENS, VOCAB_SIZE, lora_revision_on_disk, write_tiny_lora
 
@@ -220,7 +219,7 @@ OFFLINE_CAPABILITIES = frozenset(
         C.CACHE_PROBE,
         C.RESTART,
         C.LORA,
-        # issue 13: the lifecycle actions, dispatched by ``apply`` (module doc)
+        # the lifecycle actions, dispatched by ``apply`` (module doc)
         C.PUBLISH,
         C.PAUSE_CLEAR,
         C.TWO_PHASE,
@@ -229,7 +228,7 @@ OFFLINE_CAPABILITIES = frozenset(
     }
 )
 
-#: The RL lifecycle capabilities (issue 13): only the ``vllm-rl`` engines declare them, so that
+#: The RL lifecycle capabilities: only the ``vllm-rl`` engines declare them, so that
 #: on ``vllm`` the ci budget of a few dozen examples still reaches stale reuse with the
 #: never-flush client (drawing the window and publish actions dilutes it; as LoRA, which has
 #: the ``vllm-lora`` engines).
@@ -254,6 +253,8 @@ MISSING_REASONS: dict[str, str] = {
     "encoder_reset": "not wired: needs a multimodal model",
     "lora": "served by the vllm-lora engines (off here so the ci budget reaches stale reuse)",
     "namespaces": "not wired: requests carry no namespace (cache_salt) yet",
+    "ranks": "not wired: one engine core (data_parallel_size 1), so no data-parallel "
+    "ranks answer a flush or an update separately",
 }
 
 #: The LoRA adapter's name on the engine; every revision is loaded under it.
@@ -474,7 +475,7 @@ class VllmAdapter:
             t0 = time.monotonic()
             fresh = self._driver is None
             if fresh:
-                # Issue 13 item 5: the terminal shows kvfence's progress while vLLM starts
+                # The terminal shows kvfence's progress while vLLM starts
                 # (it can take minutes on a busy machine), vLLM's own output goes to the log.
                 self._progress(
                     f"attaching to the vLLM server at {self.url}"

@@ -8,7 +8,7 @@ them, and registers it in a process-wide set. The first server started from the 
 thread installs handlers for SIGTERM and SIGINT that kill every live group and then hand
 the signal on (to the previous Python handler, or to the default action, so kvfence still
 exits with the signal's status). Without them a SIGTERM to kvfence ends Python without
-running ``atexit``/``weakref.finalize`` and left the server running (issue 8, H-6).
+running ``atexit``/``weakref.finalize`` and left the server running.
 
 Linux only (``/proc``); a SIGKILL to kvfence still cannot be caught.
 """

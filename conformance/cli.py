@@ -1,4 +1,4 @@
-"""``kvfence``: check, mutants, replay, explore, rules, diagram, serve.
+"""``kvfence``: check, mutants, replay, explore, engines, rules, diagram, serve.
 
 Exit codes: 0 pass (or FIXED), 1 fail (or FAILED), 2 error or unknown, 3 usage.
 """
@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -16,30 +17,69 @@ from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from kvfence.adapters import registry
-from kvfence.adapters.mutants import BY_NAME as MUTANTS_BY_NAME
-from kvfence.model import lifecycle
-from kvfence.model.actions import Action, TraceError
-from kvfence.model.capabilities import EVIDENCE, Capability
-from kvfence.model.capabilities import parse as parse_capabilities
-from kvfence.model.checks import Violation
-from kvfence.model.explore import explore, initial_states, usable_cores
-from kvfence.model.rules import BY_ID, RULES
-from kvfence.model.state import Bounds, Config, Policy
-from kvfence.model.vocabulary import Tier
-
-from .explore import explore_adapter
-from .report import clean, print_result, write_json, write_junit
+from ..adapters import registry
+from ..adapters.mutants import BY_NAME as MUTANTS_BY_NAME
+from ..model import lifecycle
+from ..model.actions import Action, TraceError
+from ..model.capabilities import EVIDENCE, Capability
+from ..model.capabilities import parse as parse_capabilities
+from ..model.checks import Violation
+from ..model.explore import initial_states
+from ..model.rules import BY_ID, RULES
+from ..model.state import Bounds, Config, Policy
+from ..model.vocabulary import Tier
+from . import isolate
+from .explore import DEPLOYMENTS, deployment, explore_adapter
+from .report import (
+    clean,
+    counterexample_lines,
+    plural,
+    print_result,
+    print_steps,
+    wrapped,
+    write_json,
+    write_junit,
+)
 from .runner import PROFILES, Result, run_check
+from .search import MAX_SECONDS, explore, usable_cores
+from .trace import step_json, violation_json
 from .verdict import REPLAY_WORDS, ReplayKind, Verdict
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_USAGE = 0, 1, 2, 3
 
+EXPLORE_MAX_STATES = 3_000_000
+"""``kvfence explore --max-states``'s default: the model's search keeps every state it has
+seen (a few hundred bytes each, plus the forked workers' copied pages), so this keeps it
+to a few GB on a 2-core, 24 GB machine; the default depth needs far fewer (``scripts/
+bench.py``'s explore figure counts them)."""
+
+EXPLORE_MAX_SECONDS = 1800.0
+"""``kvfence explore --max-seconds``'s default: half an hour."""
+
+
+KIND_WORDS = (*registry.KIND_PREFIXES, "program")
+"""Name prefixes that address the registry (``mutant:NAME``), not code to import."""
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help, but never broken at a hyphen (``vllm-rl-raw`` stays whole)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
 
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error exits 3 (2 means ERROR/UNKNOWN for kvfence)."""
+    """argparse, but a usage error exits 3 (2 means ERROR/UNKNOWN for kvfence), and help
+    is never broken at a hyphen."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -94,20 +134,53 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, help="write a JSON results file here")
     p.add_argument("--timeout", type=seconds, default=120.0, help="seconds per adapter call")
     p.add_argument("--max-examples", type=positive_int, help="override the profile's example count")
+    _verbosity(p)
+
+
+def _verbosity(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "-v",
+        "--verbose",
+        dest="verbosity",
+        action="store_const",
+        const=1,
+        default=0,
+        help="every rule's row (default: only the rows that FAIL, WARN, ERROR or are UNKNOWN)",
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        dest="verbosity",
+        action="store_const",
+        const=-1,
+        help="the summary line alone",
+    )
 
 
 def build_parser() -> Parser:
     parser = Parser(prog="kvfence", description=__doc__)
+    parser.add_argument(
+        "--version", action="version", version=version_text(), help="print the version and exit"
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     p = sub.add_parser("check", help="run the conformance machine against one system")
     p.add_argument(
-        "--engine", default="reference", help=f"one of: {', '.join(registry.ENGINE_NAMES)}"
+        "--engine",
+        default="reference",
+        metavar="ENGINE",
+        help="reference (default); a real engine: "
+        f"{', '.join(registry.REAL_ENGINES)}; a catalog entry as mutant:NAME or design:NAME "
+        "(`kvfence engines` lists them); or package.module:factory, a callable returning "
+        "your own engine adapter",
     )
     p.add_argument(
         "--client",
         default="reference",
-        help=f"one of: {', '.join(registry.CLIENTS)}, or package.module:function (a resolver)",
+        metavar="CLIENT",
+        help="reference (default); a catalog entry as mutant:NAME or design:NAME "
+        "(`kvfence engines --side client`); or package.module:function, your own resolver",
     )
     p.add_argument(
         "--client-program",
@@ -127,6 +200,12 @@ def build_parser() -> Parser:
         metavar="CAP[,CAP]",
         help="capabilities the engine must declare, so that the rules they unlock are "
         "exercised, not SKIP; one missing exits 2 before the run (as ERROR/UNKNOWN)",
+    )
+    p.add_argument(
+        "--safety-only",
+        action="store_true",
+        help="the exit code follows the safety verdict alone (stale KV served, wrong labels); "
+        "an availability failure (a refused flush that kills the engine) is still printed",
     )
     _common(p)
 
@@ -155,6 +234,14 @@ def build_parser() -> Parser:
     p.add_argument("--allow-other-spec", action="store_true", help="read another spec's trace")
     p.add_argument("--strict", action="store_true", help="SHOULD rules fail too (as check)")
     p.add_argument("--timeout", type=seconds, default=120.0)
+    g = p.add_argument_group(
+        "the system replayed (default: as the trace header's system records it)"
+    )
+    g.add_argument("--url", help="the server to replay against, for an attached engine")
+    g.add_argument("--checkpoint", action="append", metavar="vN=PATH", help="as for check")
+    g.add_argument("--served-model", help="the server's model name")
+    g.add_argument("--allow-remote", action="store_true", help="allow a --url not on loopback")
+    g.add_argument("--overlay", help="sglang engines: a folder of fork files over SGLang's")
 
     p = sub.add_parser("explore", help="exhaustive breadth-first search within bounds")
     p.add_argument(
@@ -176,6 +263,12 @@ def build_parser() -> Parser:
     p.add_argument("--engine", help="explore model x this in-process engine (default: none)")
     p.add_argument("--client", help="explore model x this client (default: none)")
     p.add_argument(
+        "--deployment",
+        choices=sorted(DEPLOYMENTS),
+        help="start from a deployment's setup instead (ranks: one endpoint of two "
+        "data-parallel ranks); replaces --endpoints",
+    )
+    p.add_argument(
         "--no-symmetry",
         dest="symmetry",
         action="store_false",
@@ -191,14 +284,52 @@ def build_parser() -> Parser:
         "same whatever the number",
     )
     p.add_argument(
+        "--max-states",
+        type=positive_int,
+        default=EXPLORE_MAX_STATES,
+        help="stop the model's search after this many distinct states (default "
+        "%(default)s: a few GB); a search stopped by a cap is UNKNOWN beyond it, exit 2",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=seconds,
+        default=EXPLORE_MAX_SECONDS,
+        help="stop the model's search after this many seconds (default %(default)s); "
+        "UNKNOWN beyond the cap, exit 2",
+    )
+    p.add_argument(
         "--out",
         type=Path,
         default=Path("kvfence-results"),
         help="folder for the counterexample trace (named per run, as check's)",
     )
 
-    p = sub.add_parser("rules", help="list the rule registry")
+    p = sub.add_parser(
+        "engines", help="list every engine (or client) name: references, real, mutants, designs"
+    )
+    p.add_argument("--kind", choices=registry.KINDS, help="only names of this kind")
+    p.add_argument(
+        "--side", choices=("engine", "client"), default="engine", help="engines or clients"
+    )
+
+    p = sub.add_parser("rules", help="list the rule registry, or show one rule")
+    p.add_argument(
+        "rule",
+        nargs="?",
+        metavar="ID",
+        help="one rule (e.g. CLI-010): its text, rationale, source, class, the mutants that "
+        "break it and the correct designs that keep it",
+    )
     p.add_argument("--markdown", action="store_true", help="print a Markdown table")
+
+    p = sub.add_parser(
+        "tiny-model",
+        help="build the tiny model and its checkpoints for a real vLLM server (needs torch)",
+    )
+    p.add_argument("--out", type=Path, required=True, help="folder for v0/, v1/, ...")
+    p.add_argument(
+        "--versions", type=positive_int, default=2, help="checkpoints to build: v0 .. vN-1"
+    )
 
     sub.add_parser("diagram", help="print the endpoint lifecycle as a Mermaid diagram")
 
@@ -242,36 +373,77 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
             name = registry.PROGRAM_PREFIX + args.client_program
         client = registry.client(name)
     except ValueError as e:
-        console.print(f"[bold red]usage:[/] {clean(e)}")
+        # One line, never broken: a message to read whole (and to grep in a CI log).
+        console.print(f"[bold red]usage:[/] {escape(clean(e))}", soft_wrap=True)
         return EXIT_USAGE
     if args.require and (missing := missing_capabilities(engine, args.require)):
         console.print(missing, markup=False, highlight=False)
         with contextlib.suppress(Exception):
             engine.close()
         return EXIT_ERROR
-    result = run_check(
-        engine,
-        client,
-        profile=args.profile,
-        seed=args.seed,
-        out_dir=args.out,
-        strict=args.strict,
-        timeout=args.timeout,
-        max_examples=args.max_examples,
-        focus=args.focus,
-    )
-    print_result(result, console)
-    skipped = must_skipped(result)
-    if skipped:
-        console.print(
-            f"warning: MUST rules SKIP, never exercised: {skipped}; "
-            "demand their capabilities with --require CAP[,CAP]",
-            markup=False,
-            highlight=False,
+    from .progress import Progress
+
+    total = planned_examples(engine, args.profile, args.max_examples)
+    with Progress("kvfence check", total, "examples", enabled=args.verbosity >= 0) as progress:
+        count_examples(engine, progress)
+        result = run_check(
+            engine,
+            client,
+            profile=args.profile,
+            seed=args.seed,
+            out_dir=args.out,
+            strict=args.strict,
+            timeout=args.timeout,
+            max_examples=args.max_examples,
+            focus=args.focus,
+            isolate=True,
+            on_progress=lambda value: example_done(progress),
         )
+    print_result(result, console, args.verbosity)
     if not _write_reports([result], args, console):
         return EXIT_ERROR
+    if args.safety_only:
+        return result.safety.exit_code
     return result.exit_code
+
+
+def planned_examples(engine: object, profile: str, max_examples: int | None) -> int:
+    """The examples a check plans: ``--max-examples``, else the engine's own ``ci`` budget,
+    else the profile's. Extra searches for evidence may run past it (the total grows)."""
+    if max_examples is not None:
+        return max_examples
+    budget = getattr(engine, "budget", None)
+    if profile == "ci" and isinstance(budget, dict) and "max_examples" in budget:
+        return int(budget["max_examples"])
+    return int(PROFILES[profile].max_examples)
+
+
+def example_done(progress: object, _: object = None) -> None:
+    """One more example on ``progress``; the total grows with the extra searches a check
+    runs for evidence (``runner.TOP_UPS``)."""
+    if progress.done >= progress.total:  # type: ignore[attr-defined]
+        progress.total += 1  # type: ignore[attr-defined]
+    progress.advance()  # type: ignore[attr-defined]
+
+
+def count_examples(engine: object, progress: object) -> None:
+    """Advance ``progress`` once per example: the checker starts the engine afresh for
+    each (``EngineAdapter.start``), so its ``start`` is wrapped on this object alone. An
+    adapter that takes no attribute gets no progress, and is checked the same."""
+    start = getattr(engine, "start", None)
+    if start is None:
+        return
+
+    def counted(*args, **kwargs):
+        try:
+            return start(*args, **kwargs)
+        finally:
+            # In an isolated check's child, the parent's bar advances (``on_progress``).
+            if not isolate.notify("example"):
+                example_done(progress)
+
+    with contextlib.suppress(AttributeError, TypeError):
+        engine.start = counted  # type: ignore[attr-defined]
 
 
 def missing_capabilities(engine: object, required: Sequence[Capability]) -> str:
@@ -298,7 +470,8 @@ def missing_capabilities(engine: object, required: Sequence[Capability]) -> str:
 def must_skipped(result: Result) -> str:
     """The MUST rules a run left SKIP, each with its reason, in words ("" when none). A rule
     that binds only engines of another profile, or only the other kind of client (a
-    resolver's plan rules for a program, CLI-012 for a resolver), is N/A, not SKIP: no gap."""
+    resolver's plan rules for a program, CLI-012 for a resolver), is N/A, not SKIP: no gap.
+    The console prints the shorter ``report.skip_warning``."""
     return "; ".join(
         f"{r.rule.id} ({r.reason})"
         for r in result.rules
@@ -324,26 +497,37 @@ def _write_reports(results: list[Result], args: argparse.Namespace, console: Con
 
 def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
     from . import matrix
+    from .progress import Progress
 
     designs, mutants, unknown = matrix.select(args.only)
     if unknown:
         console.print(f"[bold red]usage:[/] unknown design(s) or mutant(s) {', '.join(unknown)}")
         return EXIT_USAGE
-    x = matrix.run_matrices(
-        designs,
-        mutants,
-        args.profile,
-        args.out,
-        args.timeout,
-        args.max_examples,
-        args.jobs,
-        explore=not args.stateful,
-    )
+    total = len(designs) + len(mutants)
+    with Progress("kvfence mutants", total, "runs", enabled=args.verbosity >= 0) as progress:
+        x = matrix.run_matrices(
+            designs,
+            mutants,
+            args.profile,
+            args.out,
+            args.timeout,
+            args.max_examples,
+            args.jobs,
+            explore=not args.stateful,
+            on_done=progress.advance,
+        )
     matrix.print_matrices(x, args.profile, console)
-    ok = _write_reports(x.results, args, console)
+    try:
+        if args.json:
+            matrix.write_matrix_json(x, args.json, args.profile)
+        if args.junit:
+            matrix.write_matrix_junit(x, args.junit)
+    except OSError as e:
+        console.print(f"[bold magenta]error[/] could not write a report: {e}")
+        return EXIT_ERROR
     for line in x.unsettled():
         console.print(line, markup=False, highlight=False)
-    return x.exit_code if ok else EXIT_ERROR
+    return x.exit_code
 
 
 # ----- replay --------------------------------------------------------------------------
@@ -356,19 +540,38 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
     try:
         trace = read_trace(args.trace, allow_other_spec=args.allow_other_spec)
     except TraceError as e:
-        console.print(f"ERROR {e}")
+        console.print(f"ERROR {clean(e)}", markup=False, highlight=False)
         return EXIT_ERROR
     if args.model_only:
         engine = client = None
         against = "the spec alone (recorded observations)"
     else:
-        name = args.engine or trace.header.get("engine", "reference")
-        client_name = args.client or trace.header.get("client", "reference")
+        recorded = trace.header.get("system")
+        recorded = recorded if isinstance(recorded, dict) else {}
+        name = args.engine or recorded.get("engine") or trace.header.get("engine", "reference")
+        client_name = (
+            args.client or recorded.get("client") or trace.header.get("client", "reference")
+        )
+        if args.client is not None and args.client.startswith("serve:"):
+            # The client of a serve session (``serve:API``, as its replay line names it):
+            # the trainer's calls are recorded as the reference client's actions.
+            from .serve import APIS
+
+            if args.client.partition(":")[2] not in APIS:
+                console.print(
+                    f"usage: --client {clean(args.client)}: serve:API with API one of "
+                    f"{', '.join(APIS)}",
+                    markup=False,
+                )
+                return EXIT_USAGE
+            client_name = "reference"
         for what, value, given in (
             ("engine", name, args.engine),
             ("client", client_name, args.client),
         ):
-            if not isinstance(value, str) or (":" in value and given is None):
+            if not isinstance(value, str) or (
+                ":" in value and given is None and value.partition(":")[0] not in KIND_WORDS
+            ):
                 # A trace is a bug report from anywhere: never import code it names.
                 console.print(
                     f"ERROR the trace names {what} {value!r}; replay only runs registry "
@@ -377,7 +580,17 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
                 )
                 return EXIT_ERROR
         try:
-            engine = registry.engine(name)
+            options = registry.system_options(recorded) if args.engine is None else {}
+            options.update(registry.engine_options(args))
+            options.pop("log_dir", None)
+            version = recorded.get("sglang_version")
+            if name == "sglang" and isinstance(version, str) and args.engine is None:
+                name = f"sglang@{version}"  # the release the trace was recorded on
+        except ValueError as e:
+            console.print(f"ERROR {clean(e)}", markup=False)
+            return EXIT_ERROR
+        try:
+            engine = registry.engine(name, **options)
         except ValueError as e:
             return _unknown_name(e, args.engine is not None, console)
         try:
@@ -385,7 +598,8 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         except ValueError as e:
             engine.close()
             return _unknown_name(e, args.client is not None, console)
-        against = f"engine {name}, client {client_name}"
+        where = f" at {options['url']}" if options.get("url") else ""
+        against = f"engine {name}{where}, client {client_name}"
     try:
         replayed = replay_trace(trace, engine, client, timeout=args.timeout)
     finally:
@@ -400,9 +614,18 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         code = EXIT_PASS if warn_only else EXIT_FAIL
     elif replayed.kind is ReplayKind.PASS:
         code = EXIT_PASS
-    console.print(f"{word} {clean(args.trace)} against {clean(against)}", markup=False)
+    console.print(
+        f"{word} {clean(args.trace)} against {clean(against)}", markup=False, soft_wrap=True
+    )
     for v in replayed.violations:
-        console.print(f"  violated {clean(v)}", markup=False)
+        print_steps([f"  violated {clean(v)}"], console)
+    if replayed.kind is ReplayKind.FAIL and replayed.run.steps:
+        # The steps as this replay saw them, not as the trace recorded them.
+        lines = [step_json(s) for s in replayed.run.steps]
+        top = sum(s.within is None for s in replayed.run.steps)
+        violations = [violation_json(v) for v in replayed.violations]
+        console.print(f"counterexample ({plural(top, 'step')} replayed):", markup=False)
+        print_steps(counterexample_lines(lines, violations), console)
     if replayed.message:
         console.print(f"  {clean(replayed.message)}", markup=False)
     return code
@@ -413,9 +636,13 @@ def _unknown_name(e: ValueError, given: bool, console: Console) -> int:
     error (exit 3, as for ``check``); read from the trace's header, the trace cannot be
     followed here (exit 2, as for any trace that cannot be replayed)."""
     if given:
-        console.print(f"usage: {clean(e)}", markup=False)
+        console.print(f"usage: {clean(e)}", markup=False, soft_wrap=True)
         return EXIT_USAGE
-    console.print(f"ERROR the trace's header: {clean(e)}; pass --engine/--client", markup=False)
+    console.print(
+        f"ERROR the trace's header: {clean(e)}; pass --engine/--client",
+        markup=False,
+        soft_wrap=True,
+    )
     return EXIT_ERROR
 
 
@@ -481,9 +708,15 @@ def main_explore(
     symmetry: bool = True,
     out_dir: Path = Path("kvfence-results"),
     workers: int = 1,
+    max_states: int | None = None,
+    max_seconds: float | None = None,
+    progress: bool = False,
+    deployment_name: str | None = None,
 ) -> tuple[int, str]:
     """``kvfence explore``: the model alone, or model x an in-process SUT when ``engine``
-    or ``client`` is named (the other side is the reference). Returns the exit code (0 no
+    or ``client`` is named (the other side is the reference). ``deployment_name``: start
+    from that deployment's setup (``explore.DEPLOYMENTS``), for the model alone and for
+    model x SUT alike, instead of ``endpoints``. Returns the exit code (0 no
     violation, 1 a violation, 2 incomplete or error) and the text to print; ``ValueError``
     for a usage error (bounds out of range, an engine that cannot be explored).
 
@@ -492,11 +725,20 @@ def main_explore(
     not apply to them), else from the same endpoints as the model alone. ``symmetry``
     (the model alone): count states up to renaming (``model.symmetry``); a counterexample
     is still a concrete path. ``workers`` (the model alone): processes expanding each
-    large level (``model.explore.explore``'s ``workers``); the counts and any
-    counterexample do not depend on it.
+    large level (``conformance.search.explore``'s ``workers``); the counts and any
+    counterexample do not depend on it. ``max_states``/``max_seconds`` (the model alone;
+    None: no cap): a search a cap stops is UNKNOWN beyond it (exit 2), naming the cap, the
+    depth it reached and the states it saw; never PASS. The witnesses of the model's
+    sometimes-properties (the REACH rules) are listed, with those not reached.
+    ``progress`` (the model alone): a bar of levels on a terminal, else a line on stderr
+    every few seconds (``conformance.progress``).
     """
     if workers < 1:
         raise ValueError(f"need --workers >= 1, got {workers}")
+    if max_states is not None and max_states < 1:
+        raise ValueError(f"need --max-states >= 1, got {max_states}")
+    if max_seconds is not None and not (math.isfinite(max_seconds) and max_seconds > 0):
+        raise ValueError(f"need --max-seconds > 0, got {max_seconds}")
     if endpoints < 1 or prefixes < 1 or versions < 0 or inflight < 0 or depth < 0:
         raise ValueError(
             "need --endpoints >= 1, --prefixes >= 1, --versions >= 0, --inflight >= 0, --depth >= 0"
@@ -507,9 +749,13 @@ def main_explore(
         f"request IDs {' '.join(bounds.rids) or '(none)'}; LoRA revisions <= "
         f"{bounds.lora_revisions}; faults on; depth {depth}"
     )
+    setups = None if deployment_name is None else deployment(deployment_name)
     if engine is None and client is None:
-        return _main_model(endpoints, bounds, depth, limits, symmetry, workers)
-    return _main_product(endpoints, bounds, depth, limits, engine, client, out_dir)
+        caps = (max_states, max_seconds)
+        return _main_model(
+            endpoints, bounds, depth, limits, symmetry, workers, caps, progress, setups
+        )
+    return _main_product(endpoints, bounds, depth, limits, engine, client, out_dir, setups)
 
 
 def _main_model(
@@ -519,10 +765,40 @@ def _main_model(
     limits: str,
     symmetry: bool = True,
     workers: int = 1,
+    caps: tuple[int | None, float | None] = (None, None),
+    show_progress: bool = False,
+    setups: tuple | None = None,
 ) -> tuple[int, str]:
-    (initial,) = initial_states(endpoints)
+    from .progress import Progress
+
+    if setups is None:
+        (initial,) = initial_states(endpoints)
+    else:
+        (setup,) = setups
+        endpoints = len(setup.configs)
+        (initial,) = initial_states(endpoints, (setup.policy,), setup.configs)
+    max_states, max_seconds = caps
     started = time.perf_counter()
-    x = explore(initial, bounds, depth, symmetry=symmetry, workers=workers)
+    with Progress("kvfence explore", depth, "levels", enabled=show_progress) as progress:
+        done = [0]
+
+        def level_done(level: int) -> bool:
+            while done[0] < level:  # ``level`` levels are complete
+                done[0] += 1
+                progress.advance(f"depth {done[0]}")
+            return False  # never stops the search: the caps do
+
+        x = explore(
+            initial,
+            bounds,
+            depth,
+            max_states=max_states,
+            symmetry=symmetry,
+            stop=level_done,
+            workers=workers,
+            max_seconds=max_seconds,
+        )
+        level_done(x.depth_reached)
     seconds = time.perf_counter() - started
     configs = ", ".join(_config_text(ep.config) for ep in initial.endpoints)
     lines = [
@@ -535,12 +811,26 @@ def _main_model(
         f"time: {seconds:.1f} s ({_rate(x.states, seconds)} states/s; "
         f"{workers} worker{'s' if workers != 1 else ''})",
     ]
+    for w in x.witnesses:
+        lines.append(f"reached {w.rule} ({BY_ID[w.rule].name}) in {len(w.trace)} step(s):")
+        lines += _trace_text(w.trace, ())
+    if x.unwitnessed:
+        lines.append(f"not reached within depth {depth}: {', '.join(x.unwitnessed)}")
     if x.violation:
         lines.append(f"FAIL: the spec breaks its own invariants in {len(x.trace)} step(s):")
         lines += _trace_text(x.trace, x.violation)
         return 1, "\n".join(lines)
     if not x.complete:
-        lines.append("INCOMPLETE: the search was cut short")
+        if x.cut == "max-states":
+            cap = f"--max-states {max_states:,}"
+        elif x.cut == MAX_SECONDS:
+            cap = f"--max-seconds {max_seconds:g}"
+        else:
+            cap = x.cut or "a stop"
+        lines.append(
+            f"UNKNOWN: stopped by {cap} at depth {x.depth_reached} of {depth} "
+            f"with {x.states:,} states; nothing beyond was checked"
+        )
         return 2, "\n".join(lines)
     lines.append("PASS: no violation within bounds")
     return 0, "\n".join(lines)
@@ -554,6 +844,7 @@ def _main_product(
     engine: str | None,
     client: str | None,
     out_dir: Path = Path("kvfence-results"),
+    setups: tuple | None = None,
 ) -> tuple[int, str]:
     e, c = engine or "reference", client or "reference"
     focus = default_focus(e, c)
@@ -565,10 +856,19 @@ def _main_product(
         adapter.close()
         raise ValueError(f"engine {e!r} cannot be explored: not in-process")
     x = explore_adapter(
-        adapter, registry.client(c), None, None, bounds, depth, focus=focus, out_dir=out_dir
+        adapter,
+        registry.client(c),
+        None,
+        None,
+        bounds,
+        depth,
+        focus=focus,
+        out_dir=out_dir,
+        setups=setups,
     )
     seconds = time.perf_counter() - started
     chosen = f"chosen for {focus}" if focus else "all setups: an unknown system"
+    chosen = "the deployment's" if setups is not None else chosen
     where = f"setups {', '.join(x.setups)} ({chosen})"
     lines = [
         f"kvfence explore: the model x engine {e} x client {c}; {where}",
@@ -626,6 +926,10 @@ def cmd_explore(args: argparse.Namespace, console: Console) -> int:
             args.symmetry,
             args.out,
             args.workers,
+            args.max_states,
+            args.max_seconds,
+            progress=True,
+            deployment_name=args.deployment,
         )
     except ValueError as e:
         console.print(f"usage: kvfence explore: {clean(e)}", highlight=False, markup=False)
@@ -634,7 +938,57 @@ def cmd_explore(args: argparse.Namespace, console: Console) -> int:
     return code
 
 
+def version_text() -> str:
+    """``kvfence X.Y.Z (spec N.M)``: the installed package's version and the spec's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ..model import SPEC_VERSION
+
+    try:
+        mine = version("kvfence")
+    except PackageNotFoundError:
+        mine = "(not installed)"
+    return f"kvfence {mine} (spec {SPEC_VERSION})"
+
+
+def rule_text(rule_id_: str) -> str:
+    """One rule in full: ID, name, level, class; its requirement, rationale and source;
+    the catalog's mutants that must be killed by it and the correct designs that keep it."""
+    from ..adapters.designs import DESIGNS
+    from ..adapters.mutants import MUTANTS
+
+    r = BY_ID[rule_id_]
+    mutants = [f"mutant:{m.name}" for m in MUTANTS if m.rule == r.id]
+    designs = [f"design:{d.name}" for d in DESIGNS if r.id in d.keeps]
+    return "\n".join(
+        [
+            f"{r.id} {r.name} ({r.level}, {r.klass})",
+            f"requirement: {r.text}",
+            f"rationale: {r.rationale}",
+            f"source: {r.source}",
+            f"mutants that break it: {', '.join(mutants) or 'none'}",
+            f"correct designs that keep it: {', '.join(designs) or 'none'}",
+        ]
+    )
+
+
 def cmd_rules(args: argparse.Namespace, console: Console) -> int:
+    if args.rule is not None:
+        wanted = args.rule.upper()
+        if wanted not in BY_ID:
+            hint = registry.did_you_mean(wanted, [r.id for r in RULES])
+            console.print(
+                f"usage: {args.rule!r} is not a rule ID{hint} (`kvfence rules` lists them)",
+                markup=False,
+                highlight=False,
+            )
+            return EXIT_USAGE
+        for line in rule_text(wanted).splitlines():
+            first, *more = wrapped(line, console.width, indent=2)
+            console.print(first, markup=False, highlight=False, soft_wrap=True)
+            for part in more:
+                console.print(part, markup=False, highlight=False, soft_wrap=True)
+        return EXIT_PASS
     if args.markdown:
         lines = ["| ID | name | level | requirement | source |", "|---|---|---|---|---|"]
         lines += [f"| {r.id} | {r.name} | {r.level} | {r.text} | {r.source} |" for r in RULES]
@@ -649,6 +1003,45 @@ def cmd_rules(args: argparse.Namespace, console: Console) -> int:
     return EXIT_PASS
 
 
+def cmd_engines(args: argparse.Namespace, console: Console) -> int:
+    """``kvfence engines``: one line per name, ``ADDRESS  KIND  summary``."""
+    rows = [r for r in registry.catalog(args.side) if args.kind in (None, r[1])]
+    wide = max((len(r[0]) for r in rows), default=0)
+    for address, kind, summary in rows:
+        line = f"{address:<{wide}}  {kind:<9}  {summary}"
+        console.print(line, markup=False, highlight=False, overflow="ellipsis", no_wrap=True)
+    return EXIT_PASS
+
+
+def cmd_tiny_model(args: argparse.Namespace, console: Console) -> int:
+    """``kvfence tiny-model --out DIR``: ``adapters.tiny_model.build_tiny_model`` for each
+    version; exit 2 with the install hint when torch or transformers is missing."""
+    from importlib.util import find_spec
+
+    missing = [m for m in ("torch", "transformers", "tokenizers") if find_spec(m) is None]
+    if missing:
+        console.print(
+            f"ERROR kvfence tiny-model needs {', '.join(missing)}, not installed in this "
+            "environment (bash scripts/setup.sh installs them with vLLM)",
+            markup=False,
+            highlight=False,
+        )
+        return EXIT_ERROR
+    from ..adapters.tiny_model import build_tiny_model
+
+    paths = [build_tiny_model(args.out, v) for v in range(args.versions)]
+    for v, path in enumerate(paths):
+        console.print(f"v{v}={path}", markup=False, highlight=False, soft_wrap=True)
+    flags = " ".join(f"--checkpoint v{v}={p}" for v, p in enumerate(paths))
+    console.print(
+        f"check a server started on {paths[0]}: kvfence check --engine vllm-http --url URL {flags}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    return EXIT_PASS
+
+
 def cmd_diagram(args: argparse.Namespace, console: Console) -> int:
     print(lifecycle.diagram())
     return EXIT_PASS
@@ -660,8 +1053,7 @@ def cmd_diagram(args: argparse.Namespace, console: Console) -> int:
 def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     import ipaddress
 
-    from kvfence.model.vocabulary import CacheMode
-
+    from ..model.vocabulary import CacheMode
     from .serve import Session, run_server
 
     try:
@@ -687,7 +1079,8 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[bold red]usage:[/] {e}")
         return EXIT_USAGE
     try:
-        result = run_server(session, args.host, args.port, lambda line: print(line, flush=True))
+        announce = lambda line: print(line, flush=True)  # noqa: E731
+        result = run_server(session, args.host, args.port, announce, hold_signals=True)
     except OSError as e:
         console.print(f"[bold red]error[/] cannot serve on {args.host}:{args.port}: {e}")
         return EXIT_ERROR
@@ -706,6 +1099,8 @@ COMMANDS = {
     "replay": cmd_replay,
     "explore": cmd_explore,
     "rules": cmd_rules,
+    "engines": cmd_engines,
+    "tiny-model": cmd_tiny_model,
     "diagram": cmd_diagram,
 }
 
@@ -713,14 +1108,26 @@ COMMANDS = {
 EXIT_INTERRUPTED = 130
 """Ctrl-C: the shell's code for SIGINT, after a one-line message (no traceback)."""
 
+PRINT_ONLY = ("rules", "engines", "diagram")
+"""Commands that only print: a closed pipe after them is no failure."""
+
 EXIT_BROKEN_PIPE = 141
 """The reader of stdout went away before a verdict was printed: the shell's code for
 SIGPIPE (``rules`` and ``diagram``, which only print, exit 0)."""
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    # The width is the terminal's, or COLUMNS when set (rich reads it), else 80 when piped.
+    console = Console()
+    if args.command in ("check", "mutants"):
+        # SIGTERM stops a check as Ctrl-C does: the search ends, what it recorded is
+        # written, and the run is ERROR (exit 2).
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         return COMMANDS[args.command](args, console)
     except KeyboardInterrupt:
@@ -730,7 +1137,7 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (`kvfence diagram | head -1`): exit quietly. Point stdout at
         # /dev/null so that the interpreter's last flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_PASS if args.command in ("rules", "diagram") else EXIT_BROKEN_PIPE
+        return EXIT_PASS if args.command in PRINT_ONLY else EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

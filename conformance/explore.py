@@ -52,11 +52,12 @@ from typing import Any
 import attrs
 from attrs import frozen
 
-from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
-from kvfence.model.actions import Action
-from kvfence.model.checks import SpecError, Violation
-from kvfence.model.explore import EXACT, STANDARD, default_configs
-from kvfence.model.state import (
+from ..adapters.protocol import ClientAdapter, EngineAdapter
+from ..model.actions import Action
+from ..model.checks import SpecError, Violation
+from ..model.explore import EXACT, STANDARD, default_configs
+from ..model.rules import RuleId
+from ..model.state import (
     Bounds,
     Config,
     Policy,
@@ -65,17 +66,10 @@ from kvfence.model.state import (
     server_info,
     with_profile,
 )
-from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
-
-from .lockstep import (
-    AdapterError,
-    ConformanceFailure,
-    Cursor,
-    Diverged,
-    Lockstep,
-    NotEnabled,
-    Recorder,
-)
+from ..model.vocabulary import CacheMode, Lane, PauseMode, Tier
+from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled
+from .lockstep import Cursor, Lockstep
+from .record import Recorder
 from .replay import replay_actions
 from .trace import header, safe_name, unique_path, verdict_line, write_trace
 from .verdict import ReplayKind
@@ -105,63 +99,63 @@ SETUPS: tuple[Setup, ...] = (
         (EXACT, STANDARD),
         Policy(),
         _rules(
-            "CLI-001",
-            "CLI-004",
-            "CLI-006",
-            "ENG-001",
-            "ENG-003",
-            "ENG-006",
-            "ENG-009",
-            "ENG-010",
-            "FC-001",
-            "FC-002",
-            "FC-003",
-            "FC-004",
-            "INV-001",
-            "INV-002",
-            "INV-003",
-            "INV-004",
-            "LIV-001",
-            "LIV-002",
-            # issue 10: the colocated order and label-only publishing
-            "MEM-001",
-            "MEM-002",
-            "PUB-001",
-            "PUB-002",
+            RuleId.CLI_001,
+            RuleId.CLI_004,
+            RuleId.CLI_006,
+            RuleId.ENG_001,
+            RuleId.ENG_003,
+            RuleId.ENG_006,
+            RuleId.ENG_009,
+            RuleId.ENG_010,
+            RuleId.FC_001,
+            RuleId.FC_002,
+            RuleId.FC_003,
+            RuleId.FC_004,
+            RuleId.INV_001,
+            RuleId.INV_002,
+            RuleId.INV_003,
+            RuleId.INV_004,
+            RuleId.LIV_001,
+            RuleId.LIV_002,
+            # the colocated order and label-only publishing
+            RuleId.MEM_001,
+            RuleId.MEM_002,
+            RuleId.PUB_001,
+            RuleId.PUB_002,
         ),
     ),
     Setup(
         "no-flush",
         (EXACT, STANDARD),
         Policy(mode=CacheMode.NONE, pause_mode=PauseMode.IN_PLACE),
-        _rules("ENG-001", "ENG-002", "CLI-005", "FC-001"),
+        _rules(RuleId.ENG_001, RuleId.ENG_002, RuleId.CLI_005, RuleId.FC_001),
     ),
     Setup(
         "in-place",
         (EXACT, STANDARD),
         Policy(pause_mode=PauseMode.IN_PLACE),
-        _rules("CLI-007"),
+        _rules(RuleId.CLI_007),
     ),
     Setup(
         "unreported",
         (Config(lane=Lane.EXACT, info=None), Config(info=server_info())),
         Policy(),
-        _rules("CLI-002", "CLI-006"),
+        _rules(RuleId.CLI_002, RuleId.CLI_006),
     ),
     Setup(
         "tiers",
         (Config(draft=True, tiers=frozenset(Tier)),),
         Policy(),
-        _rules("ENG-003", "ENG-004", "ENG-008"),
+        _rules(RuleId.ENG_003, RuleId.ENG_004, RuleId.ENG_008),
     ),
-    Setup("encoder", (Config(encoder=True),), Policy(), _rules("ENG-003")),
+    Setup("encoder", (Config(encoder=True),), Policy(), _rules(RuleId.ENG_003)),
     # The client opts out of the prefix flush, so that an update keeps the prefix cache and
     # encoder outputs must still follow the weights (ENG-012, PF-21).
     Setup(
         "encoder-opt-out",
         (Config(encoder=True),),
         Policy(mode=CacheMode.NONE),
-        _rules("ENG-012"),
+        _rules(RuleId.ENG_012),
     ),
     Setup(
         "fp8",
@@ -171,18 +165,18 @@ SETUPS: tuple[Setup, ...] = (
             ),
         ),
         Policy(),
-        _rules("ENG-005"),
+        _rules(RuleId.ENG_005),
     ),
-    Setup("lora", (Config(lora=True),), Policy(), _rules("ENG-007")),
+    Setup("lora", (Config(lora=True),), Policy(), _rules(RuleId.ENG_007)),
     # Two-phase windows on one standard endpoint whose client opts out of the flush, so a
     # finish keeps what the engine must drop itself (WIN-002); derived state on its own.
     Setup(
         "two-phase",
         (STANDARD,),
         Policy(mode=CacheMode.NONE),
-        _rules("WIN-001", "WIN-002", "WIN-003"),
+        _rules(RuleId.WIN_001, RuleId.WIN_002, RuleId.WIN_003),
     ),
-    Setup("derived", (Config(derived=True),), Policy(), _rules("DER-001")),
+    Setup("derived", (Config(derived=True),), Policy(), _rules(RuleId.DER_001)),
     # Endpoints that report different server info: endpoint 0 without the radix cache,
     # endpoint 1 with it, so a decision read from one endpoint is wrong for the other
     # (endpoint0-info-only, CLI-001).
@@ -190,19 +184,47 @@ SETUPS: tuple[Setup, ...] = (
         "mixed-info",
         (Config(radix=False, info=server_info(radix_cache_enabled=False)), STANDARD),
         Policy(),
-        _rules("CLI-001"),
+        _rules(RuleId.CLI_001),
     ),
     # A pause that aborts in-flight requests, so a client program has aborted requests to
     # requeue (CLI-012).
-    Setup("abort", (STANDARD,), Policy(pause_mode=PauseMode.ABORT), _rules("CLI-012")),
+    Setup("abort", (STANDARD,), Policy(pause_mode=PauseMode.ABORT), _rules(RuleId.CLI_012)),
 )
 """The default starting points (see the module table)."""
 
 
+DEPLOYMENTS: dict[str, tuple[Setup, ...]] = {
+    # One standard endpoint of two data-parallel ranks: a request placed on either rank, the
+    # flush and update fanned out to both, a rank's injected failure (PF-25, PF-26).
+    "ranks": (
+        Setup(
+            "ranks",
+            (Config(ranks=2),),
+            Policy(),
+            _rules(RuleId.RNK_001, RuleId.RNK_002, RuleId.RNK_003),
+        ),
+    ),
+}
+"""Deployment setups (``kvfence explore --deployment NAME``): opt-in, never among the
+default ``SETUPS``, so the default search and its counts stay those of single schedulers;
+``setups_for`` picks one when the focused rule is one of its own."""
+
+
 def setups_for(focus: str | None) -> tuple[Setup, ...]:
-    """The setups that make ``focus`` reachable; all of them if none does (or no focus)."""
-    chosen = tuple(s for s in SETUPS if focus in s.rules)
+    """The setups that make ``focus`` reachable (a deployment's too); all of ``SETUPS`` if
+    none does (or no focus)."""
+    every = (*SETUPS, *(s for group in DEPLOYMENTS.values() for s in group))
+    chosen = tuple(s for s in every if focus in s.rules)
     return chosen or SETUPS
+
+
+def deployment(name: str) -> tuple[Setup, ...]:
+    """The setups of deployment ``name``; ``ValueError`` names the known ones."""
+    try:
+        return DEPLOYMENTS[name]
+    except KeyError:
+        known = ", ".join(DEPLOYMENTS)
+        raise ValueError(f"unknown deployment {name!r}; known: {known}") from None
 
 
 # ----- the SUT's fingerprint -------------------------------------------------------------
@@ -424,11 +446,13 @@ def explore_adapter(
     max_states: int | None = None,
     out_dir: Path | None = Path("kvfence-results"),
     timeout: float = 60.0,
+    setups: tuple[Setup, ...] | None = None,
 ) -> AdapterExploration:
     """Breadth-first search of model x SUT: ``engine`` must be in-process, with
     ``snapshot``/``restore`` (``ValueError`` otherwise); it is closed at the end.
 
-    ``configs``/``policy``: one setup; when both are None, ``setups_for(focus)``.
+    ``setups``: where to start (a ``deployment``'s); else ``configs``/``policy``: one
+    setup; when both are None, ``setups_for(focus)``.
     ``depth``: steps from each setup's start; ``depths``: a different depth for some
     setups, by setup name (``ValueError`` for a name not among the setups explored, or a
     depth below 0).
@@ -438,7 +462,9 @@ def explore_adapter(
     """
     if not (hasattr(engine, "snapshot") and hasattr(engine, "restore")):
         raise ValueError(f"engine {engine.name!r} cannot be explored: not in-process")
-    if configs is None and policy is None:
+    if setups is not None:
+        pass
+    elif configs is None and policy is None:
         setups = setups_for(focus)
     else:
         chosen = configs if configs is not None else default_configs(2)

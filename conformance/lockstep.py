@@ -10,67 +10,45 @@ or answers garbage is an ERROR (ADP-001, ADP-002).
 
 from __future__ import annotations
 
-import _signal
-import concurrent.futures
-import os
-import queue
-import signal
-import threading
-import time
-from collections import Counter
 from collections.abc import Callable
-from itertools import product
-from typing import Any
 
-from attrs import define, evolve, frozen
+from attrs import evolve, frozen
 
-from kvfence.adapters.protocol import (
-    AdapterFailure,
-    ClientAdapter,
-    EngineAdapter,
-    Unsupported,
-)
-from kvfence.model import candidates
-from kvfence.model import semantics as spec
-from kvfence.model.actions import (
+from ..adapters.protocol import ClientAdapter, EngineAdapter, tolerance
+from ..model import candidates
+from ..model import semantics as spec
+from ..model.actions import (
     ACTION_TYPES,
     Action,
-    ServeRequest,
-    StartRequest,
     SyncWeights,
-    TraceError,
     UpdateWeights,
 )
-from kvfence.model.capabilities import (
+from ..model.capabilities import (
     NEEDED_BY_ACTION,
     PROFILE_CAPABILITIES,
     Capability,
     needed,
-    parse,
 )
-from kvfence.model.checks import (
-    ColdBytes,
+from ..model.checks import (
     SpecError,
     Violation,
     check_state,
     compare,
     evidence,
     misreported,
+    tells_installed_apart,
+    within_tolerance,
 )
-from kvfence.model.client import (
-    REPORTS_WHEN_OFF,
-    REPORTS_WHEN_ON,
-    Plan,
-    judge_plan,
-    plain_form,
-    resolve_plan,
-)
-from kvfence.model.observation import malformed
-from kvfence.model.rules import BY_ID
-from kvfence.model.state import Bounds, Config, Policy, State, initial_state, with_profile
-from kvfence.model.vocabulary import CacheMode, PauseMode, Phase
-
-from .trace import ProgramRecord, Step, step_json
+from ..model.observation import malformed
+from ..model.properties import SOMETIMES, Memory
+from ..model.rules import BY_ID, RuleId
+from ..model.state import Bounds, Config, Policy, State, initial_state, with_profile
+from ..model.vocabulary import Phase, Status
+from .calls import call_with_timeout, is_direct
+from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled, Refused
+from .program import is_program, resolver_sync, run_program
+from .record import Recorder, Run
+from .trace import ProgramRecord, Step
 
 MACHINE_BOUNDS = Bounds(versions=64, lora_revisions=16)
 """Wider than the explorer's: a stateful run must never run out of versions to push."""
@@ -85,435 +63,6 @@ def _asleep(state: State, action: Action) -> bool:
     """``action``'s endpoint is ASLEEP in ``state`` (for ``capabilities.needed``)."""
     index = getattr(action, "endpoint", None)
     return index is not None and state.endpoint(index).phase is Phase.ASLEEP
-
-
-class ConformanceFailure(AssertionError):
-    """The SUT did something the spec forbids. ``violations`` name the rules."""
-
-    def __init__(self, violations: list[Violation], step: int) -> None:
-        self.violations = violations
-        self.step = step
-        super().__init__("; ".join(str(v) for v in violations))
-
-
-class AdapterError(Exception):
-    """The SUT or its adapter could not answer (crash, hang, malformed observation).
-    ``raised``: the adapter call raised an ``Exception`` of its own (not a hang, not an
-    ``AdapterFailure`` or malformed answer): for a client resolver that is a refusal the
-    checker can judge."""
-
-    def __init__(self, rule: str, message: str, raised: bool = False) -> None:
-        self.rule = rule
-        self.raised = raised
-        super().__init__(f"{rule}: {message}")
-
-
-class Refused(Exception):
-    """The client under test raised instead of answering for one configuration: the
-    refusal is recorded (``Recorder.refused``) and the example set aside, so the run goes on
-    to judge the client on the others."""
-
-    def __init__(self, violation: Violation) -> None:
-        self.violation = violation
-        super().__init__(str(violation))
-
-
-class Diverged(Exception):
-    """The SUT broke rules other than the one a focused run is after: this run ends
-    without a verdict, and the search goes on (``Lockstep.focus``)."""
-
-
-class NotEnabled(Exception):
-    """A recorded action the model does not enable at its turn (replay and shrinking)."""
-
-
-@define(slots=True)
-class Timing:
-    """Where a run's time went: seconds spent inside the system under test, per side.
-
-    ``engine_seconds`` / ``engine_calls``: every call into the engine adapter that
-    ``call_with_timeout`` makes for the run (``start``, which for a real engine includes
-    importing it and loading the model; ``apply`` per action; ``server_info``; ``close``),
-    shrinking's replays included. ``client_seconds`` / ``client_calls``: the client
-    resolver's ``resolve`` calls. Seconds are ``time.perf_counter`` spans taken on the
-    thread that runs the call (this one for an in-process adapter, the adapter worker
-    otherwise), so a thread handoff counts as the checker's time, not the engine's; a call
-    that times out counts the time waited for it. A client *program*'s own code runs inside
-    the checker's sync and is not split out: only its engine calls are engine time.
-    Everything else in a run's wall time (the model, Hypothesis, judging, writing the
-    counterexample) is the checker's own (``runner.TimeSplit``).
-    """
-
-    engine_seconds: float = 0.0
-    client_seconds: float = 0.0
-    engine_calls: int = 0
-    client_calls: int = 0
-
-    def add(self, seconds: float, client: bool = False) -> None:
-        """Account one call of ``seconds`` to the engine, or to the client resolver."""
-        if client:
-            self.client_seconds += seconds
-            self.client_calls += 1
-        else:
-            self.engine_seconds += seconds
-            self.engine_calls += 1
-
-
-class Recorder:
-    """What a run learns across every lockstep run it hosts.
-
-    ``exercised``: rule ID -> comparisons that gave it evidence. ``reached``: REACH rules
-    seen. ``failure``: ``(configs, policy, actions, lines, violations)`` of the first
-    failing run; ``soft``: the same for the shortest run whose client broke a rule without
-    (yet) a visible consequence. ``error``: ``(Run, AdapterError)`` of the first run an
-    adapter error ended, kept so that nothing recorded before the error is lost (and so
-    that no later example calls a hung adapter again). ``other``: rule ID -> the first
-    violation of it in an example a focused run set aside; ``set_aside``: the first such
-    run, so that a focused run that FAILs only on it still writes a counterexample.
-    ``refused``: rule ID -> the violation of a configuration the client raised on.
-    ``skipped``: rule ID -> why the client under test cannot be judged by it (a program,
-    for plan rules): SKIP. ``timing``: the seconds spent inside the engine and the client
-    (``Timing``); pass one to share it across recorders (shrinking's replays).
-    """
-
-    def __init__(self, timing: Timing | None = None) -> None:
-        self.timing = Timing() if timing is None else timing
-        self.exercised: Counter[str] = Counter()
-        self.reached: set[str] = set()
-        self.examples = 0
-        self.steps = 0
-        self.failure: Run | None = None
-        self.cold = ColdBytes()
-        self.notes: set[str] = set()
-        self.soft: Run | None = None
-        self.error: tuple[Run, AdapterError] | None = None
-        self.other: dict[str, Violation] = {}
-        self.set_aside: Run | None = None
-        self.refused: dict[str, Violation] = {}
-        #: rule -> why it binds only the other kind of client here (N/A, not at stake)
-        self.not_at_stake: dict[str, str] = {}
-
-
-class Run:
-    """One lockstep run as data: setup, the top-level actions, the recorded ``Step``
-    values, violations (``pending``: the client's, recorded on the way)."""
-
-    def __init__(self, configs, policy, actions, steps, violations, pending=()) -> None:
-        self.configs: tuple[Config, ...] = configs
-        self.policy: Policy = policy
-        self.actions: list[Action] = actions
-        self.steps: list[Step] = steps
-        self.violations: list[Violation] = violations
-        self.pending: list[Violation] = list(pending)
-
-    @property
-    def lines(self) -> list[dict[str, Any]]:
-        """The steps as trace lines (JSON data), serialised on demand."""
-        return [step_json(s) for s in self.steps]
-
-    @property
-    def hard(self) -> list[Violation]:
-        """The violations that stopped the run (not the client's, recorded on the way)."""
-        return [v for v in self.violations if v not in self.pending]
-
-
-class _Worker:
-    """One daemon thread that runs adapter calls in turn. A daemon, unlike a thread pool's
-    workers, is not joined at interpreter exit: a call that hangs for ever cannot keep
-    kvfence (or pytest) from exiting with its verdict."""
-
-    def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
-        threading.Thread(target=self._loop, name="kvfence-adapter", daemon=True).start()
-
-    def _loop(self) -> None:
-        while True:
-            fn, future = self.jobs.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            started = time.perf_counter()
-            try:
-                result = fn()
-            except BaseException as e:  # handed to the caller, which classifies it
-                future.seconds = time.perf_counter() - started  # read by the caller
-                future.set_exception(e)
-            else:
-                future.seconds = time.perf_counter() - started
-                future.set_result(result)
-            del fn, future
-
-    def submit(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        self.jobs.put((fn, future))
-        return future
-
-
-_WORKER: list[_Worker] = []
-# A forked child (a process pool running matrix jobs) has none of its parent's threads:
-# it must start its own worker rather than queue calls for one that does not exist there.
-os.register_at_fork(after_in_child=_WORKER.clear)
-
-
-class _Alarm(BaseException):
-    """Raised into a direct (in-process) adapter call by the watchdog's SIGALRM. A
-    ``BaseException``, so that an adapter's own ``except Exception`` does not swallow it."""
-
-
-class _Watchdog:
-    """One daemon thread per process that times direct calls: every ``PERIOD`` seconds it
-    reads the running call's ``deadline`` and, once it has passed, sends SIGALRM to the
-    main thread (again every period, so a call that swallows one alarm gets the next).
-    A call costs two attribute writes, no system call and no thread handoff: on a loaded
-    machine a per-call ``setitimer`` or handoff costs a scheduling round each."""
-
-    PERIOD = 0.05
-
-    def __init__(self) -> None:
-        self.deadline: float | None = None  # monotonic; None while no direct call runs
-        self.main = threading.main_thread().ident
-        threading.Thread(target=self._loop, name="kvfence-watchdog", daemon=True).start()
-
-    def _loop(self) -> None:
-        while True:
-            time.sleep(self.PERIOD)
-            deadline = self.deadline
-            if deadline is not None and time.monotonic() > deadline and self.main is not None:
-                signal.pthread_kill(self.main, signal.SIGALRM)
-
-
-_DOG: list[_Watchdog] = []
-os.register_at_fork(after_in_child=_DOG.clear)  # a forked child has no watchdog thread
-
-# The raw handler lookup: ``signal.getsignal`` maps it to an enum, which costs more (a
-# failed enum lookup per call for a Python handler) than the whole direct call.
-_getsignal = getattr(_signal, "getsignal", signal.getsignal)
-
-
-def _on_alarm(signum: int, frame: Any) -> None:
-    """Raise into the main thread only while a direct call is past its deadline (a late
-    or foreign SIGALRM is ignored)."""
-    deadline = _DOG[0].deadline if _DOG else None
-    if deadline is not None and time.monotonic() > deadline:
-        raise _Alarm
-
-
-def _direct_possible() -> bool:
-    """A direct call can be timed: POSIX ``pthread_kill``, the main thread, and SIGALRM
-    free or already ours (not pytest-timeout's or a caller's)."""
-    if (
-        not hasattr(signal, "pthread_kill")
-        or threading.current_thread() is not threading.main_thread()
-    ):
-        return False
-    handler = _getsignal(signal.SIGALRM)
-    if handler is not _on_alarm:
-        if handler not in (signal.SIG_DFL, signal.SIG_IGN, None):
-            return False
-        signal.signal(signal.SIGALRM, _on_alarm)  # installed once, left in place
-    return True
-
-
-def _call_direct(fn: Callable[[], Any], timeout: float) -> Any:
-    """Run ``fn`` in this thread under the watchdog (started on first use)."""
-    if not _DOG:
-        _DOG.append(_Watchdog())
-    dog = _DOG[0]
-    dog.deadline = time.monotonic() + timeout
-    try:
-        return fn()
-    finally:
-        dog.deadline = None
-
-
-def is_direct(adapter: object) -> bool:
-    """The adapter declares ``in_process = True``: its calls are plain Python in this
-    process (the in-process reference, its mutants and designs, the reference client), so
-    the checker calls it directly and times it with a watchdog (``call_with_timeout``)."""
-    return getattr(adapter, "in_process", False) is True
-
-
-_clock = time.perf_counter  # one global lookup per read on the direct path
-
-
-def call_with_timeout(
-    fn: Callable[[], Any],
-    timeout: float,
-    what: str,
-    direct: bool = False,
-    timing: Timing | None = None,
-    client: bool = False,
-) -> Any:
-    """Run an adapter call; its exceptions and hangs become ``AdapterError`` (ADP-001).
-
-    ``timing``: the run's ``Timing``, which gets the call's seconds (as a client resolver
-    call when ``client``), whether it answered, raised or timed out: two
-    ``perf_counter`` reads per call (issue 12: the explorer makes tens of thousands a second).
-
-    ``direct`` (an in-process adapter, ``is_direct``): the call runs in this thread, and one
-    watchdog thread per process (``_Watchdog``) interrupts it with SIGALRM once
-    ``timeout`` has passed: no thread handoff per call (issue 12). Where SIGALRM cannot be
-    used (not the main thread, someone else's handler in force), or for an adapter that is not
-    in-process (a real engine, a user's resolver), calls run on one daemon worker thread,
-    reused while calls return. A hung call's thread cannot be killed: it is abandoned (the
-    next call gets a new worker; the process can still exit) and the run stops with ERROR
-    naming the timeout. ``Unsupported`` is an error too: the checker only sends what the
-    adapter's capabilities allow, so refusing it breaks the adapter contract. A
-    ``TraceError`` (a recorded trace the spec cannot follow) passes through: it is the
-    trace's fault, not an adapter's.
-    """
-    try:
-        if direct and _direct_possible():
-            started = _clock()
-            try:
-                return _call_direct(fn, timeout)
-            except _Alarm:
-                raise concurrent.futures.TimeoutError from None
-            finally:
-                if timing is not None:  # inlined ``Timing.add``: the hot path (explorer)
-                    if client:
-                        timing.client_seconds += _clock() - started
-                        timing.client_calls += 1
-                    else:
-                        timing.engine_seconds += _clock() - started
-                        timing.engine_calls += 1
-        if not _WORKER:
-            _WORKER.append(_Worker())
-        started = time.perf_counter()
-        future = _WORKER[0].submit(fn)
-        try:
-            return future.result(timeout=timeout)
-        except concurrent.futures.TimeoutError:
-            _WORKER.pop()  # abandoned with its hung call; a daemon, so never joined
-            raise
-        finally:
-            if timing is not None:
-                # the worker's own span (set before the result); a hung call: the wait
-                spent = getattr(future, "seconds", None)
-                timing.add(time.perf_counter() - started if spent is None else spent, client)
-    except concurrent.futures.TimeoutError:
-        raise AdapterError("ADP-001", f"{what} did not answer within {timeout:g} s") from None
-    except TraceError:
-        raise
-    except Unsupported as e:
-        raise AdapterError(
-            "ADP-001", f"{what}: unsupported ({e}), though the adapter's capabilities allow it"
-        ) from e
-    except AdapterFailure as e:
-        raise AdapterError("ADP-001", f"{what} failed: {e}") from e
-    except KeyboardInterrupt:
-        raise
-    except Exception as e:
-        raise AdapterError("ADP-001", f"{what} raised {type(e).__name__}: {e}", raised=True) from e
-    except BaseException as e:  # SystemExit from an adapter must not end the run as 'exit 0'
-        raise AdapterError("ADP-001", f"{what} raised {type(e).__name__}: {e}") from e
-
-
-def resolve(
-    client: ClientAdapter, policy: Policy, info: Any, timeout: float, timing: Timing | None = None
-) -> Plan | str:
-    """The client's plan for one configuration, or the message of the ``Exception`` it
-    raised instead (a refusal, which the caller records against that configuration's
-    rule). Hangs, ``SystemExit`` and ill-typed plans stay adapter errors. ``timing``: the
-    run's ``Timing`` (the call counts as client time)."""
-    try:
-        got = call_with_timeout(
-            lambda: client.resolve(policy, info),
-            timeout,
-            "resolve",
-            is_direct(client),
-            timing,
-            client=True,
-        )
-    except AdapterError as e:
-        if e.raised:
-            return str(e).removeprefix("ADP-001: ")
-        raise
-    check_plan(got)
-    return got
-
-
-def refusal(expected: Plan, error: str, where: str) -> Violation:
-    """The violation of a configuration the client raised on: the rule that decides its
-    flush, expected that plan's flush, got the exception."""
-    return Violation(expected.rule_for("flush"), expected.flush, error, where)
-
-
-def client_table(client: ClientAdapter, recorder: Recorder, timeout: float) -> list[Violation]:
-    """Ask the client under test for its plan on every policy and every server-info shape
-    (CLI-001..007), whatever the engine reports: a real engine shows one shape only, and a
-    pure resolver is cheap to ask. Mismatches name the policy and the server info."""
-    out: list[Violation] = []
-    infos = [None if i is None else dict(i) for i in (*REPORTS_WHEN_ON, *REPORTS_WHEN_OFF)]
-    # Both orders, so a resolver that remembers the first answer it saw is asked the
-    # unsafe way round too.
-    grid = list(product(CacheMode, (None, True, False), PauseMode, infos))
-    answered, refused = 0, []
-    for mode, flush, pause, info in grid + grid[::-1]:
-        policy = Policy(mode, flush, pause)
-        expected = resolve_plan(mode, flush, pause, info)
-        got = resolve(client, policy, info, timeout, recorder.timing)
-        where = f"plan.flush for policy {policy_words(policy)}, server info {info!r}"
-        if isinstance(got, str):
-            out.append(refusal(expected, got, where))
-            refused.append(out[-1].rule)
-            continue
-        answered += 1
-        retract = evolve(policy, pause_mode=PauseMode.RETRACT)
-        again = resolve(client, retract, info, timeout, recorder.timing)
-        if isinstance(again, str):
-            asked = resolve_plan(mode, flush, PauseMode.RETRACT, info)
-            where = f"plan.flush for policy {policy_words(retract)}, server info {info!r}"
-            out.append(refusal(asked, again, where))
-            continue
-        plain, plain_flush = plain_form(info), None
-        if plain is not None:
-            on_plain = resolve(client, policy, plain, timeout, recorder.timing)
-            if isinstance(on_plain, str):
-                where = f"plan.flush for policy {policy_words(policy)}, server info {plain!r}"
-                out.append(refusal(resolve_plan(mode, flush, pause, plain), on_plain, where))
-                continue
-            plain_flush = on_plain.flush
-            recorder.exercised["CLI-006"] += 1
-        recorder.exercised[expected.rule_for("flush")] += 1
-        recorder.exercised["CLI-007"] += pause is PauseMode.IN_PLACE
-        for f, rule, want, was in judge_plan(expected, got, pause, again.flush, plain_flush):
-            where = f"plan.{f} for policy {policy_words(policy)}, server info {info!r}"
-            out.append(Violation(rule, want, was, where))
-    if not answered:
-        # Not a refusal of some configurations but a client that cannot answer at all: the
-        # client crashed (an ERROR of the client under test, never an engine FAIL).
-        raise AdapterError(
-            "ADP-001",
-            f"the client {client.name!r} crashed: resolve raised on every configuration "
-            f"({out[0].actual if out else 'no answer'})",
-        )
-    recorder.exercised.update(refused)  # a refusal is evidence against its rule
-    return out
-
-
-def check_plan(plan: object) -> None:
-    """ADP-002 for a client answer that is not a well-typed ``Plan``."""
-    if not isinstance(plan, Plan):
-        raise AdapterError("ADP-002", f"the client returned {plan!r:.80}, not a Plan")
-    if not isinstance(plan.flush, bool):
-        raise AdapterError("ADP-002", f"the client's plan.flush {plan.flush!r} is not a bool")
-    if not isinstance(plan.pause_mode, PauseMode):
-        raise AdapterError(
-            "ADP-002", f"the client's plan.pause_mode {plan.pause_mode!r} is not a PauseMode"
-        )
-
-
-def check_capabilities(engine: EngineAdapter) -> frozenset[Capability]:
-    """The engine's capabilities, parsed (``capabilities.parse``); ADP-002 for what is not
-    a set of known names (a typo would silently turn rules into SKIP)."""
-    try:
-        return parse(getattr(engine, "capabilities", None))
-    except ValueError as e:
-        raise AdapterError("ADP-002", str(e)) from None
-
-
-def policy_words(p: Policy) -> str:
-    return f"mode={p.mode.value} flush_cache={p.flush_cache} pause_mode={p.pause_mode.value}"
 
 
 @frozen
@@ -532,7 +81,7 @@ class Cursor:
 def explanation(candidates: list[list[Violation]]) -> list[Violation]:
     """The violations to report when no model branch agrees: those of the first branch
     whose violations include no MUST rule, else of the first branch. Never "the fewest":
-    a single MUST violation must not hide behind a branch with fewer words (issue 8)."""
+    a single MUST violation must not hide behind a branch with fewer words."""
     for violations in candidates:
         if all(BY_ID[v.rule].level != "MUST" for v in violations if v.rule in BY_ID):
             return violations
@@ -584,10 +133,11 @@ class Lockstep:
         self.actions: list[Action] = []
         self.steps: list[Step] = []
         self.pool: list[Action] | None = None
-        self.served_at: dict[tuple[int, str], int] = {}
+        self.reach_memory: list[Memory] = [p.start for p in SOMETIMES]
         self.pending: list[Violation] = []
         self.off_contract = False
         self.unsettled = False
+        self.unproven = False  # a fail-closed branch settled, not yet by what was installed
 
     # ----- setup and drawing ----------------------------------------------------------
 
@@ -600,7 +150,7 @@ class Lockstep:
             profile = getattr(self.engine, "profile", None)
             configs = tuple(with_profile(c, profile) for c in configs)
         except ValueError as e:
-            raise AdapterError("ADP-002", f"the adapter's {e}") from None
+            raise AdapterError(RuleId.ADP_002, f"the adapter's {e}") from None
         self.configs, self.policy = configs, policy
         self.note(f"configs={configs!r} policy={policy!r}")
         self.recorder.examples += 1
@@ -610,16 +160,16 @@ class Lockstep:
         for i, c in enumerate(configs):
             problem = misreported(c)
             if problem:
-                raise AdapterError("ADP-002", f"endpoint {i}: {problem}")
+                raise AdapterError(RuleId.ADP_002, f"endpoint {i}: {problem}")
         for cap, flag in PROFILE_CAPABILITIES.items():
             if (profile or {}).get(flag) and cap not in self.engine.capabilities:
                 why = f"the adapter's profile sets {flag} but it does not declare {cap.value}"
-                raise AdapterError("ADP-002", why)
+                raise AdapterError(RuleId.ADP_002, why)
         call_with_timeout(
             lambda: self.engine.start(configs), limit, "start", self.direct, self.recorder.timing
         )
         self.states = frozenset({initial_state(configs, policy)})
-        self.unsettled = False
+        self.unsettled = self.unproven = False
 
     def resume(self, configs: tuple[Config, ...], policy: Policy, cursor: Cursor) -> None:
         """Continue a run from ``cursor`` without starting the SUT (the caller has put the
@@ -671,6 +221,11 @@ class Lockstep:
             if self.recorder.error is None:
                 self.recorder.error = (self.snapshot([]), e)  # keep what was recorded
             raise
+        except KeyboardInterrupt:  # a stop signal (SIGINT, or SIGTERM in a check)
+            if self.recorder.error is None:
+                stopped = AdapterError(RuleId.ADP_001, f"stopped by a signal during {action!r}")
+                self.recorder.error = (self.snapshot([]), stopped)
+            raise
 
     def sync(self, action: SyncWeights) -> None:
         """Run the client's sync: a client program (``conformance.program``) makes its own
@@ -678,8 +233,6 @@ class Lockstep:
         ``resolver_sync`` (its plans judged against the spec's, then driven). Either way
         every engine call is a step ``within`` this one, and the model judges the call
         sequence (CLI-007..011)."""
-        from .program import is_program, resolver_sync, run_program
-
         self.note(f"{action!r}")
         if is_program(self.client):
             step = Step(len(self.steps), action, plans=[], program=ProgramRecord())
@@ -690,7 +243,10 @@ class Lockstep:
             self.steps.append(step)
             resolver_sync(self, action, step)
 
-    def engine_step(self, action: Action, within: int | None) -> None:
+    def engine_step(self, action: Action, within: int | None) -> Step:
+        """Apply ``action`` to the engine and to every candidate model state, keep the
+        branches the observation agrees with, and return the ``Step`` recorded for it
+        (``within``: the index of the SyncWeights step it is part of, or None)."""
         self.note(f"  {action!r}" if within is not None else f"{action!r}")
         self._note_reach(action)
         obs = call_with_timeout(
@@ -702,7 +258,11 @@ class Lockstep:
         )
         problem = malformed(obs)
         if problem:
-            raise AdapterError("ADP-002", f"{action.name}: the adapter {problem}")
+            raise AdapterError(RuleId.ADP_002, f"{action.name}: the adapter {problem}")
+        try:  # the byte oracle's equality: within the engine's declared numerics
+            obs = within_tolerance(obs, tolerance(self.engine))
+        except ValueError as e:
+            raise AdapterError(RuleId.ADP_002, f"the adapter's {e}") from None
         caps = self.engine.capabilities
         where = f"endpoint {getattr(action, 'endpoint', '')}"
         branches = [b for s in self.states for b in spec.step(s, action)]
@@ -715,16 +275,28 @@ class Lockstep:
         if not agreeing:
             self.fail(explanation([v for _, _, v in judged]), step.step)
         self.judge_evidence(action, obs, agreeing)
-        if isinstance(action, UpdateWeights) and len(branches) > len(self.states):
-            # A refused flush: the spec allows several fail-closed branches.
-            self.recorder.reached.add("REACH-003")
-            self.unsettled = True
+        if isinstance(action, UpdateWeights):
+            # A flush that could not complete (its outcomes say what a claim of success
+            # would have had to show; REACH-003, noted by ``_note_reach``), or an update that
+            # reported failure: the spec allows several fail-closed branches, and what the
+            # endpoint serves next settles them.
+            refusal = any(o.completion is not None for _, o in branches)
+            if refusal or obs.status is Status.REJECTED:
+                self.unsettled = True
         self.states = frozenset(narrowed(s2, action, obs, caps) for s2, _ in agreeing)
         if self.unsettled and len(self.states) == 1:
             # A later observation (or this one) settled which branch the system took.
-            self.recorder.exercised["FC-002"] += 1
-            self.unsettled = False
+            self.unsettled, self.unproven = False, True
+        if self.unproven:
+            # FC-002's evidence: an observation, from the settling one on, that could tell
+            # what the update installed (``tells_installed_apart``), agreeing with the model.
+            lora = bool(getattr(action, "lora", False))
+            served = next((o.served for _, o in agreeing if o.served is not None), None)
+            if tells_installed_apart(obs, caps, self.recorder.cold, served, lora):
+                self.recorder.exercised[RuleId.FC_002] += 1
+                self.unproven = False
         self.pool = None
+        return step
 
     def judge_evidence(self, action: Action, obs, agreeing) -> None:
         """Count, per rule, the agreeing comparisons that could have shown its violation,
@@ -800,6 +372,13 @@ class Lockstep:
             if self.recorder.set_aside is None:
                 self.recorder.set_aside = self.snapshot(violations)
             raise Diverged(violations)
+        tolerated = self.recorder.tolerate
+        if tolerated and self.focus is None and {v.rule for v in violations} <= tolerated:
+            for v in violations:
+                self.recorder.warned.setdefault(v.rule, v)
+            if self.recorder.warned_run is None:
+                self.recorder.warned_run = self.snapshot(violations)
+            raise Diverged(violations)  # noted; the search goes on
         if self.recorder.failure is None:
             self.recorder.failure = self.snapshot(violations)
         self.note("violated: " + "; ".join(str(v) for v in violations))
@@ -807,9 +386,9 @@ class Lockstep:
 
     def blame_server_info(self, v: Violation) -> Violation:
         """Stale reuse on an endpoint declared to misreport its radix cache names the server
-        info as the broken contract (issue 8 F-5): INV-001 was never waived for it."""
+        info as the broken contract: INV-001 was never waived for it."""
         index = v.where.split()[1] if v.where.startswith("endpoint ") else ""
-        if v.rule != "INV-001" or not index.isdigit() or int(index) >= len(self.configs):
+        if v.rule != RuleId.INV_001 or not index.isdigit() or int(index) >= len(self.configs):
             return v
         config = self.configs[int(index)]
         if not config.misreports:
@@ -818,14 +397,15 @@ class Lockstep:
         return evolve(v, where=f"{v.where} (its server info {info!r} misreports the radix cache)")
 
     def _note_reach(self, action: Action) -> None:
-        state = next(iter(self.states))
-        if isinstance(action, (ServeRequest, StartRequest)):
-            ep = state.endpoint(action.endpoint)
-            key = (action.endpoint, action.prefix)
-            if self.served_at.get(key, ep.weights) < ep.weights:
-                self.recorder.reached.add("REACH-001")
-            self.served_at[key] = ep.weights
-        if isinstance(action, UpdateWeights):
-            ep = state.endpoint(action.endpoint)
-            if ep.config.guarded and action.flush_cache is not True:
-                self.recorder.reached.add("REACH-002")
+        """Observe the action with the model's sometimes-properties (``model.properties``,
+        the REACH rules): reached if it is on some candidate state; the path's memory
+        follows the first candidate."""
+        states = list(self.states)
+        for i, prop in enumerate(SOMETIMES):
+            memory = self.reach_memory[i]
+            for k, state in enumerate(states):
+                after, hit = prop.observe(memory, state, action)
+                if k == 0:
+                    self.reach_memory[i] = after
+                if hit:
+                    self.recorder.reached.add(prop.rule)

@@ -24,19 +24,21 @@ from hypothesis import event, note, reject
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
-from kvfence.model.actions import (
+from ..adapters.protocol import ClientAdapter, EngineAdapter
+from ..model.actions import (
     AbortWeightUpdate,
     Action,
     BeginWeightUpdate,
     ContinueGeneration,
     EvictPrefix,
     FaultChunkFails,
+    FaultRankUpdateFails,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FinishRequest,
     FinishWeightUpdate,
     FlushCache,
+    FlushEncoderCache,
     LoadLora,
     PauseGeneration,
     PublishVersion,
@@ -49,11 +51,12 @@ from kvfence.model.actions import (
     UpdateWeights,
     WakeUp,
 )
-from kvfence.model.state import Bounds, State
-from kvfence.model.vocabulary import Tier
-
+from ..model.state import Bounds, State
+from ..model.vocabulary import Tier
 from . import strategies
-from .lockstep import MACHINE_BOUNDS, Diverged, Lockstep, Recorder, Refused
+from .errors import Diverged, Refused
+from .lockstep import MACHINE_BOUNDS, Lockstep
+from .record import Recorder
 
 DRAW_FREQUENCY: dict[type[Action], int] = {
     ServeRequest: 4,
@@ -78,9 +81,13 @@ DRAW_FREQUENCY: dict[type[Action], int] = {
     FinishWeightUpdate: 2,
     AbortWeightUpdate: 1,
     FaultChunkFails: 1,
+    FlushEncoderCache: 0,  # never drawn: a client program's call (candidates.NOT_ENUMERATED)
+    FaultRankUpdateFails: 1,  # enabled only on an endpoint with data-parallel ranks
 }
 """How often each action type is drawn when enabled: traffic and syncs dominate, so that
-requests live long enough to span an update; disruptions stay rare."""
+requests live long enough to span an update; disruptions stay rare. Every action type has
+an entry (0: never drawn, for a type ``candidates`` does not enumerate), so that a type
+left out is an omission the registry test names, not a silent "never drawn"."""
 
 
 STEERED_FREQUENCY: dict[type[Action], int] = {
@@ -167,7 +174,8 @@ class KvfenceMachine(RuleBasedStateMachine):
         pool, steered = tier_steered(self.lockstep, data)
         kinds = {type(a) for a in pool}
         weights = STEERED_FREQUENCY if steered else DRAW_FREQUENCY
-        weighted = [k for k in DRAW_FREQUENCY if k in kinds for _ in range(weights.get(k, 1))]
+        drawn = [k for k, n in DRAW_FREQUENCY.items() if n and k in kinds]
+        weighted = [k for k in drawn for _ in range(weights.get(k, 1))]
         kind = data.draw(st.sampled_from(weighted), label="action type")
         action = data.draw(st.sampled_from([a for a in pool if type(a) is kind]), label="action")
         event(kind.__name__)

@@ -22,7 +22,7 @@ endpoint does not expose. A program that raises is judged as the client's answer
 failed call it is a failed sync (allowed: CLI-010 asks exactly that of a refused reset);
 otherwise it is CLI-011.
 
-Lifecycle and two-phase verbs (spec 0.3; one contiguous block of ``VERBS``):
+Lifecycle and two-phase verbs (one contiguous block of ``VERBS``):
 ``publish_version(version, abort_requests=False)`` (PublishVersion: SGLang
 ``/update_weight_version``), ``release_memory(tags=None)`` / ``resume_memory(tags=None)``
 (Sleep / WakeUp: SGLang ``/release_memory_occupation`` / ``/resume_memory_occupation``,
@@ -47,13 +47,14 @@ cache kind the endpoint exposes separately, continue.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from attrs import evolve
 
-from kvfence.adapters.programs import ProgramClient, check_signature, is_program, load_program
-from kvfence.model import semantics as spec
-from kvfence.model.actions import (
+from ..adapters.programs import ProgramClient, check_signature, is_program, load_program
+from ..adapters.protocol import ClientAdapter, EngineAdapter
+from ..model import semantics as spec
+from ..model.actions import (
     AbortWeightUpdate,
     Action,
     BeginWeightUpdate,
@@ -72,10 +73,10 @@ from kvfence.model.actions import (
     WakeUp,
     memory_tags,
 )
-from kvfence.model.capabilities import Capability, needed
-from kvfence.model.checks import Violation
-from kvfence.model.client import Plan, judge_plan, resolve_plan
-from kvfence.model.obligations import (
+from ..model.capabilities import Capability, needed
+from ..model.checks import Violation
+from ..model.client import Plan, judge_plan, off_in_booleans, resolve_plan
+from ..model.obligations import (
     CACHE_KINDS,
     ENCODER,
     PREFIX,
@@ -89,10 +90,11 @@ from kvfence.model.obligations import (
     raised,
     resumes,
     resumes_serving,
+    returned,
     separate_kinds,
 )
-from kvfence.model.state import Policy
-from kvfence.model.vocabulary import ALL_MEMORY, Funnel, MemoryTag, PauseMode, Phase, Status
+from ..model.state import Config, Policy, State
+from ..model.vocabulary import ALL_MEMORY, Funnel, MemoryTag, PauseMode, Phase, Status
 
 __all__ = [
     "EndpointHandle",
@@ -103,23 +105,27 @@ __all__ = [
     "load_program",
 ]
 
+from ..model.rules import RuleId
+from .calls import call_with_timeout
+from .client_table import refusal, resolve
+from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled
+from .record import Recorder
 from .trace import ClientCall, InfoCall, PlanRecord, Step
-
-if TYPE_CHECKING:
-    from .lockstep import Lockstep
-
 
 NOT_PROGRAM_RULES = {
     rule_id: "judged on a resolver's plan; a client program is judged on its calls"
-    for rule_id in ("CLI-003", "CLI-005", "CLI-006")
+    for rule_id in (RuleId.CLI_003, RuleId.CLI_005, RuleId.CLI_006, RuleId.CLI_013)
 }
 """Plan rules with no counterpart over a call sequence: N/A for a program, never PASS
 (CLI-003 and CLI-005 ask that a flush be left out, which costs only cold prefills; a
-program's parsing mistake shows as the CLI-001/002 obligation it then misses)."""
+program's parsing mistake shows as the CLI-001/002 obligation it then misses; the shapes
+CLI-013 judges are asked of a resolver only)."""
 
 
 NOT_RESOLVER_RULES = {
-    "CLI-012": "a resolver never requeues an aborted request; judged on client programs"
+    RuleId.CLI_012: "a resolver never requeues an aborted request; judged on client programs",
+    RuleId.CLI_014: "a resolver's sync is driven by kvfence, which neither raises nor stops "
+    "after a failed update; judged on client programs",
 }
 """Program rules with no counterpart for a resolver (its thin program drops what a pause
 aborted): N/A, never PASS."""
@@ -202,7 +208,7 @@ def _deliver(i: int, rid: str, versions: Any) -> ClientCall:
     return ClientCall(i, 0, "deliver_response", (rid, sorted(set(out))))
 
 
-# ----- lifecycle and two-phase verbs (spec 0.3; issue 11) ---------------------------------
+# ----- lifecycle and two-phase verbs ------------------------------------------------------
 
 
 def _publish(i: int, version: int, abort_requests: bool = False) -> Action:
@@ -242,7 +248,7 @@ VERBS: dict[str, Callable[..., Action | ClientCall]] = {
     "flush_cache": _flush,
     "continue_generation": _continue,
     "generate": _generate,
-    # lifecycle and two-phase verbs (spec 0.3): one block
+    # lifecycle and two-phase verbs: one block
     "publish_version": _publish,
     "release_memory": _release,
     "resume_memory": _resume,
@@ -366,7 +372,7 @@ class EndpointHandle:
         engine call; ``True``."""
         return self._run.call(self.index, "deliver_response", rid, versions)
 
-    # lifecycle and two-phase verbs (spec 0.3)
+    # lifecycle and two-phase verbs
 
     def publish_version(self, version: int, abort_requests: bool = False) -> bool:
         return self._run.call(self.index, "publish_version", version, abort_requests)
@@ -390,13 +396,43 @@ class EndpointHandle:
         return self._run.call(self.index, "abort_update")
 
 
+class SyncHost(Protocol):
+    """What a sync needs of the lockstep it runs in (``conformance.lockstep.Lockstep``):
+    the run's setup and candidate model states, the engine and client under test with the
+    per-call ``timeout`` (seconds) and whether calls are ``direct``, the ``recorder``, and
+    the verbs that step the engine and record a verdict. Named here, so this module never
+    imports the lockstep (the lockstep imports it)."""
+
+    configs: tuple[Config, ...]
+    policy: Policy
+    states: frozenset[State]
+    engine: EngineAdapter
+    client: ClientAdapter
+    timeout: float
+    direct: bool
+    recorder: Recorder
+    focus: str | None
+
+    def note(self, text: str) -> None: ...
+
+    def engine_step(self, action: Action, within: int | None) -> Step:
+        """Apply ``action`` to the engine and the model; the ``Step`` it recorded."""
+        ...
+
+    def client_violation(self, violations: list[Violation]) -> None: ...
+
+    def fail(self, violations: list[Violation], step: int) -> None: ...
+
+    def refused(self, violation: Violation) -> None: ...
+
+
 class SyncRun:
     """One SyncWeights driven by a client (a program, or a resolver through
     ``resolver_sync``) inside a ``Lockstep``: the handles' calls, the obligations the model
     carries per endpoint, and the first lockstep exception a call hit (``halt``), raised
     again after the program returns whatever the program did with it."""
 
-    def __init__(self, lock: Lockstep, action: SyncWeights, step: Step) -> None:
+    def __init__(self, lock: SyncHost, action: SyncWeights, step: Step) -> None:
         self.lock = lock
         self.action = action
         self.step = step
@@ -406,6 +442,7 @@ class SyncRun:
         self.quiet: set[int] = set()  # endpoints whose resolver plan was already judged
         self.partials: dict[tuple[int, str], Partial] = {}  # aborted requests (CLI-012)
         self.handles = [EndpointHandle(self, i) for i in range(len(lock.configs))]
+        self.thin = False  # ``resolver_sync``: a resolver's plans driven by kvfence
 
     @property
     def state(self):
@@ -416,8 +453,6 @@ class SyncRun:
             raise self.halt
 
     def server_info(self, index: int) -> dict[str, object] | None:
-        from .lockstep import call_with_timeout
-
         self._check_index(index)
         try:
             info = call_with_timeout(
@@ -472,29 +507,27 @@ class SyncRun:
         asleep = before.endpoint(index).phase is Phase.ASLEEP
         missing = needed(action, asleep) - caps
         if missing:
-            from .lockstep import AdapterError
-
             # The engine under test cannot take the call: no verdict on the client.
             words = ", ".join(sorted(c.value for c in missing))
             self.halt = AdapterError(
-                "ADP-001", f"{action!r}: the engine does not declare the capability {words}"
+                RuleId.ADP_001, f"{action!r}: the engine does not declare the capability {words}"
             )
             raise self.halt
         if isinstance(action, SERVING_CALLS) or resumes_serving(before, action):
             self.settle(index, f"{action.name}")
-        from .lockstep import AdapterError, ConformanceFailure, Diverged, NotEnabled
-
         try:
-            self.lock.engine_step(action, within=self.step.step)
+            recorded = self.lock.engine_step(action, within=self.step.step)
         except (AdapterError, ConformanceFailure, Diverged, NotEnabled) as e:
             self.halt = e
             raise
         self.calls += 1
         if flush_asked(before, action):
-            self.lock.recorder.exercised["CLI-007"] += 1  # a flush an in_place pause blocks
-        obs = self.lock.steps[-1].observed
+            self.lock.recorder.exercised[RuleId.CLI_007] += 1  # a flush an in_place pause blocks
+        obs = recorded.observed
         assert obs is not None
         self.owed[index], bad = observe(self.owed[index], before, action, obs.status)
+        if self.thin:  # kvfence's own thin program drives on after a failed update
+            self.owed[index] = evolve(self.owed[index], update_failed=False, updates_failed=0)
         self.report(index, bad)
         self.note_aborted(index, before)
         if isinstance(action, FlushCache) and obs.flushed is not None:
@@ -524,7 +557,7 @@ class SyncRun:
         if self.step.program is not None:
             self.step.program.calls.append(ClientCall(index, self.calls, call.verb, call.args))
         if call.verb == "deliver_response":
-            self.lock.recorder.exercised["CLI-012"] += 1
+            self.lock.recorder.exercised[RuleId.CLI_012] += 1
             self.report(index, delivered(partial, frozenset(arg)))
             del self.partials[(index, rid)]
             return True
@@ -551,8 +584,6 @@ class SyncRun:
         mistake in a call sequence need not have a visible consequence to be shown (an
         early reset harms only traffic admitted meanwhile), and the search stops at the
         first kill."""
-        from .lockstep import ConformanceFailure
-
         self.lock.client_violation(bad)
         if self.lock.focus is not None and self.lock.focus in {v.rule for v in bad}:
             try:
@@ -565,9 +596,15 @@ class SyncRun:
         """The program returned (``error`` None) or raised ``error``."""
         if self.halt is not None:
             raise self.halt
-        self.lock.recorder.exercised["CLI-011"] += 1
+        self.lock.recorder.exercised[RuleId.CLI_011] += 1
         # Aborted requests the client dropped (never delivered): CLI-012 judged its answer.
-        self.lock.recorder.exercised["CLI-012"] += len(self.partials)
+        self.lock.recorder.exercised[RuleId.CLI_012] += len(self.partials)
+        if not self.thin and any(o.updates_failed for o in self.owed):
+            self.lock.recorder.exercised[RuleId.CLI_014] += 1
+        if error is None and not self.thin:
+            bad = returned(tuple(self.owed))
+            if bad:
+                self.violated(bad)
         if error is not None:
             message = f"{type(error).__name__}: {error}"
             if isinstance(error, RecordedRaise):
@@ -583,10 +620,10 @@ class SyncRun:
                 self.settle(i, "the end of the sync")
             elif self.owed[i].refusals:
                 # A refused reset answered by leaving the endpoint paused: CLI-010 judged it.
-                self.lock.recorder.exercised["CLI-010"] += 1
+                self.lock.recorder.exercised[RuleId.CLI_010] += 1
 
 
-def run_program(lock: Lockstep, action: SyncWeights, step: Step, program: Any) -> None:
+def run_program(lock: SyncHost, action: SyncWeights, step: Step, program: Any) -> None:
     """Run a client program's sync in ``lock`` (or a recorded one's, for replay)."""
     run = SyncRun(lock, action, step)
     lock.recorder.not_at_stake.update(NOT_PROGRAM_RULES)
@@ -600,14 +637,13 @@ def run_program(lock: Lockstep, action: SyncWeights, step: Step, program: Any) -
     run.finish(error)
 
 
-def resolver_sync(lock: Lockstep, action: SyncWeights, step: Step) -> None:
+def resolver_sync(lock: SyncHost, action: SyncWeights, step: Step) -> None:
     """The resolver interface as a thin program: for each endpoint, its server info and the
     resolver's plan (judged against the spec's, CLI-001..007); then for each, pause with the
     plan's mode, update with its flush, reset every other cache kind it exposes separately,
     continue (without ``pause`` capability: the update alone)."""
-    from .lockstep import call_with_timeout, refusal, resolve
-
     run = SyncRun(lock, action, step)
+    run.thin = True
     lock.recorder.not_at_stake.update(NOT_RESOLVER_RULES)
     p = lock.policy
     plans: list[Plan] = []
@@ -638,11 +674,15 @@ def resolver_sync(lock: Lockstep, action: SyncWeights, step: Step) -> None:
         bad = [
             Violation(rule, want, was, f"endpoint {i} plan.{f}, server info {info!r}")
             for f, rule, want, was in judge_plan(
-                expected, got, p.pause_mode, None if again is None else again.flush
+                expected,
+                got,
+                p.pause_mode,
+                None if again is None else again.flush,
+                extra_flush_charged=off_in_booleans(info),
             )
         ]
         lock.recorder.exercised[expected.rule_for("flush")] += 1
-        lock.recorder.exercised["CLI-007"] += p.pause_mode is PauseMode.IN_PLACE
+        lock.recorder.exercised[RuleId.CLI_007] += p.pause_mode is PauseMode.IN_PLACE
         if bad:
             run.quiet.add(i)  # the plan's rules already name this endpoint's fault
             lock.client_violation(bad)

@@ -10,13 +10,13 @@ breaks one of the rules the original run broke. The result is 1-minimal in steps
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from itertools import combinations
 
 from attrs import evolve, frozen
 
-from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
-from kvfence.model.actions import (
+from ..adapters.protocol import ClientAdapter, EngineAdapter
+from ..model.actions import (
     Action,
     BeginWeightUpdate,
     FaultUpdateFailsMidway,
@@ -24,27 +24,20 @@ from kvfence.model.actions import (
     TraceError,
     UpdateWeights,
 )
-from kvfence.model.capabilities import NEEDED_BY_ACTION, Capability
-from kvfence.model.checks import Violation
-from kvfence.model.client import Plan
-from kvfence.model.observation import Observation
-from kvfence.model.semantics import enabled
-from kvfence.model.state import Bounds, Config, Policy
-from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
-
+from ..model.capabilities import NEEDED_BY_ACTION, Capability
+from ..model.checks import SpecError, Violation
+from ..model.client import Plan
+from ..model.observation import Observation
+from ..model.rules import BY_ID
+from ..model.semantics import enabled
+from ..model.state import Bounds, Config, Policy
+from ..model.vocabulary import CacheMode, Lane, PauseMode, Tier
 from . import strategies
-from .lockstep import (
-    MACHINE_BOUNDS,
-    AdapterError,
-    ConformanceFailure,
-    Lockstep,
-    NotEnabled,
-    Recorder,
-    Refused,
-    Run,
-    Timing,
-)
+from .calls import Timing
+from .errors import AdapterError, ConformanceFailure, NotEnabled, Refused
+from .lockstep import MACHINE_BOUNDS, Lockstep
 from .program import RecordedProgram
+from .record import Recorder, Run
 from .trace import Step, Trace
 from .verdict import ReplayKind
 
@@ -155,6 +148,28 @@ def _simpler_setups(configs: tuple[Config, ...], policy: Policy):
             yield configs, simpler_policy
 
 
+def reference_contrast(
+    engine: EngineAdapter, client: ClientAdapter, rules: Iterable[str] = ()
+) -> tuple[EngineAdapter, ClientAdapter] | None:
+    """The system a counterexample of ``engine`` + ``client`` must pass on to show their
+    fault: the side at fault, swapped for the reference. ``rules``: every rule the run
+    broke. When one is a client rule (CLI-*), the client is at fault (a stale hit it then
+    causes is its consequence, on any engine), so the contrast is the same engine with the
+    reference client; otherwise the engine is, and the contrast is the reference engine
+    with the same client. When that side already is the reference, the other side is
+    swapped; ``None`` for the reference itself."""
+    from ..adapters import registry
+
+    on_engine = getattr(engine, "name", "") != "reference"
+    on_client = getattr(client, "name", "") != "reference"
+    judges_client = any(BY_ID[r].kind == "CLI" for r in rules if r in BY_ID)
+    if on_client and (judges_client or not on_engine):
+        return engine, registry.client("reference")
+    if on_engine:
+        return registry.engine("reference"), client
+    return None
+
+
 def shrink(
     engine: EngineAdapter,
     client: ClientAdapter,
@@ -165,15 +180,38 @@ def shrink(
     timeout: float = 60.0,
     budget: int = 400,
     timing: Timing | None = None,
+    contrast: tuple[EngineAdapter, ClientAdapter] | None = None,
 ) -> Replayed | None:
     """The smallest run that still breaks a rule in ``targets`` (among the violations that
-    stopped it if ``hard``, else among its client violations), or ``None`` if the original
-    does not reproduce (a nondeterministic SUT). ``budget``: replays at most. ``timing``:
-    the check's ``Timing``, which every replay's engine and client calls add to."""
+    stopped it if ``hard``, else among its client violations), the same one the original
+    broke first (a shrink step that trades it for another rule is rejected), or ``None`` if
+    the original does not reproduce (a nondeterministic SUT). ``budget``: replays at most.
+    ``timing``: the check's ``Timing``, which every replay's engine and client calls add to.
+
+    ``contrast`` (an engine and a client, ``reference_contrast``): a candidate that breaks
+    a target on the contrast too is rejected, since it shows no fault of the system under
+    test (a standard-lane stale hit a faulty client causes on any engine, kept while the
+    engine's own exact-lane fault is shrunk away). The original run is not held to it: it
+    is what the search found, and the caller says so if it does not discriminate."""
+
+    lead: list[str] = []  # the first target rule the original breaks: kept stable
+
+    def first(r: Replayed) -> str | None:
+        return next((v.rule for v in (r.hard if hard else r.soft) if v.rule in targets), None)
 
     def breaks(r: Replayed) -> bool:
-        rules = {v.rule for v in (r.hard if hard else r.soft)}
-        return r.kind is ReplayKind.FAIL and bool(rules & targets)
+        rule = first(r) if r.kind is ReplayKind.FAIL else None
+        return rule is not None and (not lead or rule == lead[0])
+
+    def attempt(cfgs, pol, acts, dts) -> Replayed | None:
+        r = replay_actions(engine, client, cfgs, pol, acts, dts, bounds, timeout, timing=timing)
+        if not breaks(r):
+            return None
+        if contrast is not None:
+            c = replay_actions(*contrast, cfgs, pol, acts, dts, bounds, timeout, timing=timing)
+            if c.kind is ReplayKind.FAIL and first(c) is not None:
+                return None
+        return r
 
     configs, policy, actions = run.configs, run.policy, list(run.actions)
     deltas = _deltas(actions)
@@ -182,6 +220,7 @@ def shrink(
     )
     if not breaks(best):
         return None
+    lead.append(first(best))
     tries = 1
     n = 2
     while len(actions) >= 2 and tries < budget:
@@ -189,11 +228,9 @@ def shrink(
         for start in range(0, len(actions), chunk):
             cand = actions[:start] + actions[start + chunk :]
             cand_deltas = deltas[:start] + deltas[start + chunk :]
-            r = replay_actions(
-                engine, client, configs, policy, cand, cand_deltas, bounds, timeout, timing=timing
-            )
+            r = attempt(configs, policy, cand, cand_deltas)
             tries += 1
-            if breaks(r):
+            if r is not None:
                 actions, deltas, best = cand, cand_deltas, r
                 n = max(n - 1, 2)
                 break
@@ -209,11 +246,9 @@ def shrink(
         for i, j in combinations(range(len(actions)), 2):
             keep = [k for k in range(len(actions)) if k not in (i, j)]
             cand, cand_deltas = [actions[k] for k in keep], [deltas[k] for k in keep]
-            r = replay_actions(
-                engine, client, configs, policy, cand, cand_deltas, bounds, timeout, timing=timing
-            )
+            r = attempt(configs, policy, cand, cand_deltas)
             tries += 1
-            if breaks(r):
+            if r is not None:
                 actions, deltas, best, improved = cand, cand_deltas, r, True
                 break
             if tries >= budget:
@@ -223,19 +258,9 @@ def shrink(
         while improved and tries < budget:
             improved = False
             for cand_configs, cand_policy in _simpler_setups(configs, policy):
-                r = replay_actions(
-                    engine,
-                    client,
-                    cand_configs,
-                    cand_policy,
-                    actions,
-                    deltas,
-                    bounds,
-                    timeout,
-                    timing=timing,
-                )
+                r = attempt(cand_configs, cand_policy, actions, deltas)
                 tries += 1
-                if breaks(r):
+                if r is not None:
                     configs, policy, best, improved = cand_configs, cand_policy, r, True
                     break
     return best
@@ -347,6 +372,23 @@ def trace_actions(trace: Trace) -> list[Action]:
     return [s.action for s in trace.steps if s.within is None]
 
 
+def undiscriminating(trace: Trace) -> str:
+    """Why the trace's recorded observations cannot show stale reuse (``""`` when they
+    can): a served request recorded as a bare status, with no response (its output, the
+    KV it used), as in a trace cut to its statuses. Judged against such a trace the spec
+    can only agree: UNKNOWN, never FIXED."""
+    for s in trace.steps:
+        o = s.observed
+        served = o is not None and o.status.value == "ok"
+        if s.action.name == "ServeRequest" and served and o.response is None:
+            where = f"line {s.line}" if s.line else f"step {s.step}"
+            return (
+                f"{where}: a served request is recorded without its response, so the "
+                "recorded observations cannot show stale reuse"
+            )
+    return ""
+
+
 def replay_trace(
     trace: Trace,
     engine: EngineAdapter | None,
@@ -371,12 +413,20 @@ def replay_trace(
     # draws: the bounds widen to hold the trace (they are the search's, not the spec's).
     newest = max((getattr(a, "version", 0) for a in actions), default=0)
     bounds = evolve(MACHINE_BOUNDS, versions=max(MACHINE_BOUNDS.versions, newest))
+    blind = undiscriminating(trace) if recorded is not None else ""
     try:
         out = replay_actions(
             engine, client, trace.configs, trace.policy, actions, bounds=bounds, timeout=timeout
         )
     except TraceError as e:
         return Replayed(ReplayKind.ERROR, (), (), empty, str(e))
+    except SpecError as e:
+        # The recorded answers led the model into a state its own invariants forbid: what
+        # the engine really answered there is not in the trace.
+        kind = ReplayKind.UNKNOWN if blind else ReplayKind.ERROR
+        return Replayed(kind, (), (), empty, f"{blind or 'the trace cannot be judged'} ({e})")
+    if blind and out.kind is ReplayKind.PASS:
+        return evolve(out, kind=ReplayKind.UNKNOWN, message=blind)
     if recorded is not None and out.kind is ReplayKind.PASS:
         left = recorded[0].unconsumed()
         if left is not None or not recorded[1].consumed:

@@ -12,8 +12,9 @@ decides it. A SHOULD rule's FAIL counts only with ``strict``; otherwise it shows
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,27 +25,26 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky
 from hypothesis.stateful import get_state_machine_test
 
-from kvfence.adapters.protocol import ClientAdapter, EngineAdapter
-from kvfence.model.capabilities import EVIDENCE, PROFILE_CAPABILITIES, Capability
-from kvfence.model.checks import Violation, unknown_reason
-from kvfence.model.rules import BY_ID, RULES, Rule
-from kvfence.model.state import Bounds
-
-from .lockstep import (
-    MACHINE_BOUNDS,
-    AdapterError,
-    ConformanceFailure,
-    Recorder,
-    Run,
-    Timing,
-    call_with_timeout,
-    check_capabilities,
-    client_table,
-    is_direct,
+from ..adapters.protocol import ClientAdapter, EngineAdapter
+from ..model.capabilities import (
+    DEPLOYMENT_CAPABILITIES,
+    EVIDENCE,
+    PROFILE_CAPABILITIES,
+    Capability,
 )
+from ..model.checks import Violation, unknown_reason
+from ..model.rules import BY_ID, RULES, Klass, Rule, RuleId
+from ..model.state import Bounds
+from .calls import Timing, call_with_timeout, check_capabilities, is_direct
+from .client_table import client_table
+from .errors import AdapterError, ConformanceFailure
+from .isolate import run_isolated
+from .lockstep import MACHINE_BOUNDS
 from .machine import build_machine
 from .program import is_program
-from .replay import Replayed, shrink
+from .program_table import program_table
+from .record import Recorder, Run
+from .replay import Replayed, ReplayKind, reference_contrast, replay_actions, shrink
 from .trace import header, safe_name, unique_path, verdict_line, write_trace
 from .verdict import ORDER, Verdict, worst
 
@@ -88,7 +88,7 @@ class TimeSplit:
     ``wall_seconds``: ``run_check`` from its start to its result (search, shrinking, close,
     counterexample, judging). ``engine_seconds`` / ``engine_calls``: inside the engine
     adapter (start-up and model loading included), ``client_seconds`` / ``client_calls``:
-    inside the client resolver (``lockstep.Timing`` says what is counted).
+    inside the client resolver (``calls.Timing`` says what is counted).
     ``checker_seconds``: the rest, kvfence's own work (the model, Hypothesis, judging,
     thread handoffs), never below 0. ``checker_fraction``: ``checker_seconds /
     wall_seconds`` in [0, 1]; 0.0 for a zero wall time (nothing to divide)."""
@@ -152,6 +152,43 @@ class Result:
 
     def caught(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(v.rule for v in self.violations))
+
+    @property
+    def safety(self) -> Verdict:
+        """The verdict over the SAFETY rules and violations (``by_class``)."""
+        return by_class(self.rules, self.violations, self.verdict)[Klass.SAFETY]
+
+    @property
+    def availability(self) -> Verdict:
+        """The verdict over the AVAILABILITY rules and violations (``by_class``)."""
+        return by_class(self.rules, self.violations, self.verdict)[Klass.AVAILABILITY]
+
+
+def by_class(
+    rules: tuple[RuleVerdict, ...], violations: tuple[Violation, ...], overall: Verdict
+) -> dict[Klass, Verdict]:
+    """The run's verdict split into SAFETY and AVAILABILITY: each the worst verdict of the
+    rules of that class. A broken rule counts under the classes of its violations (an
+    engine that dies on a refused flush breaks FC-001 under AVAILABILITY); CHECK rules (the
+    adapter answered, the scenarios were reached) count under both, since neither half is
+    judged without them. A run that ended on ERROR is ERROR in both halves unless one
+    FAILs."""
+    costs: dict[str, set[Klass]] = {}
+    for v in violations:
+        costs.setdefault(v.rule, set()).add(v.cost)
+    out = {}
+    for klass in (Klass.SAFETY, Klass.AVAILABILITY):
+        verdicts = []
+        for r in rules:
+            broken = r.verdict in (Verdict.FAIL, Verdict.WARN) and r.rule.id in costs
+            classes = costs[r.rule.id] if broken else {r.rule.klass}
+            if klass in classes or Klass.CHECK in classes:
+                verdicts.append(r.verdict)
+        verdict = worst(verdicts)
+        if overall is Verdict.ERROR and verdict is not Verdict.FAIL:
+            verdict = Verdict.ERROR
+        out[klass] = verdict
+    return out
 
 
 @frozen
@@ -237,6 +274,9 @@ def _rule_verdicts(
         elif r.id in recorder.not_at_stake:
             # a rule of the other kind of client (a resolver's plan, a program's calls)
             out.append(RuleVerdict(r, Verdict.NA, n, recorder.not_at_stake[r.id]))
+        elif missing and all(Capability(c) in DEPLOYMENT_CAPABILITIES for c in missing):
+            shapes = ", ".join(DEPLOYMENT_CAPABILITIES[Capability(c)] for c in missing)
+            out.append(RuleVerdict(r, Verdict.NA, n, f"not at stake: binds only {shapes}"))
         elif missing and all(Capability(c) in PROFILE_CAPABILITIES for c in missing):
             fields = ", ".join(PROFILE_CAPABILITIES[Capability(c)] for c in missing)
             why = f"not at stake: binds only engines whose profile sets {fields}"
@@ -256,7 +296,7 @@ def _rule_verdicts(
             out.append(RuleVerdict(r, Verdict.PASS, recorder.steps, "every call answered"))
         elif r.kind == "ADP":
             out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, "the run ended on an adapter error"))
-        elif error is not None or violations:
+        elif error is not None or recorder.failure is not None:
             out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, "run stopped before it was exercised"))
         else:
             reason = f"never exercised: {unknown_reason(r.id)}; raise the budget"
@@ -331,11 +371,15 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
     the SUT does; the first adapter error (``Recorder.error``) is the one reported, so a
     hung call is named as a timeout, not as the non-determinism of Hypothesis's replay."""
     search = Search(Recorder(), [])
+    if not opts.strict and opts.focus is None:
+        search.recorder.tolerate = frozenset(r.id for r in RULES if r.level == "SHOULD")
     try:
         search.capabilities = check_capabilities(engine)
         search.reasons = missing_reasons(engine)
         if not is_program(client):
             search.table = client_table(client, search.recorder, opts.timeout)
+        else:
+            search.table = program_table(client, search.recorder, opts.timeout)
     except AdapterError as e:
         search.error = e
         return search
@@ -370,14 +414,19 @@ def _search(machine: Any, config: settings, seed: int | None, search: Search, op
     except AdapterError as e:
         search.error = e
     except Flaky as e:
-        search.error = AdapterError("ADP-001", f"the SUT is not deterministic: {e}")
-    except KeyboardInterrupt:
-        raise
+        search.error = AdapterError(RuleId.ADP_001, f"the SUT is not deterministic: {e}")
+    except KeyboardInterrupt:  # a stop signal: what was recorded is kept, the run is ERROR
+        search.error = AdapterError(RuleId.ADP_001, "stopped by a signal before the search ended")
+        STOPPED.set()
     except BaseException as e:  # a SystemExit from the SUT is an error, not 'exit 0'
-        search.error = AdapterError("ADP-001", f"{type(e).__name__}: {e}")
+        search.error = AdapterError(RuleId.ADP_001, f"{type(e).__name__}: {e}")
     if search.recorder.error is not None:
         search.error = search.recorder.error[1]
 
+
+STOPPED = threading.Event()
+"""Set when a stop signal ended a search (``_search``): a caller running several checks
+(the matrices) runs no more."""
 
 TOP_UPS = 2
 """Extra searches an unfocused check runs while some rule is still unexercised."""
@@ -442,6 +491,8 @@ def minimise(
         # A focused run whose focus rule held, but an example it set aside broke another
         # rule: that is a FAIL, and its counterexample is that example's.
         found = rec.set_aside
+    if found is None and search.error is None and rec.warned_run is not None:
+        found = rec.warned_run  # only SHOULD rules broke: the WARN's counterexample
     if found is None:
         return (rec.error[0] if rec.error else None), None
     hard = bool(found.hard)
@@ -459,11 +510,23 @@ def minimise(
             opts.bounds,
             opts.timeout,
             timing=rec.timing,
+            contrast=reference_contrast(
+                engine, client, {v.rule for v in (*found.hard, *found.pending)}
+            ),
         )
     except AdapterError as e:
         search.error = search.error or e
         best = None
     return found, best
+
+
+def _system(engine: EngineAdapter, client: ClientAdapter) -> dict[str, Any] | None:
+    """The names the engine and client were built from (``registry.system``), if known."""
+    out = dict(getattr(engine, "kvfence_system", None) or {})
+    given = getattr(client, "kvfence_name", None)
+    if isinstance(given, str):
+        out["client"] = given
+    return out or None
 
 
 def write_counterexample(
@@ -480,13 +543,58 @@ def write_counterexample(
         run.configs,
         run.policy,
         capabilities=search.capabilities,
+        system=_system(engine, client),
     )
     stem = f"counterexample-{safe_name(engine.name)}-{safe_name(client.name)}"
     try:
         path = unique_path(opts.out_dir, stem)
-        return write_trace(path, head, run.steps, verdict_line(run.steps, violations, error)), ""
+        written = write_trace(path, head, run.steps, verdict_line(run.steps, violations, error))
     except OSError as e:
         return None, f"could not write the counterexample to {opts.out_dir}: {e}"
+    timing = search.recorder.timing
+    return written, _not_discriminating(engine, client, run, violations, opts, timing)
+
+
+def _not_discriminating(
+    engine: EngineAdapter,
+    client: ClientAdapter,
+    run: Run,
+    violations,
+    opts: Options,
+    timing: Timing | None = None,
+) -> str:
+    """The counterexample replayed on the reference counterpart (``reference_contrast``:
+    same configs and policy, the side its rules judge swapped for the reference): a
+    warning in words if it breaks one of the same rules there too (then it does not show
+    this system's fault), else ``""``."""
+    rules = {v.rule for v in violations}
+    contrast = reference_contrast(engine, client, rules)
+    if contrast is None or not rules or not run.actions:
+        return ""
+    # The engine under test's calls count as its time (``timing``); kvfence's own reference
+    # engine, when the contrast swaps it in, is the checker's.
+    same = contrast[0] is engine
+    try:
+        r = replay_actions(
+            *contrast,
+            run.configs,
+            run.policy,
+            list(run.actions),
+            None,
+            opts.bounds,
+            opts.timeout,
+            timing=timing if same else None,
+        )
+    except AdapterError:
+        return ""
+    shared = sorted(str(v.rule) for v in (*r.hard, *r.soft) if v.rule in rules)
+    if r.kind is not ReplayKind.FAIL or not shared:
+        return ""
+    names = f"{contrast[0].name} + {contrast[1].name}"
+    return (
+        f"the counterexample breaks {sorted(set(shared))} on {names} too: it does not show "
+        "a fault of this system alone"
+    )
 
 
 def judge(search: Search, violations: list[Violation], opts: Options):
@@ -502,10 +610,25 @@ def judge(search: Search, violations: list[Violation], opts: Options):
         frozenset(v.rule for v in search.table if _is_refusal(v)),
         search.reasons,
     )
+    unregistered = unregistered_rules(search.recorder)
+    if unregistered:
+        note = f"the checker cited rules the registry does not hold: {', '.join(unregistered)}"
+        rules = tuple(
+            RuleVerdict(r.rule, Verdict.ERROR, r.evidence, note) if r.rule.kind == "ADP" else r
+            for r in rules
+        )
     verdict = worst([r.verdict for r in rules])
-    if search.error is not None and verdict is not Verdict.FAIL:
+    if (search.error is not None or unregistered) and verdict is not Verdict.FAIL:
         verdict = Verdict.ERROR
     return rules, verdict
+
+
+def unregistered_rules(recorder: Recorder) -> list[str]:
+    """Rule IDs the recorder holds evidence or violations of that are not in the registry:
+    a bug in a check (never a rule of the contract), so the run is ERROR, never PASS."""
+    cited = set(recorder.exercised) | recorder.reached | set(recorder.other)
+    cited |= set(recorder.refused) | set(recorder.not_at_stake)
+    return sorted(str(r) for r in cited if r not in BY_ID)
 
 
 def _is_refusal(v: Violation) -> bool:
@@ -519,7 +642,9 @@ def _collect(
     """The result's violations: the counterexample's, then what only the client table or
     a refusal showed (a pure function's counterexample is its input); and the warnings."""
     table = [v for v in search.table if focus is None or v.rule == focus]
-    violations = shown + _extra(shown, table + list(search.recorder.refused.values()))
+    rec = search.recorder
+    more = table + list(rec.refused.values()) + list(rec.warned.values())
+    violations = shown + _extra(shown, more)
     warnings = [problem] if problem else []
     warnings += sorted(search.recorder.notes)  # availability and off-policy notes
     other = sorted(set(search.recorder.other) - {v.rule for v in violations})
@@ -550,6 +675,8 @@ def run_check(
     bounds: Bounds = MACHINE_BOUNDS,
     max_examples: int | None = None,
     focus: str | None = None,
+    isolate: bool = False,
+    on_progress: Callable[[Any], None] | None = None,
 ) -> Result:
     """Run the stateful machine against ``engine`` + ``client``, shrink what fails, write
     the counterexample, and judge. ``focus``: a rule ID; search until that rule is shown
@@ -560,10 +687,23 @@ def run_check(
     Hypothesis generates (derandomized under ``ci``); the first failing example is shrunk
     by ``replay.shrink`` on its action list, which is faster here than shrinking the choice
     sequence and yields the same JSONL record that ``kvfence replay`` reads.
+
+    ``isolate``: an in-process engine (``is_direct``) is checked in a child process
+    (``isolate.run_isolated``), so that one which exits the process or hangs past SIGALRM
+    gives ERROR, never a pass or a hang; ``on_progress`` then receives, in this process,
+    what the check passes to ``isolate.notify`` in the child (the CLI's progress).
     """
     check_focus(focus)
     opts = Options(profile, seed, out_dir, strict, timeout, bounds, max_examples, focus)
     PROFILES[profile]  # KeyError before anything runs
+    if isolate and is_direct(engine):
+        args = (engine, client, profile, seed, out_dir, strict, timeout, bounds, max_examples)
+        return run_isolated(
+            lambda: run_check(*args, focus=focus),
+            lambda why: error_result(engine.name, client.name, profile, seed, why, strict),
+            timeout,
+            on_progress,
+        )
     started = time.perf_counter()
     search = generate(engine, client, opts)
     run, best = minimise(engine, client, search, opts)
@@ -573,7 +713,7 @@ def run_check(
     except AdapterError as e:
         search.error = search.error or e
     run = best.run if best is not None else run
-    # The trace lists only violations of the steps it holds (issue 14).
+    # The trace lists only violations of the steps it holds.
     shown = list(best.violations if best else run.violations if run else [])
     path, problem = None, ""
     if run is not None and (shown or search.error):
@@ -606,6 +746,29 @@ def run_check(
     )
 
 
+def error_result(
+    engine: str, client: str, profile: str, seed: int | None, message: str, strict: bool
+) -> Result:
+    """An ERROR ``Result`` of a check that gave no result: every rule as an adapter error
+    leaves it (``_rule_verdicts``), ``message`` its error."""
+    error = AdapterError(RuleId.ADP_001, message)
+    rules = _rule_verdicts(Recorder(), [], error, frozenset(), strict)
+    return Result(
+        engine=engine,
+        client=client,
+        profile=profile,
+        seed=seed,
+        verdict=Verdict.ERROR,
+        rules=rules,
+        violations=(),
+        error=message,
+        counterexample=None,
+        steps=0,
+        examples=0,
+        seconds=0.0,
+    )
+
+
 __all__ = [
     "ORDER",
     "PROFILES",
@@ -614,5 +777,6 @@ __all__ = [
     "RuleVerdict",
     "TimeSplit",
     "Verdict",
+    "by_class",
     "run_check",
 ]

@@ -21,9 +21,9 @@ from typing import Any
 
 from attrs import frozen
 
-from kvfence.adapters.clients import ReferenceClient
-from kvfence.adapters.protocol import AdapterFailure
-from kvfence.model.actions import (
+from ..adapters.clients import ReferenceClient
+from ..adapters.protocol import AdapterFailure
+from ..model.actions import (
     Action,
     ContinueGeneration,
     FlushCache,
@@ -35,10 +35,11 @@ from kvfence.model.actions import (
     UpdateWeights,
     WakeUp,
 )
-from kvfence.model.state import Policy
-from kvfence.model.vocabulary import CacheMode, Funnel, PauseMode, Status
-
-from .lockstep import AdapterError, ConformanceFailure, Lockstep, Recorder
+from ..model.state import Policy
+from ..model.vocabulary import CacheMode, Funnel, PauseMode, Status
+from .errors import AdapterError, ConformanceFailure
+from .lockstep import Lockstep
+from .record import Recorder
 
 
 @frozen
@@ -153,7 +154,7 @@ def _stopped(steps: Any) -> bool:
 
 def table(versions: Sequence[str]) -> str:
     """The Markdown table: one row per scenario, one column per version."""
-    from kvfence.adapters.sglang_engine import SglangAdapter
+    from ..adapters.sglang_engine import SglangAdapter
 
     columns: dict[str, list[str]] = {}
     for version in versions:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from kvfence.model.capabilities import CONFIG_FEATURES, Capability
-from kvfence.model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON
-from kvfence.model.state import Config, Policy
-from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Tier
+from ..model.capabilities import CONFIG_FEATURES, Capability
+from ..model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON
+from ..model.state import Config, Policy
+from ..model.vocabulary import CacheMode, Lane, PauseMode, Tier
 
 C = Capability
 

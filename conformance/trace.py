@@ -22,17 +22,18 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from attrs import define, field
 
-from kvfence.model import READABLE_SPECS, SPEC_VERSION
-from kvfence.model.actions import Action, TraceError, action_from_json
-from kvfence.model.client import Plan
-from kvfence.model.observation import (
+from ..model import READABLE_SPECS, SPEC_VERSION
+from ..model.actions import Action, TraceError, action_from_json
+from ..model.client import Plan
+from ..model.observation import (
+    Entry,
     Observation,
     Outcome,
     Response,
@@ -40,16 +41,30 @@ from kvfence.model.observation import (
     entry_from_json,
     entry_json,
 )
-from kvfence.model.state import Config, Policy, Use
-from kvfence.model.vocabulary import CacheMode, Lane, PauseMode, Status, Tier
-
+from ..model.state import Config, Policy, Use
+from ..model.vocabulary import CacheMode, Lane, PauseMode, Status, Tier
 from .verdict import Verdict
 
 TRACE_FORMAT = 1
 
 MAX_TRACE_BYTES = 256 * 1024 * 1024
 """A trace larger than this is refused before it is read (a 50,000-step trace is about
-40 MB); ``read_trace`` never reads more."""
+40 MB; a serve session about 1 KB per request); ``read_trace`` never reads more. The
+environment variable ``KVFENCE_MAX_TRACE_BYTES`` (a byte count) overrides it."""
+
+MAX_TRACE_ENV = "KVFENCE_MAX_TRACE_BYTES"
+
+
+def max_trace_bytes() -> int:
+    """The size limit in force: ``KVFENCE_MAX_TRACE_BYTES`` if set, else
+    ``MAX_TRACE_BYTES``; ``TraceError`` for a value that is not a positive byte count."""
+    raw = os.environ.get(MAX_TRACE_ENV)
+    if raw is None:
+        return MAX_TRACE_BYTES
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 18 or int(text) < 1:
+        raise TraceError(f"{MAX_TRACE_ENV}={raw[:40]!r}: expected a positive number of bytes")
+    return int(text)
 
 
 def model_digest() -> str:
@@ -110,6 +125,7 @@ def config_json(c: Config) -> dict[str, Any]:
         "misreports": c.misreports,
         "derived": c.derived,
         **({"encoder_reset_separate": True} if c.encoder_reset_separate else {}),
+        **({"ranks": c.ranks} if c.ranks != 1 else {}),
     }
 
 
@@ -126,7 +142,26 @@ def plan_json(p: Plan) -> dict[str, Any]:
     return {"flush": p.flush, "pause_mode": p.pause_mode.value}
 
 
-def observation_json(o: Observation) -> dict[str, Any]:
+def cache_json(cache: frozenset[Entry], base: frozenset[Entry] | None) -> dict[str, Any]:
+    """A view's cache as its trace field: ``{"cache": [entries]}``, or, where ``base`` (the
+    cache the previous step's observation showed) is given and the change is smaller than
+    the listing, ``{"cache_delta": {"add": [...], "drop": [...]}}`` against it. A session
+    that fills the cache one prefix a step so writes a line of constant size, not one
+    listing every prefix so far (a trace quadratic in its distinct prompts)."""
+    if base is not None:
+        add, drop = cache - base, base - cache
+        if len(add) + len(drop) < len(cache):
+            return {
+                "cache_delta": {
+                    "add": [entry_json(e) for e in sorted(add, key=str)],
+                    "drop": [entry_json(e) for e in sorted(drop, key=str)],
+                }
+            }
+    return {"cache": [entry_json(e) for e in sorted(cache, key=str)]}
+
+
+def observation_json(o: Observation, base: frozenset[Entry] | None = None) -> dict[str, Any]:
+    """An observation as its trace field; ``base``: see ``cache_json``."""
     out: dict[str, Any] = {"status": o.status.value}
     if o.response is not None:
         r = o.response
@@ -137,7 +172,7 @@ def observation_json(o: Observation) -> dict[str, Any]:
             "output": _jsonable(r.output),
             "cold": _jsonable(r.cold),
         }
-        if r.fresh is not None:  # spec 0.3: the restart oracle
+        if r.fresh is not None:  # the restart oracle (older traces lack the field)
             out["response"]["fresh"] = _jsonable(r.fresh)
     if o.flushed is not None:
         out["flushed"] = o.flushed
@@ -150,17 +185,17 @@ def observation_json(o: Observation) -> dict[str, Any]:
             "draft": v.draft,
             "scales": v.scales,
             "label": v.label,
-            "cache": None if v.cache is None else [entry_json(e) for e in sorted(v.cache, key=str)],
+            **({"cache": None} if v.cache is None else cache_json(v.cache, base)),
         }
-        if v.derived is not None:  # spec 0.3: derived weight state
+        if v.derived is not None:  # derived weight state (older traces lack the field)
             out["view"]["derived"] = v.derived
     if o.detail:
         out["detail"] = str(o.detail)
     return out
 
 
-def outcome_json(o: Outcome) -> dict[str, Any]:
-    return {"observation": observation_json(o.observation), "because": dict(o.because)}
+def outcome_json(o: Outcome, base: frozenset[Entry] | None = None) -> dict[str, Any]:
+    return {"observation": observation_json(o.observation, base), "because": dict(o.because)}
 
 
 def violation_json(v: Any) -> dict[str, Any]:
@@ -181,7 +216,11 @@ def header(
     policy: Policy,
     comment: str = "",
     capabilities: Iterable[str] | None = None,
+    system: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A trace's first line. ``system``: how to reach the system under test again
+    (``adapters.registry.system``: the engine as given, URL, checkpoints, served model,
+    overlay, SGLang version; nothing secret), recorded when known."""
     out: dict[str, Any] = {
         "kvfence_trace": TRACE_FORMAT,
         "spec_version": SPEC_VERSION,
@@ -195,13 +234,17 @@ def header(
     }
     if capabilities is not None:
         out["capabilities"] = sorted(str(getattr(c, "value", c)) for c in capabilities)
+    if system:
+        out["system"] = {k: _jsonable(v) for k, v in system.items()}
     if comment:
         out["comment"] = comment
     return out
 
 
-def step_json(s: Step) -> dict[str, Any]:
-    """A step as its trace line (the format table in ``docs/traces.md``)."""
+def step_json(s: Step, base: frozenset[Entry] | None = None) -> dict[str, Any]:
+    """A step as its trace line (the format table in ``docs/traces.md``); ``base``: the
+    cache of the previous step's observation (``cache_json``), ``None`` for a line that
+    stands alone."""
     out: dict[str, Any] = {"step": s.step, "action": s.action.to_json()}
     if s.plans is not None:
         out["plans"] = [
@@ -233,8 +276,8 @@ def step_json(s: Step) -> dict[str, Any]:
             ),
         }
     if s.observed is not None:
-        out["observed"] = observation_json(s.observed)
-        out["expected"] = [outcome_json(o) for o in s.expected]
+        out["observed"] = observation_json(s.observed, base)
+        out["expected"] = [outcome_json(o, base) for o in s.expected]
     if s.within is not None:
         out["within"] = s.within
     return out
@@ -293,9 +336,23 @@ def write_atomic(path: Path, text: str) -> Path:
 def write_trace(path: Path, head: dict[str, Any], steps: Sequence[Any], verdict) -> Path:
     """Write header, step lines (``Step`` values or their JSON) and the verdict line,
     atomically; returns ``path``. Never fails on what an adapter returned."""
-    lines = [step_json(s) if isinstance(s, Step) else s for s in steps]
+    lines, base = [], None
+    for s in steps:
+        if isinstance(s, Step):
+            lines.append(step_json(s, base))
+            base = shown_cache(s, base)
+        else:  # a line given as JSON: the next step line stands alone
+            lines.append(s)
+            base = None
     text = "".join(dumps(obj) + "\n" for obj in (head, *lines, verdict))
     return write_atomic(path, text)
+
+
+def shown_cache(s: Step, base: frozenset[Entry] | None) -> frozenset[Entry] | None:
+    """The cache a later step's line is written against (``cache_json``): the one ``s``'s
+    observation shows, else (no observation, or no cache in its view) ``base`` still."""
+    view = s.observed.view if s.observed is not None else None
+    return base if view is None or view.cache is None else view.cache
 
 
 # ----- from JSON ---------------------------------------------------------------------------
@@ -333,20 +390,27 @@ def config_from_json(obj: Any, where: str) -> Config:
         raise TraceError(f"{where}: field 'tiers' must be a list")
     names = (
         *("draft", "encoder", "fp8_kv", "lora", "flush_default", "versioned_keys", "misreports"),
-        "derived",  # spec 0.3
+        "derived",  # older traces lack it
         "encoder_reset_separate",
     )
     flags = {k: obj.get(k, False) for k in names}
     for k, v in flags.items():
         if not isinstance(v, bool):
             raise TraceError(f"{where}: field {k!r} must be bool, got {v!r}")
-    return Config(
-        radix=_need(obj, "radix", bool, where),
-        lane=_enum(Lane, obj.get("lane", "standard"), f"{where}.lane"),
-        info=None if info is None else tuple(sorted(info.items())),
-        tiers=frozenset(_enum(Tier, t, f"{where}.tiers") for t in tiers),
-        **flags,
-    )
+    ranks = obj.get("ranks", 1)  # written only for an endpoint with data-parallel ranks
+    if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
+        raise TraceError(f"{where}: field 'ranks' must be an int of at least 1, got {ranks!r}")
+    try:
+        return Config(
+            radix=_need(obj, "radix", bool, where),
+            lane=_enum(Lane, obj.get("lane", "standard"), f"{where}.lane"),
+            info=None if info is None else tuple(sorted(info.items())),
+            tiers=frozenset(_enum(Tier, t, f"{where}.tiers") for t in tiers),
+            ranks=ranks,
+            **flags,
+        )
+    except ValueError as e:  # ranks with a feature they are not modelled with
+        raise TraceError(f"{where}: {e}") from None
 
 
 def policy_from_json(obj: Any, where: str) -> Policy:
@@ -378,7 +442,11 @@ def _tuplify(value: Any) -> Any:
     return tuple(_tuplify(v) for v in value) if isinstance(value, list) else value
 
 
-def observation_from_json(obj: Any, where: str) -> Observation:
+def observation_from_json(
+    obj: Any, where: str, base: frozenset[Entry] | None = None
+) -> Observation:
+    """An observation from its trace field; ``base``: the cache a ``cache_delta`` is
+    against (the previous step's, ``shown_cache``)."""
     if not isinstance(obj, dict):
         raise TraceError(f"{where}: an observation must be an object")
     status = _enum(Status, _need(obj, "status", str, where), f"{where}.status")
@@ -416,10 +484,19 @@ def observation_from_json(obj: Any, where: str) -> Observation:
         for k in ("weights", "draft", "scales", "label", "derived"):
             if v.get(k) is not None and (not isinstance(v[k], int) or isinstance(v[k], bool)):
                 raise TraceError(f"{w}.{k}: expected a version or null, got {v[k]!r}")
-        cache = v.get("cache")
+        cache, delta = v.get("cache"), v.get("cache_delta")
         try:
-            parsed = None if cache is None else frozenset(entry_from_json(e) for e in cache)
-        except (KeyError, TypeError, ValueError) as e:
+            if delta is not None:
+                if base is None:
+                    raise TraceError(f"{w}.cache_delta: no earlier step showed a cache")
+                if not isinstance(delta, dict) or set(delta) - {"add", "drop"}:
+                    raise TraceError(f"{w}.cache_delta: expected {{'add': [...], 'drop': [...]}}")
+                add = frozenset(entry_from_json(e) for e in delta.get("add", []))
+                drop = frozenset(entry_from_json(e) for e in delta.get("drop", []))
+                parsed = (base - drop) | add
+            else:
+                parsed = None if cache is None else frozenset(entry_from_json(e) for e in cache)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise TraceError(f"{w}.cache: malformed entry ({e})") from None
         view = View(
             v.get("weights"),
@@ -473,7 +550,7 @@ CLIENT_VERBS: dict[str, tuple[type, ...]] = {
     "requeue_request": (str, bool),
     "deliver_response": (str, list),
 }
-"""Client-side calls of a program (issue 11 item 2, CLI-012) -> the types of their
+"""Client-side calls of a program (CLI-012) -> the types of their
 arguments: ``requeue_request(rid, keep_partial)`` (its engine call is the sync's next
 ``within`` step) and ``deliver_response(rid, versions)`` (no engine call)."""
 
@@ -559,24 +636,43 @@ def read_trace(path: Path, allow_other_spec: bool = False) -> Trace:
         raise TraceError(f"{path}: malformed trace ({type(e).__name__}: {e})") from None
 
 
-def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, refusing what is not a regular file (a FIFO would hang, a device
-    never ends) and what is larger than ``MAX_TRACE_BYTES``."""
+def _read_lines(path: Path) -> Iterator[bytes]:
+    """The file's lines, one at a time, refusing what is not a regular file once links are
+    resolved (a FIFO would hang, a device never ends), a pseudo-file (``/proc``: size 0 but
+    not empty; opened non-blocking, so one that would block, such as ``/proc/kmsg``, is
+    refused rather than waited on), and what is larger than the limit (``max_trace_bytes``).
+    The checks are made on the opened file, so a link swapped after them changes nothing."""
+    limit = max_trace_bytes()
     try:
-        info = path.stat()
-        if not stat.S_ISREG(info.st_mode):
-            raise TraceError(f"{path}: not a regular file")
-        if info.st_size > MAX_TRACE_BYTES:
-            raise TraceError(
-                f"{path}: {info.st_size} bytes; traces are limited to {MAX_TRACE_BYTES}"
-            )
-        with path.open("rb") as f:
-            data = f.read(MAX_TRACE_BYTES + 1)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
-    if len(data) > MAX_TRACE_BYTES:
-        raise TraceError(f"{path}: larger than {MAX_TRACE_BYTES} bytes")
-    return data
+    with os.fdopen(fd, "rb") as f:
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise TraceError(f"{path}: not a regular file")
+            if info.st_size > limit:
+                raise TraceError(
+                    f"{path}: {info.st_size} bytes; traces are limited to {limit} "
+                    f"(set {MAX_TRACE_ENV} to raise it)"
+                )
+            if info.st_size == 0:
+                if f.read(1):
+                    raise TraceError(f"{path}: a pseudo-file (size 0, yet it reads): not a trace")
+                return
+            total = 0
+            while line := f.readline(limit + 1 - total):
+                total += len(line)
+                if total > limit:
+                    raise TraceError(
+                        f"{path}: larger than {limit} bytes (set {MAX_TRACE_ENV} to raise it)"
+                    )
+                yield line.rstrip(b"\n")
+        except BlockingIOError:
+            raise TraceError(f"{path}: reading it would block: not a trace file") from None
+        except OSError as e:
+            raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
 
 
 def _decode(path: Path, n: int, raw: bytes) -> str:
@@ -674,21 +770,27 @@ def _sync_step(obj: dict[str, Any], n: int, number: int, action: Action, where: 
     return Step(number, action, plans=plans, line=n)
 
 
-def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
-    raw: list[tuple[int, Any]] = []
-    for n, line_bytes in enumerate(_read_bytes(path).split(b"\n"), start=1):
+def _json_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, JSON value)`` of each line that is not blank or a ``#`` comment,
+    parsed one at a time (a trace is never held whole as JSON)."""
+    for n, line_bytes in enumerate(_read_lines(path), start=1):
         line = _decode(path, n, line_bytes)
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            raw.append((n, json.loads(line)))
+            yield n, json.loads(line)
         except json.JSONDecodeError as e:
             raise TraceError(f"{path}:{n}: not JSON ({e.msg} at column {e.colno})") from None
         except RecursionError:
             raise TraceError(f"{path}:{n}: JSON nested too deeply") from None
-    if not raw:
+
+
+def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
+    raw = _json_lines(path)
+    first = next(raw, None)
+    if first is None:
         raise TraceError(f"{path}: empty trace: no header line")
-    n, head = raw[0]
+    n, head = first
     where = f"{path}:{n}"
     if not isinstance(head, dict) or head.get("kvfence_trace") != TRACE_FORMAT:
         raise TraceError(f"{where}: first line must be a header with kvfence_trace: 1")
@@ -707,7 +809,8 @@ def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
     steps: list[Step] = []
     verdict = None
     sync: int | None = None  # the number of the sync step engine calls may belong to
-    for n, obj in raw[1:]:
+    base: frozenset[Entry] | None = None  # the cache a cache_delta is against
+    for n, obj in raw:
         where = f"{path}:{n}"
         if verdict is not None:
             raise TraceError(f"{where}: a line after the verdict line")
@@ -743,6 +846,7 @@ def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
         if within is None:
             sync = None
         observed = obj.get("observed")
-        parsed = None if observed is None else observation_from_json(observed, where)
+        parsed = None if observed is None else observation_from_json(observed, where, base)
         steps.append(Step(number, action, parsed, within=within, line=n))
+        base = shown_cache(steps[-1], base)
     return Trace(head, configs, policy, steps, verdict)

@@ -55,12 +55,15 @@ def worst(verdicts: list[Verdict]) -> Verdict:
 class ReplayKind(str, Enum):
     """How one replay ended: FAIL (a rule broken), PASS (every step agreed with the spec),
     ERROR (the adapter or the trace could not be followed), INVALID (a step the model does
-    not enable at its turn: the candidate is dropped while shrinking)."""
+    not enable at its turn: the candidate is dropped while shrinking), UNKNOWN (the
+    recorded observations cannot tell a broken rule from a kept one: a trace cut to its
+    statuses, judged model-only)."""
 
     FAIL = "FAIL"
     PASS = "PASS"
     ERROR = "ERROR"
     INVALID = "INVALID"
+    UNKNOWN = "UNKNOWN"
 
     def __str__(self) -> str:
         return self.value
@@ -71,5 +74,6 @@ REPLAY_WORDS: dict[ReplayKind, str] = {
     ReplayKind.PASS: "FIXED",
     ReplayKind.ERROR: "ERROR",
     ReplayKind.INVALID: "ERROR",
+    ReplayKind.UNKNOWN: "UNKNOWN",
 }
 """What ``kvfence replay`` prints for each kind."""

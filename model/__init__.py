@@ -5,7 +5,8 @@ Read in this order: ``vocabulary`` (the words), ``state`` (what is remembered),
 may hold after each event), ``semantics`` (what each action may do: the next-state
 relation), ``checks`` (invariants, comparisons, evidence), ``rules`` (the registry every
 check cites), ``lifecycle`` (the phase table), ``candidates`` (the actions drawn within
-bounds), ``explore`` (exhaustive search within bounds).
+bounds), ``properties`` (the always- and sometimes-properties by name), ``explore``
+(exhaustive search within bounds, and the witnesses of the sometimes-properties).
 
 Pure: standard library, attrs and transitions only. No I/O, clock, randomness or Hypothesis.
 """
@@ -20,10 +21,8 @@ from .semantics import enabled, plan_for, step, sync_actions, view
 from .state import Bounds, Config, Endpoint, Entry, Policy, State, Use, initial_state, server_info
 
 SPEC_VERSION = "0.3"
-"""Bumped whenever a rule's meaning or a trace field changes. 0.2: namespaces on entries
-and requests, engine profile fields, STOPPED, ENG-002 narrowed, ENG-011/012.
-0.3 (issue #10): Sleep/WakeUp tags, PauseGeneration.clear_cache, PublishVersion, MEM and
-PUB rules; two-phase windows (WIN), derived weight state (DER), restart oracle."""
+"""Written into every trace; bumped whenever a rule's meaning or a trace field changes.
+CHANGELOG.md says what each version changed and why."""
 
 READABLE_SPECS = ("0.1", "0.2", "0.3")
 """Spec versions whose traces this spec reads: 0.2 and 0.3 only added fields with defaults

@@ -18,6 +18,17 @@ class TraceError(ValueError):
     """A trace line that does not describe a valid action or observation."""
 
 
+OMIT_DEFAULT = "omit_default"
+"""Field metadata key: ``to_json`` leaves the field out while it holds its default."""
+
+
+def rank_field() -> Any:
+    """The ``rank`` of a request action: the data-parallel rank it is placed on (0 .. the
+    endpoint's ``Config.ranks`` - 1), as SGLang's ``GenerateReqInput.data_parallel_rank``
+    and vLLM's ``data_parallel_rank`` argument of ``AsyncLLM.generate`` route it."""
+    return field(default=0, metadata={OMIT_DEFAULT: True})
+
+
 @frozen
 class Action:
     """Base of all actions; ``fault`` marks injected faults (capability-gated)."""
@@ -29,9 +40,13 @@ class Action:
         return type(self).__name__
 
     def to_json(self) -> dict[str, Any]:
+        """The trace form; a field marked ``OMIT_DEFAULT`` is written only when it is not its
+        default (a ``rank`` 0 is left out, so single-scheduler traces read as before)."""
         out: dict[str, Any] = {"action": self.name}
         for f in fields(type(self)):
             value = getattr(self, f.name)
+            if f.metadata.get(OMIT_DEFAULT) and value == f.default:
+                continue
             if isinstance(value, frozenset):  # memory tags: a sorted list of words
                 value = sorted(v.value for v in value)
             out[f.name] = value.value if hasattr(value, "value") else value
@@ -54,25 +69,29 @@ class ServeRequest(Action):
 
     ``lora``: served through the LoRA adapter. ``namespace``: the weight version the
     client keys the request by (vLLM ``cache_salt``, SGLang ``extra_key``); ``None``: none.
-    Mirrors SGLang ``/generate`` and vLLM ``/v1/completions``.
+    ``rank``: the data-parallel rank it is placed on (``rank_field``); 0 on a single
+    scheduler. Mirrors SGLang ``/generate`` and vLLM ``/v1/completions``.
     """
 
     endpoint: int
     prefix: str
     lora: bool = False
     namespace: int | None = None
+    rank: int = rank_field()
 
 
 @frozen
 class StartRequest(Action):
     """Admit request ``rid`` for ``prefix``: its prefill runs and it stays in flight.
-    ``lora`` and ``namespace`` as for ServeRequest."""
+    ``lora``, ``namespace`` and ``rank`` as for ServeRequest: the request and its KV live on
+    that rank until it finishes."""
 
     endpoint: int
     rid: str
     prefix: str
     lora: bool = False
     namespace: int | None = None
+    rank: int = rank_field()
 
 
 @frozen
@@ -205,7 +224,7 @@ class LoadLora(Action):
     endpoint: int
 
 
-# ----- version publishing (issue #10 item 3) ----------------------------------------------
+# ----- version publishing -----------------------------------------------------------------
 
 
 @frozen
@@ -240,6 +259,18 @@ class FaultUpdateFailsMidway(Action):
     fault: ClassVar[bool] = True
     endpoint: int
     version: int
+
+
+@frozen
+class FaultRankUpdateFails(Action):
+    """Fault: the next update of ``endpoint`` fails on data-parallel ``rank`` alone, which
+    stays at its old weights with its cache while the other ranks may apply it (an
+    exception in one scheduler's ``update_weights_from_tensor``; sgl-project/sglang
+    PR #39534, PF-26)."""
+
+    fault: ClassVar[bool] = True
+    endpoint: int
+    rank: int
 
 
 # ----- two-phase updates (WIN-001..003) ----------------------------------------------------
@@ -318,10 +349,12 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     LoadLora,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
-    # issue #10 lifecycle vocabulary
+    # the RL lifecycle: publishing, two-phase updates
     PublishVersion,
     *TWO_PHASE_ACTIONS,
     FlushEncoderCache,
+    # data-parallel ranks behind one endpoint (RNK-001..003)
+    FaultRankUpdateFails,
 )
 BY_NAME: dict[str, type[Action]] = {t.__name__: t for t in ACTION_TYPES}
 

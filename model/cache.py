@@ -10,6 +10,7 @@ from __future__ import annotations
 from attrs import frozen
 
 from .fast import evolve
+from .rules import RuleId
 from .state import Endpoint, Entry, Use
 from .vocabulary import MIXED, Kind, Tier
 
@@ -68,10 +69,13 @@ def prefills(ep: Endpoint, prefix: str, lora: bool, namespace: int | None) -> li
         return [Prefill(ep, ep.current(lora), frozenset(), False)]
     found = lookup(ep, prefix, lora, namespace)
     fresh = computed(ep, prefix, lora, namespace)
+    # Only target KV makes a hit: a key that finds nothing else (draft KV left behind by a
+    # window's dropped target KV, say) is a miss the system had no choice about.
+    hit_possible = any(e.kind is Kind.TARGET for e in found)
     miss = Prefill(
-        evolve(ep, cache=(ep.cache - found) | fresh), ep.current(lora), frozenset(), bool(found)
+        evolve(ep, cache=(ep.cache - found) | fresh), ep.current(lora), frozenset(), hit_possible
     )
-    if not any(e.kind is Kind.TARGET for e in found):
+    if not hit_possible:
         return [miss]
     kept = {e.kind for e in found}
     back = {evolve(e, tier=Tier.DEVICE) for e in found} | {e for e in fresh if e.kind not in kept}
@@ -86,7 +90,7 @@ def prefills(ep: Endpoint, prefix: str, lora: bool, namespace: int | None) -> li
 
 def cache_rule(reused: frozenset[Entry]) -> str:
     """The rule a cache mismatch after a prefill breaks: a load-back is ENG-008's."""
-    return "ENG-008" if any(e.tier is not Tier.DEVICE for e in reused) else "INV-001"
+    return RuleId.ENG_008 if any(e.tier is not Tier.DEVICE for e in reused) else RuleId.INV_001
 
 
 def load(ep: Endpoint, version: int) -> Endpoint:

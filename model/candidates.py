@@ -16,11 +16,13 @@ from .actions import (
     ContinueGeneration,
     EvictPrefix,
     FaultChunkFails,
+    FaultRankUpdateFails,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FinishRequest,
     FinishWeightUpdate,
     FlushCache,
+    FlushEncoderCache,
     LoadLora,
     PauseGeneration,
     PublishVersion,
@@ -45,6 +47,13 @@ TAG_SETS: tuple[frozenset[MemoryTag], ...] = (
 """The tags a Sleep or WakeUp is drawn with: everything first (the plain call), then each."""
 
 
+NOT_ENUMERATED: dict[type[Action], str] = {
+    FlushEncoderCache: "only a client program calls it (flush_cache('encoder')) inside a sync",
+}
+"""Action types ``candidates`` never yields, each with the reason: every other action type
+is yielded (tests/test_action_registries.py holds the two to each other)."""
+
+
 def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> Iterator[Action]:
     """Every action instance within ``bounds`` worth asking ``enabled`` about, in a fixed
     order (versions only the trainer's current and next: no other can be enabled)."""
@@ -57,12 +66,15 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
         namespaces: list[int | None] = [None]
         if bounds.namespaces:
             namespaces += range(state.endpoint(i).weights + 1)
+        ranks = range(state.endpoint(i).config.ranks)
         for p in bounds.prefixes:
             for lora in (False, True):
                 for ns in namespaces:
-                    yield ServeRequest(i, p, lora, ns)
+                    for k in ranks:
+                        yield ServeRequest(i, p, lora, ns, k)
                     for rid in bounds.rids:
-                        yield StartRequest(i, rid, p, lora, ns)
+                        for k in ranks:
+                            yield StartRequest(i, rid, p, lora, ns, k)
             for tier in (Tier.HOST, Tier.STORAGE):
                 yield EvictPrefix(i, p, tier)
         for rid in bounds.rids:
@@ -100,6 +112,9 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
         yield AbortWeightUpdate(i)
         if faults:
             yield FaultChunkFails(i)
+        if faults:  # enabled only on an endpoint with data-parallel ranks
+            for k in ranks:
+                yield FaultRankUpdateFails(i, k)
 
 
 def conforming(state: State, action: Action) -> bool:

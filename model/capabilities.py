@@ -17,6 +17,8 @@ from enum import Enum
 
 from attrs import frozen
 
+from .rules import RuleId
+
 
 class Capability(str, Enum):
     """One thing an adapter can observe or do. A ``str`` subclass: ``"cache_probe"`` and
@@ -41,7 +43,7 @@ class Capability(str, Enum):
     FP8_KV = "fp8_kv"
     LORA = "lora"
     NAMESPACES = "namespaces"
-    # issue #10 lifecycle vocabulary
+    # the RL lifecycle: memory tags, publishing, clearing at pause
     MEMORY_TAGS = "memory_tags"
     PUBLISH = "publish"
     PAUSE_CLEAR = "pause_clear"
@@ -49,6 +51,8 @@ class Capability(str, Enum):
     DERIVED = "derived"
     RESTART_ORACLE = "restart_oracle"
     ENCODER_RESET = "encoder_reset"
+    # deployments
+    RANKS = "ranks"
 
 
 @frozen
@@ -80,7 +84,11 @@ TABLE: dict[Capability, Unlocks] = {
     C.FLUSH_RESULT: Unlocks("Observation.flushed: the flush call's reported result"),
     C.FAULTS: Unlocks(
         "faults can be injected",
-        actions=("FaultRefuseFlush", "FaultUpdateFailsMidway", "FaultChunkFails"),
+        actions=(
+            "FaultRefuseFlush",
+            "FaultUpdateFailsMidway",
+            "FaultChunkFails",
+        ),
     ),
     C.INFLIGHT: Unlocks("requests can stay in flight", actions=("StartRequest", "FinishRequest")),
     C.PAUSE: Unlocks(
@@ -102,7 +110,7 @@ TABLE: dict[Capability, Unlocks] = {
         "requests may carry a namespace (vLLM cache_salt, SGLang extra_key) and are drawn "
         "pinned to any version up to the one in force"
     ),
-    # issue #10 lifecycle vocabulary
+    # the RL lifecycle: memory tags, publishing, clearing at pause
     C.MEMORY_TAGS: Unlocks(
         "Sleep and WakeUp take tags (kv_cache, weights): SGLang release/resume_memory_"
         "occupation tags, vLLM /wake_up?tags=; the colocated order updates or flushes with "
@@ -117,7 +125,7 @@ TABLE: dict[Capability, Unlocks] = {
         "pause clears the prefix cache on request (vLLM /pause?clear_cache=)",
         fields=(("PauseGeneration", "clear_cache"),),
     ),
-    # two-phase updates, derived weight state, restart oracle (issue 10)
+    # two-phase updates, derived weight state, restart oracle
     C.TWO_PHASE: Unlocks(
         "two-phase updates: begin, chunks, finish (publishing the version) and abort",
         actions=(
@@ -140,6 +148,12 @@ TABLE: dict[Capability, Unlocks] = {
         "an update leaves the encoder cache to the client, which resets it on its own "
         "(vLLM reset_encoder_cache; profile field encoder_reset_separate)"
     ),
+    C.RANKS: Unlocks(
+        "endpoints with data-parallel ranks (Config.ranks > 1): a request placed on a rank, "
+        "a flush, update or pause fanned out to every rank and answered with the merge, "
+        "FaultRankUpdateFails",
+        actions=("FaultRankUpdateFails",),
+    ),
 }
 """Capability -> what it unlocks: the single source."""
 
@@ -148,6 +162,11 @@ PROFILE_CAPABILITIES: dict[Capability, str] = {C.ENCODER_RESET: "encoder_reset_s
 and only they: a rule whose evidence needs one is an obligation only on such engines, so
 elsewhere it is N/A (not at stake), no gap in the run and no MUST-SKIP warning. An engine
 whose profile sets the field must declare the capability (ADP-002 otherwise)."""
+
+DEPLOYMENT_CAPABILITIES: dict[Capability, str] = {C.RANKS: "endpoints with data-parallel ranks"}
+"""Capability -> the deployment shape of the engines that declare it, and only they: a rule
+whose evidence needs one binds only such engines, so elsewhere it is N/A (not at stake), as
+for ``PROFILE_CAPABILITIES``."""
 
 NEEDED_BY_ACTION: dict[str, Capability] = {
     name: cap for cap, unlocks in TABLE.items() for name in unlocks.actions
@@ -184,42 +203,49 @@ def needed(action: object, asleep: bool = False) -> frozenset[Capability]:
 
 
 EVIDENCE: dict[str, tuple[Capability, ...]] = {
-    "ENG-001": (C.EXACT_LANE, C.CACHE_PROBE),
-    "ENG-002": (C.CACHE_PROBE,),
-    "ENG-003": (C.CACHE_PROBE,),
-    "ENG-004": (C.DRAFT, C.WEIGHTS_PROBE),
-    "ENG-005": (C.FP8_KV, C.WEIGHTS_PROBE),
-    "ENG-006": (C.SLEEP, C.CACHE_PROBE),
-    "ENG-007": (C.LORA, C.CACHE_PROBE),
-    "ENG-008": (C.TIERS, C.CACHE_PROBE),
-    "ENG-009": (C.PAUSE, C.INFLIGHT),
-    "ENG-010": (C.RESTART, C.CACHE_PROBE),
-    "ENG-011": (C.EXACT_CACHE, C.CACHE_PROBE),
-    "ENG-012": (C.ENCODER, C.CACHE_PROBE),
-    "FC-001": (C.INFLIGHT,),
-    "FC-002": (C.INFLIGHT,),
-    "FC-003": (C.FLUSH_RESULT, C.INFLIGHT),
-    "FC-004": (C.FAULTS,),
-    "INV-002": (C.ATTRIBUTION, C.INFLIGHT, C.PAUSE),
-    "INV-003": (C.WEIGHTS_PROBE,),
-    "INV-004": (C.BYTE_ORACLE, C.EXACT_LANE),
-    "LIV-001": (C.INFLIGHT,),
-    "MEM-001": (C.SLEEP, C.MEMORY_TAGS),
-    "MEM-002": (C.SLEEP, C.CACHE_PROBE),
-    "PUB-001": (C.PUBLISH, C.WEIGHTS_PROBE),
-    "PUB-002": (C.PUBLISH, C.INFLIGHT),
-    "REACH-002": (C.EXACT_LANE,),
-    "REACH-003": (C.INFLIGHT,),
-    "WIN-001": (C.TWO_PHASE, C.WEIGHTS_PROBE),
-    "WIN-002": (C.TWO_PHASE, C.CACHE_PROBE),
-    "WIN-003": (C.TWO_PHASE, C.FAULTS),
-    "DER-001": (C.DERIVED,),
-    "CLI-009": (C.ENCODER, C.ENCODER_RESET),
+    RuleId.ENG_001: (C.EXACT_LANE, C.CACHE_PROBE),
+    RuleId.ENG_002: (C.CACHE_PROBE,),
+    RuleId.ENG_003: (C.CACHE_PROBE,),
+    RuleId.ENG_004: (C.DRAFT, C.WEIGHTS_PROBE),
+    RuleId.ENG_005: (C.FP8_KV, C.WEIGHTS_PROBE),
+    RuleId.ENG_006: (C.SLEEP, C.CACHE_PROBE),
+    RuleId.ENG_007: (C.LORA, C.CACHE_PROBE),
+    RuleId.ENG_008: (C.TIERS, C.CACHE_PROBE),
+    RuleId.ENG_009: (C.PAUSE, C.INFLIGHT),
+    RuleId.ENG_010: (C.RESTART, C.CACHE_PROBE),
+    RuleId.ENG_011: (C.EXACT_CACHE, C.CACHE_PROBE),
+    RuleId.ENG_012: (C.ENCODER, C.CACHE_PROBE),
+    RuleId.FC_001: (C.INFLIGHT,),
+    RuleId.FC_002: (C.INFLIGHT,),
+    RuleId.FC_003: (C.FLUSH_RESULT, C.INFLIGHT),
+    RuleId.FC_004: (C.FAULTS,),
+    RuleId.INV_002: (C.ATTRIBUTION, C.INFLIGHT, C.PAUSE),
+    RuleId.INV_003: (C.WEIGHTS_PROBE,),
+    RuleId.INV_004: (C.BYTE_ORACLE, C.EXACT_LANE),
+    RuleId.LIV_001: (C.INFLIGHT,),
+    RuleId.MEM_001: (C.SLEEP, C.MEMORY_TAGS),
+    RuleId.MEM_002: (C.SLEEP, C.CACHE_PROBE),
+    RuleId.PUB_001: (C.PUBLISH, C.WEIGHTS_PROBE),
+    RuleId.PUB_002: (C.PUBLISH, C.INFLIGHT),
+    RuleId.REACH_002: (C.EXACT_LANE,),
+    RuleId.REACH_003: (C.INFLIGHT,),
+    RuleId.WIN_001: (C.TWO_PHASE, C.WEIGHTS_PROBE),
+    RuleId.WIN_002: (C.TWO_PHASE, C.CACHE_PROBE),
+    RuleId.WIN_003: (C.TWO_PHASE, C.FAULTS),
+    RuleId.DER_001: (C.DERIVED,),
+    RuleId.CLI_009: (C.ENCODER, C.ENCODER_RESET),
     # A refused reset inside a sync comes reliably only from an injected refusal: running
     # requests on a real engine refuse one by chance within a ci budget (vLLM: never in 25).
-    "CLI-010": (C.INFLIGHT, C.FAULTS),
+    RuleId.CLI_010: (C.INFLIGHT, C.FAULTS),
+    # A failed update inside a sync, as a refused reset: an injected fault or a refused flush.
+    RuleId.CLI_014: (C.INFLIGHT, C.FAULTS),
     # An aborted request exists only where requests stay in flight and a pause aborts them.
-    "CLI-012": (C.PAUSE, C.INFLIGHT),
+    RuleId.CLI_012: (C.PAUSE, C.INFLIGHT),
+    # data-parallel ranks: a refusing rank needs a request in flight on it; a torn update
+    # needs a rank's injected failure
+    RuleId.RNK_001: (C.RANKS, C.FLUSH_RESULT, C.INFLIGHT),
+    RuleId.RNK_002: (C.RANKS, C.FAULTS, C.WEIGHTS_PROBE),
+    RuleId.RNK_003: (C.RANKS, C.FAULTS, C.INFLIGHT),
 }
 """Rule ID -> the capabilities its evidence needs; an adapter lacking one gets SKIP."""
 
@@ -244,6 +270,7 @@ def parse(names: object) -> frozenset[Capability]:
 __all__ = [
     "ASLEEP_NEEDS_TAGS",
     "CONFIG_FEATURES",
+    "DEPLOYMENT_CAPABILITIES",
     "EVIDENCE",
     "NEEDED_BY_ACTION",
     "NEEDED_BY_FIELD",

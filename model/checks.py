@@ -13,12 +13,13 @@ from collections.abc import Collection
 from enum import Enum
 from typing import Any
 
-from attrs import frozen
+from attrs import field, frozen
 
 from .capabilities import Capability
 from .client import parse_radix
 from .fast import evolve
 from .observation import Observation, Outcome
+from .rules import Klass, RuleId, rule_id
 from .state import Config, Served, State, Use
 from .vocabulary import MIXED, Kind, Status, Tier
 
@@ -30,13 +31,22 @@ class SpecError(AssertionError):
 
 @frozen
 class Violation:
-    """A broken rule: ``rule`` ID, what the spec ``expected``, what was ``actual``, and
-    ``where`` (endpoint and field) in words."""
+    """A broken rule: ``rule`` (a registered ``RuleId``; ``ValueError`` for any other),
+    what the spec ``expected``, what was ``actual``, and ``where`` (endpoint and field) in
+    words. ``klass``: what this violation costs when it differs from its rule's class (an
+    engine that dies rather than answer a refused flush breaks FC-001 safely); ``None``
+    means the rule's own."""
 
-    rule: str
+    rule: RuleId = field(converter=rule_id)
     expected: Any
     actual: Any
     where: str = ""
+    klass: Klass | None = None
+
+    @property
+    def cost(self) -> Klass:
+        """This violation's class: its own, else its rule's."""
+        return self.klass if self.klass is not None else self.rule.rule.klass
 
     def __str__(self) -> str:
         where = f" at {self.where}" if self.where else ""
@@ -53,14 +63,17 @@ def _words(value: Any) -> str:
 
 def check_served(served: Served) -> list[Violation]:
     """INV-001 on one response: nothing it used may be stale, unless a waiver holds (the
-    standard-lane opt-out for prefix KV, or a declared off-policy session)."""
-    stale = served.unwaived
+    standard-lane opt-out for prefix KV, or a declared off-policy session). No waiver covers
+    KV of no version (computed while the weights were mixed, torn or garbage: ``MIXED``,
+    ``GARBAGE``): the opt-out is for KV of whole older weights (PF-28, sgl-project/sglang
+    PR #27886)."""
+    stale = served.unwaived | {u for u in served.stale if u.version < 0}
     if not stale:
         return []
     used = sorted((u.component, u.version) for u in stale)
     return [
         Violation(
-            "INV-001",
+            RuleId.INV_001,
             f"only KV of version {served.weights}",
             f"reused {used}",
             f"endpoint {served.endpoint} prefix {served.prefix}",
@@ -89,7 +102,10 @@ def check_state(state: State, ledger: bool = True) -> list[Violation]:
         if ep.config.derived:
             whole.add(ep.derived)
         if ep.label is not None and (ep.torn or whole != {ep.label}):
-            out.append(Violation("INV-003", sorted(whole), ep.label, f"endpoint {i} label"))
+            out.append(Violation(RuleId.INV_003, sorted(whole), ep.label, f"endpoint {i} label"))
+        versions = sorted({r.weights for r in ep.ranks})
+        if len(versions) > 1 and not ep.closed:
+            out.append(Violation(RuleId.RNK_003, "one version", versions, f"endpoint {i} ranks"))
         if ep.config.guarded and not ep.closed and ep.live == ep.weights:
             current = {u.component: u.version for u in ep.current(lora=True)}
             for e in ep.cache:
@@ -98,7 +114,9 @@ def check_state(state: State, ledger: bool = True) -> list[Violation]:
                 reachable = e.namespace is None or e.namespace == ep.weights
                 if reachable and current.get(e.kind.value, e.version) != e.version:
                     out.append(
-                        Violation("INV-001", current[e.kind.value], e.version, f"endpoint {i} {e}")
+                        Violation(
+                            RuleId.INV_001, current[e.kind.value], e.version, f"endpoint {i} {e}"
+                        )
                     )
     return out
 
@@ -125,13 +143,19 @@ def _cache_rule(outcome: Outcome, observed: frozenset) -> str:
     some entries but not all, or left only lower tiers and other kinds (a forgotten tier,
     spared entries), it is ENG-003; after one that removed nothing, the rule that required
     the flush (ENG-001 guard, ENG-002 asked, FC-003 for a FlushCache reported done)."""
-    rule = outcome.rule_for("view.cache", "INV-001")
+    rule = outcome.rule_for("view.cache", RuleId.INV_001)
     before = outcome.flushed_from
     if before is None or not observed:
         return rule
-    partial = observed != before
     only_lower = not any(e.tier is Tier.DEVICE and e.kind is Kind.TARGET for e in observed)
-    return "ENG-003" if partial or only_lower else rule
+    # Encoder outputs follow every update, flushed or not (ENG-012): their going is no sign
+    # that a flush ran. A flush that left every entry of prefix KV, device KV among them,
+    # removed nothing; one that left only lower tiers forgot them (ENG-003).
+    prefix_kv = frozenset(e for e in before if e.kind is not Kind.ENCODER)
+    if prefix_kv and prefix_kv <= observed and not only_lower:
+        return rule
+    partial = observed != before
+    return RuleId.ENG_003 if partial or only_lower else rule
 
 
 def _derived_lags(expected: Any, actual: Any, outcome: Outcome) -> bool:
@@ -144,6 +168,15 @@ def _derived_lags(expected: Any, actual: Any, outcome: Outcome) -> bool:
     lagging = isinstance(actual, int) and isinstance(expected, int) and 0 <= actual < expected
     ran = outcome.forward or outcome.observation.response is not None
     return lagging and not ran and outcome.served is None
+
+
+def status_cost(obs: Observation) -> Klass | None:
+    """What a wrong status costs, by one principle: a system that refused, stopped or went
+    silent where the spec wanted another answer claimed nothing false, so the violation is
+    AVAILABILITY whatever its rule (an engine that dies on a refused flush, areal-project/AReaL
+    #140, PF-04: FC-001 broken safely); one that answered OK where the spec wanted a
+    failure claimed a success it did not have, and costs what its rule costs (``None``)."""
+    return None if obs.status is Status.OK else Klass.AVAILABILITY
 
 
 def compare(
@@ -167,15 +200,19 @@ def compare(
 
     status_differs = obs.status is not exp.status
     if status_differs:
-        miss("status", exp.status.value, obs.status.value, "LIV-002")
+        rule = outcome.rule_for("status", RuleId.LIV_002)
+        where_ = f"{where} status".strip()
+        out.append(
+            Violation(rule, exp.status.value, obs.status.value, where_, klass=status_cost(obs))
+        )
     flush_seen = Capability.FLUSH_RESULT in capabilities and exp.flushed is not None
     if flush_seen and (obs.flushed is True) != exp.flushed:
-        miss("flushed", exp.flushed, obs.flushed, "FC-003")
+        miss("flushed", exp.flushed, obs.flushed, RuleId.FC_003)
     if exp.aborted is not None and obs.aborted is not None and obs.aborted != exp.aborted:
-        miss("aborted", sorted(exp.aborted), sorted(obs.aborted), "ENG-009")
+        miss("aborted", sorted(exp.aborted), sorted(obs.aborted), RuleId.ENG_009)
     elif outcome.shows_aborts and obs.aborted is None:  # an abort nobody saw (PF-17)
         where_ = f"{where} aborted".strip()
-        out.append(Violation("FC-001", sorted(exp.aborted or ()), None, where_))
+        out.append(Violation(RuleId.FC_001, sorted(exp.aborted or ()), None, where_))
     # When the status differs, the probe differs because of it: only the status is named
     # (a false claim of success is judged against ``completion`` below).
     view_seen = exp.view is not None and obs.view is not None and not status_differs
@@ -189,7 +226,7 @@ def compare(
             if name == "label" and a is None:
                 continue  # an engine that reports no label: not observed, not a lie
             if e != a:
-                miss(f"view.{name}", e, a, "DER-001" if name == "derived" else "INV-003")
+                miss(f"view.{name}", e, a, RuleId.DER_001 if name == "derived" else RuleId.INV_003)
     cache_seen = view_seen and obs.view.cache is not None and Capability.CACHE_PROBE in capabilities
     if cache_seen:
         allowed, got = exp.view.cache or frozenset(), obs.view.cache
@@ -205,7 +242,9 @@ def compare(
             )
         elif exact and got != allowed:
             dropped = sorted(map(str, allowed - got))
-            out.append(Violation("ENG-011", "nothing dropped unasked", f"dropped {dropped}", where))
+            out.append(
+                Violation(RuleId.ENG_011, "nothing dropped unasked", f"dropped {dropped}", where)
+            )
     if exp.response is not None and obs.response is not None:
         out += _compare_response(outcome, obs, capabilities, where)
     claims_success = obs.status is Status.OK and exp.status is not Status.OK
@@ -228,11 +267,11 @@ def _compare_response(
     out: list[Violation] = []
     exact = Capability.EXACT_CACHE in capabilities
     if got.hit != exp.hit and (exp.hit or outcome.dropped or exact):
-        rule = outcome.rule_for("response.hit", "INV-001")
+        rule = outcome.rule_for("response.hit", RuleId.INV_001)
         out.append(Violation(rule, exp.hit, got.hit, f"{where} response.hit".strip()))
         return out
     if exact and outcome.dropped:
-        out.append(Violation("ENG-011", "a hit on KV it held", "a miss", where))
+        out.append(Violation(RuleId.ENG_011, "a hit on KV it held", "a miss", where))
     if got.uses is not None and Capability.PROVENANCE in capabilities:
         out += check_served(evolve(served, uses=got.uses, hit=got.hit))
     if (
@@ -240,7 +279,7 @@ def _compare_response(
         and Capability.ATTRIBUTION in capabilities
         and got.sampled != exp.sampled
     ):
-        rule = outcome.rule_for("response.sampled", "INV-002")
+        rule = outcome.rule_for("response.sampled", RuleId.INV_002)
         out.append(Violation(rule, sorted(exp.sampled or ()), sorted(got.sampled), where))
     bytes_seen = (
         got.output is not None and got.cold is not None and Capability.BYTE_ORACLE in capabilities
@@ -249,7 +288,7 @@ def _compare_response(
         out += _judge_bytes(served, obs, capabilities, where)
     own = _restart_compared(got, capabilities)
     if own is not None and own != got.fresh and not out:
-        rule = outcome.rule_for("response.fresh", "INV-003")
+        rule = outcome.rule_for("response.fresh", RuleId.INV_003)
         how = divergence(own, got.fresh)
         out.append(
             Violation(
@@ -271,6 +310,36 @@ def _restart_compared(got: Any, capabilities: Collection[str]) -> tuple[Any, ...
     if got.cold is not None and Capability.BYTE_ORACLE in capabilities:
         return got.cold
     return None if got.hit or got.output is None else got.output
+
+
+def same_output(output: tuple[Any, ...], cold: tuple[Any, ...], tolerance: float = 0.0) -> bool:
+    """The byte oracle's equality: ``output`` and ``cold`` are equal, or (with a
+    ``tolerance`` > 0, the adapter's declared ``logprob_tolerance``) both are
+    ``(token_ids, logprobs)`` pairs with the same token ids and every logprob within
+    ``tolerance`` of the other. Exact by default."""
+    if output == cold:
+        return True
+    if tolerance <= 0.0 or not (len(output) == 2 == len(cold)):
+        return False
+    (ids, lps), (cold_ids, cold_lps) = output, cold
+    if ids != cold_ids or len(lps) != len(cold_lps):
+        return False
+    numbers = all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in (*lps, *cold_lps)
+    )
+    return numbers and all(abs(a - b) <= tolerance for a, b in zip(lps, cold_lps, strict=True))
+
+
+def within_tolerance(obs: Observation, tolerance: float) -> Observation:
+    """``obs`` as the byte oracle judges it: a response whose output equals its cold
+    prefill within ``tolerance`` (``same_output``) is taken to have the cold bytes. Exact
+    (``obs`` itself) at 0.0."""
+    got = obs.response
+    if tolerance <= 0.0 or got is None or got.output is None or got.cold is None:
+        return obs
+    if got.output == got.cold or not same_output(got.output, got.cold, tolerance):
+        return obs
+    return evolve(obs, response=evolve(got, output=got.cold))
 
 
 def divergence(output: tuple[Any, ...], cold: tuple[Any, ...]) -> str:
@@ -300,22 +369,21 @@ def _judge_bytes(
     stale reuse (INV-001) unless a waiver covers it, or unless the model's belief that the
     hit was fresh is confirmed by a probe (provenance, or the cache listing) on an exact
     lane: then the hit path's numerics differ (INV-004, a SHOULD). The model's belief alone
-    is never enough: it may have re-filled its cache where the system did not (issue 8
-    F-1)."""
+    is never enough: it may have re-filled its cache where the system did not."""
     got = obs.response
     assert got is not None and got.output is not None and got.cold is not None
     how = divergence(got.output, got.cold)
     if served.weights == MIXED:
         return []  # served under a window's mixed weights: no version to hold bytes to
     if not got.hit:
-        return [Violation("ADP-002", "a miss equals a cold prefill", how, where)]
+        return [Violation(RuleId.ADP_002, "a miss equals a cold prefill", how, where)]
     if served.hit and not served.unwaived and served.stale:
         return []  # a waived stale hit: its bytes may differ
     if served.hit and not served.stale and fresh_confirmed(served, obs, capabilities):
         if served.exact:
-            return [Violation("INV-004", "a fresh hit equals a cold prefill", how, where)]
+            return [Violation(RuleId.INV_004, "a fresh hit equals a cold prefill", how, where)]
         return []
-    return [Violation("INV-001", "no KV reused across the update", f"stale hit: {how}", where)]
+    return [Violation(RuleId.INV_001, "no KV reused across the update", f"stale hit: {how}", where)]
 
 
 def fresh_confirmed(served: Served, obs: Observation, capabilities: Collection[str]) -> bool:
@@ -334,8 +402,8 @@ def fresh_confirmed(served: Served, obs: Observation, capabilities: Collection[s
 class ColdBytes:
     """What the byte oracle has shown so far: the cold bytes of each prompt under each
     weight version. Bytes are evidence only once the oracle has told two versions apart for
-    the same prompt: an oracle whose bytes do not depend on the weights (a stub, issue 8
-    F-6) could never have shown a stale hit."""
+    the same prompt: an oracle whose bytes do not depend on the weights (a stub) could never
+    have shown a stale hit."""
 
     def __init__(self) -> None:
         self.seen: dict[tuple[str, bool], dict[int, str]] = {}
@@ -405,50 +473,88 @@ def evidence(
     }
     rules = {rule for field_name, rule in outcome.because if seen.get(field_name, False)}
     if seen["view.cache"] and outcome.flushed_from:
-        rules.add("ENG-003")  # a listing after a flush that had entries to remove
+        rules.add(RuleId.ENG_003)  # a listing after a flush that had entries to remove
     if seen["view.cache"] and Capability.EXACT_CACHE in capabilities and exp.view.cache:
-        rules.add("ENG-011")  # a listing that could have shown an entry dropped unasked
+        rules.add(RuleId.ENG_011)  # a listing that could have shown an entry dropped unasked
     got, served = obs.response, outcome.served
     fresh_rule = outcome.because.fresh
     if got is not None and served is not None and fresh_rule is not None:
         compared = _restart_compared(got, capabilities) is not None
         if compared and oracle is not None and oracle.fresh_distinguishes(served.prefix, lora):
             rules.add(fresh_rule)
-            if fresh_rule == "WIN-001":
+            if fresh_rule == RuleId.WIN_001:
                 # Bytes of the old whole weights inside a window that received chunks show
                 # that the KV this forward computed is not of mixed weights: the evidence
                 # WIN-002 has on an engine that stages chunks aside (CD-14).
-                rules.add("WIN-002")
+                rules.add(RuleId.WIN_002)
     if got is not None and served is not None and served.hit:
         if got.uses is not None and Capability.PROVENANCE in capabilities:
-            rules.add("INV-001")
+            rules.add(RuleId.INV_001)
         bytes_seen = got.output is not None and got.cold is not None
         if bytes_seen and Capability.BYTE_ORACLE in capabilities:
             if oracle is not None and oracle.distinguishes(served.prefix, lora):
-                rules.add("INV-001")
+                rules.add(RuleId.INV_001)
             if served.exact and not served.stale and served.weights != MIXED:
-                rules.add("INV-004")
+                rules.add(RuleId.INV_004)
     return rules
 
 
+def tells_installed_apart(
+    obs: Observation,
+    capabilities: Collection[str],
+    oracle: ColdBytes | None = None,
+    served: Served | None = None,
+    lora: bool = False,
+) -> bool:
+    """Whether ``obs`` could tell what an update installed: the branches of FC-002 ("refused
+    before install, old weights and cache kept" against "installed, failed, kept serving the
+    stale tree") differ by the weights in force, so only a weights probe, a byte oracle that
+    has told two weight versions apart for the prompt served, or the restart oracle's bytes
+    (once they have) can settle them. Hit counts, flush results, statuses and requests in
+    flight look the same on both."""
+    if (
+        obs.view is not None
+        and obs.view.weights is not None
+        and Capability.WEIGHTS_PROBE in capabilities
+    ):
+        return True
+    got = obs.response
+    if got is None or served is None or oracle is None:
+        return False
+    if (
+        got.output is not None
+        and got.cold is not None
+        and Capability.BYTE_ORACLE in capabilities
+        and oracle.distinguishes(served.prefix, lora)
+    ):
+        return True
+    return (
+        got.fresh is not None
+        and Capability.RESTART_ORACLE in capabilities
+        and oracle.fresh_distinguishes(served.prefix, lora)
+    )
+
+
 UNKNOWN_BECAUSE: dict[str, str] = {
-    "INV-001": "no observation could have shown stale reuse: no hit on KV the model held was "
+    RuleId.INV_001: "no observation could have shown stale reuse: no hit on KV the model held was "
     "seen through provenance, a cache listing, or a byte oracle that had told two weight "
     "versions apart for the same prompt",
-    "INV-004": "no fresh hit on an exact lane was compared with a cold prefill",
-    "FC-001": "no update met a flush that could not complete",
-    "FC-002": "no later observation settled which fail-closed branch the system took",
-    "FC-003": "no flush result was observed",
-    "FC-004": "no update failed midway",
-    "ENG-001": "no cache listing after an exact-lane update that had something to remove",
-    "ENG-002": "no cache listing after a requested flush that had something to remove",
-    "ENG-003": "no cache listing after a flush that had something to remove",
-    "ENG-011": "the adapter does not declare exact_cache, so a dropped entry is no evidence",
-    "ENG-012": "no cache listing after an update of an endpoint with an encoder cache",
-    "WIN-001": "no chunk of a two-phase update landed while the endpoint was probed",
-    "WIN-002": "no window closed with KV of its mixed weights to drop under a cache listing",
-    "WIN-003": "no chunk of a two-phase update failed",
-    "DER-001": "no update of an endpoint with derived state was probed, and no restart "
+    RuleId.INV_004: "no fresh hit on an exact lane was compared with a cold prefill",
+    RuleId.FC_001: "no update met a flush that could not complete",
+    RuleId.FC_002: "no later observation that could tell what the update installed (a "
+    "weights probe, a byte oracle or restart oracle that had told two versions apart) "
+    "settled which fail-closed branch the system took",
+    RuleId.FC_003: "no flush result was observed",
+    RuleId.FC_004: "no update failed midway",
+    RuleId.ENG_001: "no cache listing after an exact-lane update that had something to remove",
+    RuleId.ENG_002: "no cache listing after a requested flush that had something to remove",
+    RuleId.ENG_003: "no cache listing after a flush that had something to remove",
+    RuleId.ENG_011: "the adapter does not declare exact_cache, so a dropped entry is no evidence",
+    RuleId.ENG_012: "no cache listing after an update of an endpoint with an encoder cache",
+    RuleId.WIN_001: "no chunk of a two-phase update landed while the endpoint was probed",
+    RuleId.WIN_002: "no window closed with KV of its mixed weights to drop under a cache listing",
+    RuleId.WIN_003: "no chunk of a two-phase update failed",
+    RuleId.DER_001: "no update of an endpoint with derived state was probed, and no restart "
     "oracle had told two versions apart for the same prompt",
 }
 """Why a rule with no discriminating evidence is UNKNOWN, in words (for the report)."""

@@ -13,41 +13,43 @@ first violation found one at the fewest steps, and its ``trace`` a shortest path
 
 Defaults (``initial_states``): endpoint 0 on the exact lane, every other on the standard
 lane, radix cache on and reported everywhere, client policy ``Policy()`` (mode auto,
-pause retract). ``kvfence explore`` with its defaults (2 endpoints, ``--prefixes 1
---versions 2 --inflight 1 --depth 6``) visits 211,400 states; with every funnel stepped
-(``symmetry=False``) over 5,579,668 transitions.
+pause retract). ``kvfence explore``'s defaults are 2 endpoints, ``--prefixes 1 --versions
+2 --inflight 1 --depth 6``; the counts of searches within them are pinned in
+``tests/test_explore.py`` and ``tests/test_speed.py``, and ``scripts/bench.py`` measures
+the default-bound one.
 
 ``symmetry=True`` (on in ``kvfence explore``) keys the visited set on a canonical renaming of
 prefixes, request IDs and endpoints of equal config, and steps one funnel of each update
 action the model cannot tell apart by funnel (``model.symmetry``); a counterexample found
 among representatives is re-derived as a concrete path (``_concrete``).
 
-``workers=N`` expands each level of ``PARALLEL_MIN`` states or more on N processes (this
-one and N-1 forked children reading the visited set copy-on-write) and merges their chunks
-in frontier order: the result is the one-process search's (``_forked``; issue 12: the
-default-bound search on both cores). ``kvfence explore`` passes the usable cores.
+How a level's frontier is expanded is the caller's (``levels``, a ``Levels`` runner): in
+this process by default (``serial``); ``kvfence.conformance.search`` expands large levels
+on forked workers and bounds a search by time, and the merge here, in frontier order,
+makes the result the one-process search's.
 
-Standard library and attrs only. No clock or randomness; callers time it. The only I/O is
-with its own forked workers (pipes), and the model it runs is pure, so they need no locks.
+The model's sometimes-properties (``model.properties``, the REACH rules) are looked for by
+a second breadth-first search over (state, monitor memory) (``_witnesses``): each one
+reached has a shortest ``Witness`` path.
+
+Standard library and attrs only. No clock, randomness, process or I/O: callers time it,
+cap it and run it where they like.
 """
 
 from __future__ import annotations
 
 import gc
-import multiprocessing
-import os
-import pickle
-import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
+from functools import partial
 
 from attrs import frozen
 
 from .actions import Action
 from .candidates import actions
 from .checks import Violation, check_served, check_state
+from .properties import SOMETIMES, Sometimes
+from .rules import RuleId
 from .semantics import step
 from .state import Bounds, Config, Policy, State, initial_state
 from .symmetry import canonical, funnel_bounds, trivial
@@ -65,6 +67,13 @@ class Exploration:
     ``max_states`` truncation and no stop at a violation. ``violation``: the rules the
     first violating transition broke (empty if none). ``trace``: a shortest action path
     from ``initial`` to it. ``initial``: the initial state the trace starts from.
+    ``sometimes``: the sometimes-properties the search looked for (their rules, in the
+    order given); ``witnesses``: one ``Witness`` for each it reached, in the order found.
+    ``cut``: why a search that found no violation is not ``complete``: ``"max-states"``
+    (``max_states`` reached), ``"stop"`` (``stop`` said so), or the reason a ``Cut``
+    raised by the level runner gave (``"max-seconds"``: ``conformance.search``'s time cap);
+    empty otherwise. A cut search checked nothing beyond ``depth_reached``, and only part
+    of that last level.
     """
 
     states: int
@@ -74,10 +83,49 @@ class Exploration:
     violation: tuple[Violation, ...] = ()
     trace: tuple[Action, ...] = ()
     initial: State | None = None
+    sometimes: tuple[RuleId, ...] = ()
+    witnesses: tuple[Witness, ...] = ()
+    cut: str = ""
 
     @property
     def ok(self) -> bool:
         return not self.violation
+
+    @property
+    def witnessed(self) -> tuple[RuleId, ...]:
+        """The sometimes-properties reached, in the order of ``sometimes``."""
+        got = {w.rule for w in self.witnesses}
+        return tuple(r for r in self.sometimes if r in got)
+
+    @property
+    def unwitnessed(self) -> tuple[RuleId, ...]:
+        """The sometimes-properties the search looked for and never reached."""
+        got = {w.rule for w in self.witnesses}
+        return tuple(r for r in self.sometimes if r not in got)
+
+
+class Cut(Exception):
+    """Raised by a ``Levels`` runner (or ``stop``) to end the search where it stands:
+    ``reason`` names the cap (``"max-seconds"``). The search returns what it has, not
+    complete, with ``Exploration.cut`` the reason. A runner raises it between slices only,
+    so every slice it yielded is merged and the counts are those of a real prefix of the
+    search."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@frozen
+class Witness:
+    """A path that reaches a sometimes-property (``model.properties.Sometimes``): the
+    ``trace`` of actions from ``initial``, its last action the one that reaches ``rule``.
+    Breadth-first order makes it a shortest such path among those the search keeps (one
+    path per distinct state: the first found)."""
+
+    rule: RuleId
+    trace: tuple[Action, ...]
+    initial: State
 
 
 EXACT = Config(lane=Lane.EXACT)
@@ -115,20 +163,6 @@ def _bare(state: State) -> State:
     """``state.without_ledger()``, without ``evolve``'s cost where there is no ledger."""
     return state.without_ledger() if state.ledger else state
 
-
-def usable_cores() -> int:
-    """The cores this process may run on (``os.sched_getaffinity``, where the platform has
-    it; else ``os.cpu_count()``): ``kvfence explore``'s default ``--workers``."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-PARALLEL_MIN = 2000
-"""Frontier states below which a level is expanded in this process even with ``workers``
-> 1: forking, sending the new states back and merging them cost more than such a level
-(depth 2 of the CLI's defaults has 388 frontier states, depth 3 about 3,000)."""
 
 # One successor of a slice, in the order the serial search meets it: ``(key, i, action,
 # t, bad, served)``. ``key`` is the successor's key, new to the visited set as it was when
@@ -181,100 +215,43 @@ def _expand(
     return records, t
 
 
-def _child(conn: Connection, work: Callable[[], object]) -> None:
-    """A forked worker: ``work()`` sent back pickled, or the traceback of why it failed."""
-    try:
-        out: tuple[str, object] = ("ok", work())
-    except BaseException:  # the parent raises it, naming this worker
-        out = ("error", traceback.format_exc())
-    conn.send_bytes(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
-    conn.close()
+Slice = tuple[list[_Record], int]
+"""What expanding one contiguous slice of a level's frontier gives: its records
+(``_Record``) in serial order, and its transitions."""
+
+Expand = Callable[[int, int], Slice]
+"""``expand(lo, hi)``: expand ``frontier[lo:hi]`` of the level at hand (pure: it reads the
+visited set as it was when the level began and writes nothing)."""
+
+Levels = Callable[[int, Expand], Iterator[Slice]]
+"""How a level is expanded: ``levels(n, expand)`` covers a frontier of ``n`` states with
+slices and yields their results in frontier order (the first slice starts at 0, each next
+where the last ended, the last ends at ``n``). The search closes the iterator when a
+violation ends the level early. ``serial`` does it in this process; a runner that expands
+slices elsewhere (``kvfence.conformance.search``: forked workers) gives the same result."""
 
 
-def _here(
+def _slice(
     frontier: list[State],
     parent: Mapping[State, object],
     bounds: Bounds,
     faults: bool,
     keyed: Callable[[State], State],
-) -> Iterator[tuple[list[_Record], int]]:
-    """One level in this process: the whole frontier as one slice."""
-    yield _expand(frontier, 0, len(frontier), parent, bounds, faults, keyed)
+    lo: int,
+    hi: int,
+) -> Slice:
+    """``_expand`` with the level's arguments first: a level's ``Expand`` is a partial."""
+    return _expand(frontier, lo, hi, parent, bounds, faults, keyed)
 
 
-CHUNKS_PER_WORKER = 8
-"""A forked level's frontier is cut into ``CHUNKS_PER_WORKER * workers`` contiguous chunks,
-claimed one at a time: states differ in cost (a paused endpoint has few actions), so equal
-halves would leave one core idle; small chunks keep both busy to the end."""
+def serial(n: int, expand: Expand) -> Iterator[Slice]:
+    """The whole frontier as one slice, expanded here: the default ``Levels``."""
+    yield expand(0, n)
 
 
-def _forked(
-    frontier: list[State],
-    parent: Mapping[State, object],
-    bounds: Bounds,
-    faults: bool,
-    keyed: Callable[[State], State],
-    workers: int,
-) -> Iterator[tuple[list[_Record], int]]:
-    """One level on ``workers`` processes: this one and ``workers - 1`` forked children
-    claim contiguous chunks of ``frontier`` from a shared counter and expand them
-    (``_expand``); each child sends its chunks back when none is left. The chunks' results
-    are yielded in frontier order. Forked (not spawned): the visited set and frontier are
-    shared copy-on-write, nothing is pickled in; only the new states come back. Closing
-    the generator (or an exception in it, e.g. a caller's ``SIGALRM``) kills and reaps
-    every child still running: none is left behind. ``RuntimeError`` if a child failed or
-    died."""
-    ctx = multiprocessing.get_context("fork")
-    n = len(frontier)
-    chunks = min(n, CHUNKS_PER_WORKER * workers)
-    cuts = [n * c // chunks for c in range(chunks + 1)]
-    claimed = ctx.Value("i", 0)  # the next chunk nobody has claimed
-
-    def work() -> list[tuple[int, list[_Record], int]]:
-        done = []
-        while True:
-            with claimed.get_lock():
-                c = claimed.value
-                claimed.value = c + 1
-            if c >= chunks:
-                return done
-            records, count = _expand(frontier, cuts[c], cuts[c + 1], parent, bounds, faults, keyed)
-            done.append((c, records, count))
-
-    children: list[tuple[BaseProcess, Connection]] = []
-    try:
-        for _ in range(1, workers):
-            reader, writer = ctx.Pipe(duplex=False)
-            child = ctx.Process(target=_child, args=(writer, work), daemon=True)
-            children.append((child, reader))
-            child.start()
-            writer.close()
-        results: list[tuple[list[_Record], int] | None] = [None] * chunks
-        for c, records, count in work():
-            results[c] = (records, count)
-        for w, (child, reader) in enumerate(children, start=1):
-            try:
-                status, got = pickle.loads(reader.recv_bytes())
-            except EOFError:
-                child.join()
-                raise RuntimeError(
-                    f"explore worker {w} (pid {child.pid}) died without its results "
-                    f"(exit code {child.exitcode})"
-                ) from None
-            if status != "ok":
-                raise RuntimeError(f"explore worker {w} (pid {child.pid}) failed:\n{got}")
-            for c, records, count in got:
-                results[c] = (records, count)
-        for c, result in enumerate(results):
-            if result is None:  # cannot happen: every chunk is claimed once and sent back
-                raise RuntimeError(f"explore: chunk {c} of {chunks} came back from no worker")
-            yield result
-    finally:
-        for child, reader in children:
-            reader.close()
-            if child.is_alive():
-                child.kill()
-            child.join()
+WITNESS_STATES = 100_000
+"""The most (state, monitor memory) pairs the witness search (``_witnesses``) visits: it
+stops there, and a sometimes-property it has not reached by then is reported unwitnessed."""
 
 
 def explore(
@@ -285,7 +262,9 @@ def explore(
     max_states: int | None = None,
     symmetry: bool = False,
     stop: Callable[[int], bool] | None = None,
-    workers: int = 1,
+    levels: Levels = serial,
+    sometimes: Iterable[Sometimes] = SOMETIMES,
+    witness_states: int = WITNESS_STATES,
 ) -> Exploration:
     """Breadth-first search from ``initial`` (one state, or several explored together) up
     to ``depth`` top-level actions; stops at the first violation, or when ``max_states``
@@ -300,24 +279,37 @@ def explore(
     level is expanded (``level`` levels are complete); True ends the search there
     (``complete`` False): how a caller bounds the search by time (the model reads no clock).
 
-    ``workers``: processes expanding each level of ``PARALLEL_MIN`` states or more (level-
-    parallel breadth-first search, ``_forked``; 1: this process alone). The slices are
-    merged in frontier order, so the result is the serial search's whatever ``workers``:
-    the same counts, and the same first violation and trace. Needs the ``fork`` start
-    method (POSIX); elsewhere the search runs in this process. ``ValueError`` if
-    ``workers`` < 1.
+    ``levels``: how each level's frontier is expanded (``Levels``; default ``serial``, in
+    this process). The slices are merged in frontier order, so the result is the serial
+    search's whatever runner expands them: the same counts, and the same first violation
+    and trace (``kvfence.conformance.search.explore`` runs levels on forked workers).
+
+    ``sometimes``: the sometimes-properties to look for (default: the model's,
+    ``model.properties.SOMETIMES``, the REACH rules); ``witness_states``: the most pairs
+    the witness search visits. When the search ends (however it ends), a second, serial
+    breadth-first search over (state, monitor memory) up to ``depth`` finds a shortest
+    ``Witness`` for each it can reach (``_witnesses``); it reads no state of the first, so
+    the counts above do not depend on it.
     """
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    if "fork" not in multiprocessing.get_all_start_methods():
-        workers = 1
     # The search makes next to no reference cycles, but millions of objects the cyclic
     # collector would traverse again and again (12% of a serial search's time; in a forked
     # child, its passes would also copy the shared heap page by page): off while it runs.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _search(initial, bounds, depth, faults, max_states, symmetry, stop, workers)
+        props = tuple(sometimes)
+        return _search(
+            initial,
+            bounds,
+            depth,
+            faults,
+            max_states,
+            symmetry,
+            stop,
+            levels,
+            props,
+            witness_states,
+        )
     finally:
         if collecting:
             gc.enable()
@@ -331,9 +323,11 @@ def _search(
     max_states: int | None,
     symmetry: bool,
     stop: Callable[[int], bool] | None,
-    workers: int,
+    levels: Levels,
+    props: tuple[Sometimes, ...],
+    witness_states: int,
 ) -> Exploration:
-    """``explore``'s search, with its arguments checked."""
+    """``explore``'s search."""
     roots = (initial,) if isinstance(initial, State) else tuple(initial)
     if symmetry:
         bounds = funnel_bounds(bounds)  # every funnel has the representative's branches
@@ -359,8 +353,9 @@ def _search(
     transitions = 0
     depth_reached = 0
 
-    def found(violations: list[Violation], at: State, last: Action | None) -> Exploration:
-        path: list[Action] = [] if last is None else [last]
+    def path_to(at: State) -> tuple[State, list[State], list[Action]]:
+        """The root, keys and actions of the recorded path to ``at``."""
+        path: list[Action] = []
         node = at
         keys = [at]
         while (link := parent[node]) is not None:
@@ -368,12 +363,30 @@ def _search(
             path.append(action)
             keys.append(node)
         path.reverse()
-        root = root_of[node]
-        if symmetry:
-            violations, path = _concrete(root, keys[::-1], path, last, bounds, faults, keyed)
+        return root_of[node], keys[::-1], path
+
+    def ended(complete: bool, violations=(), path=(), root=None, cut="") -> Exploration:
+        rules, witnesses = _witnesses(roots, bounds, depth, faults, props, witness_states)
         return Exploration(
-            len(parent), transitions, depth_reached, False, tuple(violations), tuple(path), root
+            len(parent),
+            transitions,
+            depth_reached,
+            complete,
+            tuple(violations),
+            tuple(path),
+            root,
+            rules,
+            witnesses,
+            cut,
         )
+
+    def found(violations: list[Violation], at: State, last: Action | None) -> Exploration:
+        root, keys, path = path_to(at)
+        if last is not None:
+            path.append(last)
+        if symmetry:
+            violations, path = _concrete(root, keys, path, last, bounds, faults, keyed)
+        return ended(False, violations, path, root)
 
     for root in roots:
         key = keyed(root)
@@ -389,37 +402,108 @@ def _search(
     truncated = False
     level = 0
     while frontier and level < depth:
-        if stop is not None and stop(level):
-            return Exploration(len(parent), transitions, depth_reached, False)
-        if workers > 1 and len(frontier) >= PARALLEL_MIN:
-            slices = _forked(frontier, parent, bounds, faults, keyed, workers)
-        else:
-            slices = _here(frontier, parent, bounds, faults, keyed)
         following: list[State] = []
-        with closing(slices):  # a violation below ends the level: no child outlives it
-            for records, count in slices:
-                for key, i, action, t, bad, served in records:
-                    if key is None or key in parent:  # seen: judged by what it served
-                        if served:
+        try:
+            if stop is not None and stop(level):
+                return ended(False, cut="stop")
+            expand = partial(_slice, frontier, parent, bounds, faults, keyed)
+            slices = levels(len(frontier), expand)
+            with closing(slices):  # a violation below ends the level: the runner stops with it
+                for records, count in slices:
+                    for key, i, action, t, bad, served in records:
+                        if key is None or key in parent:  # seen: judged by what it served
+                            if served:
+                                transitions += t
+                                return found(served, frontier[i], action)
+                            continue
+                        if bad:
                             transitions += t
-                            return found(served, frontier[i], action)
-                        continue
-                    if bad:
-                        transitions += t
+                            parent[key] = (frontier[i], action)
+                            depth_reached = level + 1
+                            return found(bad, key, None)
+                        if max_states is not None and len(parent) >= max_states:
+                            truncated = True
+                            continue
                         parent[key] = (frontier[i], action)
-                        depth_reached = level + 1
-                        return found(bad, key, None)
-                    if max_states is not None and len(parent) >= max_states:
-                        truncated = True
-                        continue
-                    parent[key] = (frontier[i], action)
-                    following.append(key)
-                transitions += count
+                        following.append(key)
+                    transitions += count
+        except Cut as cut:
+            if following:
+                depth_reached = level + 1
+            return ended(False, cut=cut.reason)
         if following:
             depth_reached = level + 1
         frontier = following
         level += 1
-    return Exploration(len(parent), transitions, depth_reached, not truncated)
+    return ended(not truncated, cut="max-states" if truncated else "")
+
+
+def _witnesses(
+    roots: tuple[State, ...],
+    bounds: Bounds,
+    depth: int,
+    faults: bool,
+    props: tuple[Sometimes, ...],
+    cap: int,
+) -> tuple[tuple[RuleId, ...], tuple[Witness, ...]]:
+    """The witness search: breadth-first over pairs (state without ledger, memory of the
+    monitors still looking), from ``roots``, up to ``depth`` actions and ``cap`` pairs,
+    until every property in ``props`` is reached. The memory is part of what is
+    deduplicated, so no path's history is lost to another's (a state reached with and
+    without a prefix served before an update is two pairs), and the first transition
+    that reaches a property ends a shortest path to it. Concrete states, never renamed:
+    each witness is a path of the model as it is. Returns the rules looked for and the
+    witnesses found, in the order found."""
+    rules = tuple(p.rule for p in props)
+    if not props:
+        return rules, ()
+    found: list[Witness] = []
+    looking = list(range(len(props)))
+    start = tuple(p.start for p in props)
+    parent: dict[tuple[State, tuple], tuple[tuple[State, tuple], Action] | None] = {}
+    root_of: dict[tuple[State, tuple], State] = {}
+    frontier = []
+    for root in roots:
+        node = (_bare(root), start)
+        if node not in parent:
+            parent[node], root_of[node] = None, root
+            frontier.append(node)
+
+    def trace(node: tuple[State, tuple], last: Action) -> tuple[State, tuple[Action, ...]]:
+        path = [last]
+        while (link := parent[node]) is not None:
+            node, action = link
+            path.append(action)
+        return root_of[node], tuple(reversed(path))
+
+    level = 0
+    while frontier and looking and level < depth:
+        following = []
+        for node in frontier:
+            state, memories = node
+            for action in actions(state, bounds, faults):
+                after = list(memories)
+                for j in list(looking):
+                    after[j], hit = props[j].observe(memories[j], state, action)
+                    if hit:
+                        looking.remove(j)
+                        root, path = trace(node, action)
+                        found.append(Witness(props[j].rule, path, root))
+                if not looking:
+                    return rules, tuple(found)
+                # a property reached needs no memory: its slot no longer tells pairs apart
+                kept = tuple(m if j in looking else None for j, m in enumerate(after))
+                for nxt, _ in step(state, action):
+                    child = (_bare(nxt), kept)
+                    if child in parent:
+                        continue
+                    if len(parent) >= cap:
+                        return rules, tuple(found)
+                    parent[child] = (node, action)
+                    following.append(child)
+        frontier = following
+        level += 1
+    return rules, tuple(found)
 
 
 def _concrete(
@@ -464,9 +548,11 @@ def _concrete(
 __all__ = [
     "EXACT",
     "STANDARD",
+    "Cut",
     "Exploration",
+    "Witness",
     "default_configs",
     "explore",
     "initial_states",
-    "usable_cores",
+    "serial",
 ]

@@ -1,7 +1,7 @@
 """Cheap copies of the spec's frozen attrs values: what the explorer's inner loop needs.
 
 ``attrs.evolve`` looks up a class's fields and their aliases on every call; in the
-explorer it was 40% of the time (issue 12, profile of ``explore`` to depth 4). ``evolve``
+explorer it was 40% of the time (a profile of ``explore`` to depth 4). ``evolve``
 here reads, per class, the fields once: one ``operator.attrgetter`` fetches every field's
 value in C, the changes replace theirs by position, and the copy is built through the
 class's own ``__init__`` (positionally; by keyword for a class with keyword-only fields):

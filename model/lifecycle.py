@@ -55,6 +55,8 @@ TABLE: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("FinishWeightUpdate", (S, P), None),
     ("AbortWeightUpdate", (S, P), None),
     ("FaultChunkFails", (S, P), None),
+    # data-parallel ranks (RNK-001..003)
+    ("FaultRankUpdateFails", (S, P), None),
 )
 """SyncWeights is the client's: it needs every endpoint SERVING and runs through
 PauseGeneration, UpdateWeights and ContinueGeneration on each."""
@@ -79,12 +81,21 @@ def _machine() -> Machine:
     )
 
 
+ROWS: frozenset[str] = frozenset(t for t, _, _ in TABLE)
+"""The action (and outcome) names that have a row in ``TABLE``."""
+
+
 @cache
 def allows(phase: Phase, action_name: str) -> bool:
-    """``action_name`` may run in ``phase``; actions outside the table (SyncWeights) may
-    run in any phase as far as the table is concerned."""
-    if action_name not in {t for t, _, _ in TABLE}:
-        return True
+    """``action_name`` may run in ``phase``. Only actions on one endpoint have a row
+    (SyncWeights, the client's, has none and is never asked about); ``ValueError`` for a
+    name without a row, so that a forgotten row fails closed instead of reading as
+    "allowed in every phase", STOPPED included."""
+    if action_name not in ROWS:
+        raise ValueError(
+            f"{action_name} has no row in lifecycle.TABLE: add the phases it may run in "
+            "and the phase it leads to"
+        )
     return action_name in _machine().get_triggers(phase.value)
 
 

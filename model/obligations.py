@@ -25,6 +25,9 @@ status, so the same rules apply to a Python program and to a client talking HTTP
 * CLI-007 (reused): a flush is never asked of an endpoint paused ``in_place``.
 * CLI-011: a sync raises only after an engine call failed (a refused reset, a failed
   update); raising otherwise is the client's own failure.
+* CLI-014: after an update the engine refused or failed on an endpoint (and no later
+  update of the sync succeeded there), serving never resumes on it and the sync does not
+  return as if it succeeded (``resumes``, ``returned``).
 * CLI-012: a response the client delivers for a request the sync aborted and the client
   requeued is labelled with exactly the weight versions that sampled its tokens: the
   aborted partial's (when the client kept it) and the continuation's. Stitching tokens of
@@ -51,6 +54,7 @@ from .actions import (
 )
 from .checks import Violation
 from .fast import evolve
+from .rules import RuleId
 from .state import State
 from .vocabulary import PauseMode, Status
 
@@ -74,10 +78,12 @@ class Owed:
     ``reset``: kinds reset since the last update. ``due``: kinds the last update required
     reset (by the client or by the update itself: the evidence of CLI-008/009).
     ``refusals``: resets refused since the last time serving resumed (CLI-010's evidence).
+    ``update_failed``: the last update of this endpoint in the sync was refused or failed
+    (CLI-014); ``updates_failed``: how many were (its evidence).
     """
 
     kinds: frozenset[str] = frozenset()
-    because: str = "CLI-001"
+    because: str = RuleId.CLI_001
     refused: frozenset[str] = frozenset()
     early: frozenset[str] = frozenset()
     pause: PauseMode | None = None
@@ -85,6 +91,12 @@ class Owed:
     reset: frozenset[str] = frozenset()
     due: frozenset[str] = frozenset()
     refusals: int = 0
+    update_failed: bool = False
+    updates_failed: int = 0
+
+
+UPDATES = (UpdateWeights, FinishWeightUpdate)
+"""Calls that install a sync's weights (CLI-014 judges a refused or failed one)."""
 
 
 def separate_kinds(state: State, index: int) -> tuple[str, ...]:
@@ -121,10 +133,12 @@ def observe(
         owed = evolve(owed, failed=True)
         if flush_asked(before, action):
             owed = evolve(owed, refusals=owed.refusals + 1)
+    if isinstance(action, UPDATES):
+        owed = evolve(owed, update_failed=not ok, updates_failed=owed.updates_failed + (not ok))
     if owed.pause is PauseMode.IN_PLACE and flush_asked(before, action):
         where = f"endpoint {index} {action.name} while paused in_place"
         out.append(
-            Violation("CLI-007", "a retract or abort pause before a flush", "in_place", where)
+            Violation(RuleId.CLI_007, "a retract or abort pause before a flush", "in_place", where)
         )
     if isinstance(action, PauseGeneration):
         return evolve(owed, pause=action.mode), out
@@ -170,29 +184,40 @@ def observe(
 
 def evidence(owed: Owed) -> list[str]:
     """The rules a judgement of ``owed`` at resumption could have shown broken."""
-    out = ["CLI-008", owed.because] if PREFIX in owed.due else []
-    out += ["CLI-009"] if ENCODER in owed.due else []
-    out += ["CLI-010"] if owed.refusals else []
+    out = [RuleId.CLI_008, owed.because] if PREFIX in owed.due else []
+    out += [RuleId.CLI_009] if ENCODER in owed.due else []
+    out += [RuleId.CLI_010] if owed.refusals else []
+    out += [RuleId.CLI_014] if owed.updates_failed else []
     return out
 
 
 def resumes(owed: Owed, index: int, how: str) -> tuple[Owed, list[Violation]]:
     """Serving resumes on endpoint ``index`` (``how``: the call, or ``end of sync``): every
-    kind still owed is a violation; the obligations are then spent."""
+    kind still owed is a violation, and so is an update of the sync refused or failed
+    there (CLI-014); the obligations are then spent."""
     out = []
+    if owed.update_failed:
+        where = f"endpoint {index} at {how}"
+        expected = "the endpoint left paused, or the update retried until it succeeded"
+        out.append(
+            Violation(RuleId.CLI_014, expected, "serving resumed after a failed update", where)
+        )
     for kind in sorted(owed.kinds):
         where = f"endpoint {index} {kind} cache at {how}"
         expected = f"{kind} cache reset after the final weights"
         if kind in owed.refused:
-            out.append(Violation("CLI-010", expected, "its reset refused, then ignored", where))
+            out.append(
+                Violation(RuleId.CLI_010, expected, "its reset refused, then ignored", where)
+            )
         elif kind in owed.early:
-            out.append(Violation("CLI-008", expected, "reset only before the update", where))
+            out.append(Violation(RuleId.CLI_008, expected, "reset only before the update", where))
         elif kind == PREFIX:
             out.append(Violation(owed.because, expected, "never reset", where))
         else:
-            out.append(Violation("CLI-009", expected, "never reset", where))
+            out.append(Violation(RuleId.CLI_009, expected, "never reset", where))
     spent = frozenset()
-    return evolve(owed, kinds=spent, refused=spent, early=spent, due=spent, refusals=0), out
+    owed = evolve(owed, kinds=spent, refused=spent, early=spent, due=spent, refusals=0)
+    return evolve(owed, update_failed=False, updates_failed=0), out
 
 
 SERVING_CALLS = (ContinueGeneration, ServeRequest, StartRequest, FinishRequest)
@@ -208,11 +233,28 @@ def resumes_serving(state: State, action: Action) -> bool:
     return not (state.endpoint(action.endpoint).released - action.tags)
 
 
+def returned(owed: tuple[Owed, ...]) -> list[Violation]:
+    """CLI-014: the program returned (reported the sync done) though the last update of
+    some endpoint was refused or failed."""
+    return [
+        Violation(
+            RuleId.CLI_014,
+            "a failed sync (the program raises)",
+            "returned as if the sync succeeded, after a failed update",
+            f"endpoint {i}",
+        )
+        for i, o in enumerate(owed)
+        if o.update_failed
+    ]
+
+
 def raised(owed: tuple[Owed, ...], message: str) -> list[Violation]:
     """CLI-011: the program raised ``message`` though no call of the sync failed."""
     if any(o.failed for o in owed):
         return []
-    return [Violation("CLI-011", "a completed sync (no engine call failed)", message, "the sync")]
+    return [
+        Violation(RuleId.CLI_011, "a completed sync (no engine call failed)", message, "the sync")
+    ]
 
 
 # ----- requeue across versions (CLI-012) ---------------------------------------------------
@@ -251,4 +293,4 @@ def delivered(partial: Partial, label: frozenset[int]) -> list[Violation]:
         return []
     where = f"endpoint {partial.endpoint} response {partial.rid!r}"
     expected = f"labelled with every version that sampled it: {sorted(partial.spans)}"
-    return [Violation("CLI-012", expected, f"labelled {sorted(label)}", where)]
+    return [Violation(RuleId.CLI_012, expected, f"labelled {sorted(label)}", where)]

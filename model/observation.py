@@ -18,63 +18,61 @@ from .vocabulary import Kind, Status, Tier
 
 @frozen
 class View:
-    """A probe of one endpoint after an action (``/weight_info`` + cache listing).
-
-    ``weights``: the whole target version, ``None`` while torn. ``draft``/``scales``: draft
-    model and FP8 KV-scale versions (``None`` when the endpoint has none). ``label``: the
-    reported weight-version label (``None``: the engine reports none; then it is not
-    observed and never compared). ``cache``: every entry on every tier, ``None`` when the
-    system cannot list its cache. ``derived``: version of the state derived from the
-    weights at load time (``None`` when the endpoint keeps none, or cannot show it).
-    """
+    """A probe of one endpoint after an action (``/weight_info`` + cache listing)."""
 
     weights: int | None
+    """The whole target version it serves; ``None`` while torn."""
     draft: int | None = None
+    """The draft model's version; ``None`` when the endpoint has none."""
     scales: int | None = None
+    """The FP8 KV-scale version; ``None`` when the endpoint has none."""
     label: int | None = None
+    """The reported weight-version label; ``None``: the engine reports none (then never
+    compared)."""
     cache: frozenset[Entry] | None = None
+    """Every entry on every tier; ``None`` when the system cannot list its cache."""
     derived: int | None = None
+    """The version of the state derived from the weights at load time; ``None`` when the endpoint
+    keeps none, or cannot show it."""
 
 
 @frozen
 class Response:
-    """One response as the system returned it.
-
-    ``hit``: it reported cached tokens (> 0). ``uses``: what the reused KV was computed
-    under (only in-process systems can say). ``sampled``: the weight versions the system
-    attributes to the response. ``output``: token ids and logprobs, for the byte oracle.
-    ``cold``: the bytes a cold prefill of the same prompt under the same weights gives,
-    when the adapter can compute it. ``fresh``: the restart oracle (capability
-    ``restart_oracle``): the output of the same prompt from an engine freshly started at the
-    version the endpoint claims to serve (its label), same shape as ``output``; ``None``
-    when the endpoint claims no version or the adapter has no such oracle.
-    """
+    """One response as the system returned it."""
 
     hit: bool
+    """It reported cached tokens (> 0)."""
     uses: frozenset[Use] | None = None
+    """What the reused KV was computed under; only in-process systems can say."""
     sampled: frozenset[int] | None = None
+    """The weight versions the system attributes to the response."""
     output: tuple[Any, ...] | None = None
+    """Token ids and logprobs, for the byte oracle."""
     cold: tuple[Any, ...] | None = None
+    """The output a cold prefill of the same prompt under the same weights gives, when the
+    adapter can compute it."""
     fresh: tuple[Any, ...] | None = None
+    """The restart oracle (capability ``restart_oracle``): the output of the same prompt from an
+    engine freshly started at the version the endpoint claims (its label), shaped as ``output``;
+    ``None`` when it claims none or there is no oracle."""
 
 
 @frozen
 class Observation:
-    """What a system showed after one action.
-
-    ``status``: OK / REJECTED / STOPPED / INDETERMINATE (see ``Status``). ``response``:
-    for ServeRequest and FinishRequest. ``flushed``: a flush's reported result (``None``: it
-    returned nothing).
-    ``aborted``: request IDs the system ended. ``view``: a probe of the endpoint.
-    ``detail``: free text (HTTP body, message) for the report.
-    """
+    """What a system showed after one action."""
 
     status: Status
+    """OK / REJECTED / STOPPED / INDETERMINATE (see ``Status``)."""
     response: Response | None = None
+    """The response, for ServeRequest and FinishRequest."""
     flushed: bool | None = None
+    """A flush's reported result; ``None``: it returned nothing."""
     aborted: frozenset[str] | None = None
+    """The request IDs the system ended; ``None``: not shown."""
     view: View | None = None
+    """A probe of the endpoint after the action; ``None``: no probe."""
     detail: str = ""
+    """Free text (HTTP body, message) for the report."""
 
 
 @frozen
@@ -88,17 +86,29 @@ class Blame:
     """
 
     status: str | None = None
+    """The rule a mismatch on ``status`` breaks."""
     flushed: str | None = None
+    """The rule a mismatch on ``flushed`` breaks."""
     aborted: str | None = None
+    """The rule a mismatch on ``aborted`` breaks."""
     weights: str | None = None
+    """The rule a mismatch on ``view.weights`` breaks."""
     draft: str | None = None
+    """The rule a mismatch on ``view.draft`` breaks."""
     scales: str | None = None
+    """The rule a mismatch on ``view.scales`` breaks."""
     label: str | None = None
+    """The rule a mismatch on ``view.label`` breaks."""
     cache: str | None = None
+    """The rule a mismatch on ``view.cache`` breaks."""
     hit: str | None = None
+    """The rule a mismatch on ``response.hit`` breaks."""
     sampled: str | None = None
+    """The rule a mismatch on ``response.sampled`` breaks."""
     derived: str | None = None
+    """The rule a mismatch on ``view.derived`` breaks."""
     fresh: str | None = None
+    """The rule a mismatch on ``response.fresh`` breaks."""
 
     def __iter__(self):
         for name, dotted in _FIELD_NAMES.items():
@@ -130,28 +140,28 @@ _ATTRIBUTE = {dotted: name for name, dotted in _FIELD_NAMES.items()}
 
 @frozen
 class Outcome:
-    """One allowed result of an action in the model.
-
-    ``observation``: what a correct system shows. ``served``: the ledger entry, if any.
-    ``because``: the ``Blame``, the rule a mismatch on each field violates.
-    ``completion``: for an action that must fail, what a system that nevertheless claims
-    success would have had to show; a false claim is judged against it too, so that an
-    update reported complete but never flushed is named for the flush rule it skipped.
-    ``flushed_from``: the cache a flush in this action started from, so that a flush that
-    removed some entries but not all is told apart from one that never ran (ENG-003).
-    ``dropped``: this branch supposes the system dropped KV it may have held (a miss where
-    an entry was cached): always allowed, and only a performance note (ENG-011) for an
-    adapter declaring ``exact_cache``. ``note``: what a report should say when the system
-    took this branch though it is no violation (an availability or off-policy note).
-    """
+    """One allowed result of an action in the model."""
 
     observation: Observation
+    """What a correct system shows."""
     served: Served | None = None
+    """The ledger entry of the response, if any."""
     because: Blame = Blame()
+    """The rule a mismatch on each field violates."""
     completion: Outcome | None = None
+    """For an action that must fail: what a system that nevertheless claims success would have
+    had to show (a false claim is judged against it too, so an update reported complete but never
+    flushed is named for the flush rule it skipped)."""
     flushed_from: frozenset[Entry] | None = None
+    """The cache a flush in this action started from, so that a flush that removed some entries
+    but not all is told apart from one that never ran (ENG-003)."""
     dropped: bool = False
+    """This branch supposes the system dropped KV it may have held (a miss where an entry was
+    cached): always allowed, a performance note (ENG-011) for an adapter declaring
+    ``exact_cache``."""
     note: str = ""
+    """What a report should say when the system took this branch though it is no violation (an
+    availability or off-policy note)."""
     at_risk: bool = False
     """Requests were in flight that a wrong abort would have ended (PUB-002's evidence)."""
     forward: bool = False

@@ -13,14 +13,39 @@ An ID is ``KIND-NNN``; it never changes meaning once published. Kinds:
 * PUB: version publishing (the label-only PublishVersion).
 * WIN: two-phase update windows (begin, chunks, finish, abort).
 * DER: state derived from the weights at load time.
+* RNK: data-parallel ranks behind one endpoint (the merge of their replies, their versions).
 
 Levels follow RFC 2119: a MUST violation is FAIL; a SHOULD violation is FAIL only under
 ``--strict`` and is otherwise reported as a warning.
+
+Every rule has a class (``Klass``): SAFETY (stale or mixed KV served, a dishonest report or
+label, serving while closed), AVAILABILITY (a crash, a hang, a refusal or an extra flush the
+spec does not ask for) or CHECK (the run itself: the adapter answered, the scenarios were
+reached). A user must be able to tell "serves stale KV" from "stops safely".
+
+Code names a rule by its ``RuleId`` member (``RuleId.INV_001``), never by a string literal:
+``RuleId("WIN-010")`` raises ``ValueError``, so a check citing an unregistered rule is a
+checker error, never a silent pass. ``RuleId`` is a ``str`` enum, so traces and reports keep
+the plain ``"INV-001"``.
 """
 
 from __future__ import annotations
 
-from attrs import frozen
+from enum import Enum
+
+from attrs import field, frozen
+
+
+class Klass(str, Enum):
+    """What breaking a rule costs: ``SAFETY``, ``AVAILABILITY``, or ``CHECK`` (the run's
+    own validity: ADP and REACH rules)."""
+
+    SAFETY = "safety"
+    AVAILABILITY = "availability"
+    CHECK = "check"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @frozen
@@ -29,7 +54,9 @@ class Rule:
 
     ``id``: stable ``KIND-NNN``. ``name``: CamelCase handle used in code and docs.
     ``level``: ``"MUST"`` or ``"SHOULD"``. ``text``: the requirement. ``rationale``: why.
-    ``source``: the public code or report the behaviour mirrors.
+    ``source``: the public code or report the behaviour mirrors. ``klass``: what breaking
+    it costs (``Klass``); a single violation may say otherwise (``Violation.klass``: an
+    engine that answers a refused flush by dying breaks FC-001 safely).
     """
 
     id: str
@@ -38,6 +65,7 @@ class Rule:
     text: str
     rationale: str
     source: str
+    klass: Klass = field(default=Klass.SAFETY, kw_only=True)
 
     @property
     def kind(self) -> str:
@@ -72,6 +100,7 @@ RULES: tuple[Rule, ...] = (
         "With mode auto, an endpoint that reports the radix cache off gets no flush request.",
         "Outside the radix cache there is nothing to flush; behaviour stays unchanged.",
         "SC-2",
+        klass=Klass.AVAILABILITY,
     ),
     Rule(
         "CLI-004",
@@ -90,16 +119,24 @@ RULES: tuple[Rule, ...] = (
         "engine guard still protects exact lanes.",
         "The opt-out is the caller's to make, and it is honoured outside exact lanes.",
         "SC-6",
+        klass=Klass.AVAILABILITY,
     ),
     Rule(
         "CLI-006",
         "ServerInfoParsing",
         "MUST",
-        "radix_cache_enabled wins when it parses as a boolean; else disable_radix_cache, "
-        "inverted; booleans may arrive as strings or 0/1 ('true', '0', 'off'); anything else "
-        "is unknown.",
-        "Servers of different versions and forks report the flag under either name and type.",
-        "SC-7; SGLang /get_server_info (server_args fields)",
+        "On every server-info shape an engine emits (SGLang's disable_radix_cache bool, "
+        "vLLM's silence on both fields, a fork's radix_cache_enabled bool, the strings "
+        "'true'/'false', null, an unparseable value, a fetch that fails), a client reads "
+        "the radix state the report gives: radix_cache_enabled when it is a boolean, else "
+        "disable_radix_cache inverted, else unknown; a misreading that skips a flush the "
+        "report asks for breaks this rule (one that only adds a flush is CLI-003's).",
+        "Servers of different versions and forks report the flag under either name; the "
+        "client that reads only one of them, or reads a string 'false' as true, skips the "
+        "flush on an engine that has the radix cache on. Shapes no engine emits are "
+        "CLI-013's.",
+        "SC-7; SGLang /get_server_info (python/sglang/srt/server_args.py "
+        "disable_radix_cache); vLLM /server_info (neither field)",
     ),
     Rule(
         "CLI-007",
@@ -109,6 +146,24 @@ RULES: tuple[Rule, ...] = (
         "upgraded to retract (a client that does not flush is not charged with this rule).",
         "In-place paused requests hold KV, so the flush would be refused (PF-06).",
         "SC-8; radixark/miles PR #2782 (PF-06)",
+        klass=Klass.AVAILABILITY,
+    ),
+    Rule(
+        "CLI-013",
+        "UnemittedServerInfoReadSafely",
+        "SHOULD",
+        "On a server-info shape no engine emits (an int for a boolean field, boolean words "
+        "other than 'true'/'false', contradictory fields), a client with mode auto skips the "
+        "flush only where some admissible reading of the report says the radix cache is "
+        "off: each field read as the boolean it spells (0/1 included) or ignored as not "
+        "reported, either field winning. An extra flush is never charged here.",
+        "No producer sends these shapes, so no engine's verdict should hang on them (a "
+        "SHOULD, not a MUST); but a client that reads one as 'off' where nothing in it says "
+        "off would skip the flush on an engine that started sending it, and serve stale KV: "
+        "the class is SAFETY.",
+        "kvfence robustness of SC-7; the XoRL-style resolver that reads only real booleans "
+        "and falls back to disable_radix_cache keeps it",
+        klass=Klass.SAFETY,
     ),
     # ----- client programs: rules over the recorded call sequence (model/obligations.py) --
     Rule(
@@ -152,6 +207,7 @@ RULES: tuple[Rule, ...] = (
         "A sync that dies on its own bug leaves endpoints paused or half-updated for no "
         "reason the engine gave.",
         "kvfence client-program protocol (docs/clients.md)",
+        klass=Klass.AVAILABILITY,
     ),
     Rule(
         "CLI-012",
@@ -165,6 +221,21 @@ RULES: tuple[Rule, ...] = (
         "off-policy tokens as if on-policy; the label is all the trainer sees.",
         "THUDM/slime PR #2092 (one sample across weight versions 2, 4, 6); rllm-org/rllm "
         "PR #622 (stamped at completion); vllm-project/vllm #54443",
+    ),
+    Rule(
+        "CLI-014",
+        "FailedUpdateNotReportedDone",
+        "MUST",
+        "After an update of the sync that the engine refused or failed on an endpoint (an "
+        "UpdateWeights or FinishWeightUpdate not answered OK), with no later update of the "
+        "sync installing the version there, a client program neither resumes serving on "
+        "that endpoint nor returns from the sync as if it succeeded: it retries the update "
+        "until it succeeds, or leaves the endpoint paused or asleep and fails the sync.",
+        "A refused update changed nothing and a failed one may have left anything: the "
+        "endpoint serves the old policy (or is closed), while a sync reported done lets "
+        "the trainer take its rollouts as samples of the new version.",
+        "FC-001's refusal (sgl-project/sglang update answering success=false); "
+        "sgl-project/sglang-omni PR #678 (PF-32: the failure is reported, serving goes on)",
     ),
     # ----- engine ------------------------------------------------------------------------
     Rule(
@@ -268,6 +339,7 @@ RULES: tuple[Rule, ...] = (
         "Outside exact lanes existing behaviour is unchanged; but extra invalidation is never "
         "unsafe, so it is never a MUST failure.",
         "SC-2; vllm-project/vllm /pause (clears the cache by default, CD-01)",
+        klass=Klass.AVAILABILITY,
     ),
     Rule(
         "ENG-012",
@@ -372,6 +444,7 @@ RULES: tuple[Rule, ...] = (
         "fault is injected; retracted and aborted requests never block it.",
         "Otherwise retract-then-flush, the fix for PF-06, deadlocks the update.",
         "sgl-project/sglang PR #31962 (PF-05)",
+        klass=Klass.AVAILABILITY,
     ),
     Rule(
         "LIV-002",
@@ -381,8 +454,9 @@ RULES: tuple[Rule, ...] = (
         "(serving, pausing, resuming, sleeping, waking, evicting).",
         "A system that refuses everything would otherwise pass every safety rule.",
         "STYLE: stateright 'eventually' properties",
+        klass=Klass.AVAILABILITY,
     ),
-    # ----- memory release and resume (issue #10 item 1-2) ------------------------------
+    # ----- memory release and resume ----------------------------------------------------
     Rule(
         "MEM-001",
         "NoCrashWhileKvReleased",
@@ -395,6 +469,7 @@ RULES: tuple[Rule, ...] = (
         "KV) runs the flush while the KV pools are released; touching them kills the "
         "scheduler and the trainer loses the endpoint.",
         "sgl-project/sglang PR #19029, regression PR #40480 (PF-19)",
+        klass=Klass.AVAILABILITY,
     ),
     Rule(
         "MEM-002",
@@ -408,7 +483,7 @@ RULES: tuple[Rule, ...] = (
         "SGLang release_memory_occupation (flush_cache with the kv_cache tag); "
         "vllm-project/vllm #17103 (PF-02)",
     ),
-    # ----- version publishing (issue #10 item 3) ----------------------------------------
+    # ----- version publishing -------------------------------------------------------------
     Rule(
         "PUB-001",
         "PublishedLabelMatchesWeights",
@@ -435,6 +510,7 @@ RULES: tuple[Rule, ...] = (
         "silently throws away rollouts (one tenant's publish kills another's sampling).",
         "SGLang UpdateWeightVersionReqInput.abort_all_requests; radixark/miles "
         "multi-LoRA publish (abort_all_requests=False)",
+        klass=Klass.AVAILABILITY,
     ),
     # ----- adapter contract -------------------------------------------------------------
     Rule(
@@ -445,6 +521,7 @@ RULES: tuple[Rule, ...] = (
         "ERROR, never PASS.",
         "A checker that cannot see must not say 'fine'.",
         "Jepsen checkers; etcd robustness Unknown results",
+        klass=Klass.CHECK,
     ),
     Rule(
         "ADP-002",
@@ -453,8 +530,9 @@ RULES: tuple[Rule, ...] = (
         "An observation carries a status and only fields of the right type.",
         "A garbled observation is not evidence either way.",
         "kvfence adapter guide",
+        klass=Klass.CHECK,
     ),
-    # ----- two-phase update windows and derived weight state (issue 10) --------------------
+    # ----- two-phase update windows and derived weight state -------------------------------
     Rule(
         "WIN-001",
         "WindowNeverClaimsNewVersion",
@@ -469,7 +547,7 @@ RULES: tuple[Rule, ...] = (
         "numerics behind a clean label; P2P prepare writing live parameters does exactly that.",
         "vLLM /start_weight_update, /update_weights, /finish_weight_update "
         "(vllm/entrypoints/serve/dev/rlhf/api_router.py); SGLang update_weights_from_tensor "
-        "chunks, P2P prepare (issue 10)",
+        "chunks, P2P prepare/complete",
     ),
     Rule(
         "WIN-002",
@@ -482,7 +560,7 @@ RULES: tuple[Rule, ...] = (
         "not this one (PF-23).",
         "Only the engine knows it served under mixed weights; the caller's opt-out covers KV "
         "of a real older version, not of weights that never existed.",
-        "huggingface/trl PR #6765 review (PF-23); issue 10",
+        "huggingface/trl PR #6765 review (PF-23)",
     ),
     Rule(
         "WIN-003",
@@ -508,6 +586,44 @@ RULES: tuple[Rule, ...] = (
         "cached or cold, while the label says the new one.",
         "sgl-project/sglang PR #31937, issue #14158 (PF-20)",
     ),
+    # ----- data-parallel ranks behind one endpoint --------------------------------------
+    Rule(
+        "RNK-001",
+        "MergedFlushReportTrue",
+        "MUST",
+        "On an endpoint with data-parallel ranks, a flush reports success only if the flush "
+        "succeeded on every rank; a rank that refused (a request holds KV there) makes the "
+        "endpoint's reply a failure, whatever the other ranks already emptied.",
+        "Each rank's own reply can be honest (FC-003 holds on every scheduler) while the "
+        "controller that merges them lies: the mistake is in the merge, a mechanism of its "
+        "own, so it has a rule of its own. A client told the cache is empty then skips the "
+        "update's flush and the refusing rank serves KV of the old weights.",
+        "sgl-project/sglang PR #39562; lightseekorg/tokenspeed PR #1608 (PF-25)",
+    ),
+    Rule(
+        "RNK-002",
+        "FailedRankUpdateNotTorn",
+        "MUST",
+        "An update that fails on any data-parallel rank reports failure and leaves either "
+        "every rank at its old weights with its cache (the ranks that moved rolled back), or "
+        "the endpoint closed, reporting no weight version, until an update completes on "
+        "every rank.",
+        "Ranks at different versions behind one endpoint are torn weights at the scale of "
+        "the deployment (FC-004's mechanism across schedulers): a reply or a label that "
+        "names the new version while a rank stays at the old one lets that rank serve the "
+        "old weights as the new.",
+        "sgl-project/sglang PR #39534 (PF-26)",
+    ),
+    Rule(
+        "RNK-003",
+        "RanksServeOneVersion",
+        "MUST",
+        "An endpoint serves (admits, finishes or answers a request on any rank) only while "
+        "every rank is at one weight version; while its ranks are torn it refuses.",
+        "Reporting the failure is not enough if both ranks keep serving: the same prompt "
+        "then gets tokens of two policies depending on where the router put it.",
+        "sgl-project/sglang PR #39534, after the fix (PF-26)",
+    ),
     # ----- reachability -----------------------------------------------------------------
     Rule(
         "REACH-001",
@@ -516,6 +632,7 @@ RULES: tuple[Rule, ...] = (
         "The run served a prefix that was cached before a completed weight update.",
         "Without it, NoStalePrefixReuse was never at risk and a pass means nothing.",
         "STYLE: stateright 'sometimes' properties",
+        klass=Klass.CHECK,
     ),
     Rule(
         "REACH-002",
@@ -524,6 +641,7 @@ RULES: tuple[Rule, ...] = (
         "The run updated an exact-lane, radix-on endpoint whose caller did not ask to flush.",
         "The engine guard is only tested where the client would have skipped the flush.",
         "SC-1",
+        klass=Klass.CHECK,
     ),
     Rule(
         "REACH-003",
@@ -532,11 +650,47 @@ RULES: tuple[Rule, ...] = (
         "The run attempted an update whose flush could not complete.",
         "Fail-closed behaviour is only tested when the flush is actually refused.",
         "SC-3",
+        klass=Klass.CHECK,
     ),
 )
 
+
+class _RuleIdBase(str, Enum):
+    """A registered rule ID. It prints, formats and reprs as its plain ID (``'INV-001'``),
+    so messages and traces read as they do with strings."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+    __format__ = str.__format__
+
+    @property
+    def rule(self) -> Rule:
+        """The registered ``Rule`` this ID names."""
+        return BY_ID[self.value]
+
+
+RuleId = _RuleIdBase(
+    "RuleId", [(r.id.replace("-", "_"), r.id) for r in RULES], module=__name__, qualname="RuleId"
+)
+"""Every registered rule ID, as a ``str`` enum: ``RuleId.INV_001 == "INV-001"``.
+``RuleId(text)`` raises ``ValueError`` for an ID that is not in ``RULES``."""
+
 BY_ID: dict[str, Rule] = {rule.id: rule for rule in RULES}
 BY_NAME: dict[str, Rule] = {rule.name: rule for rule in RULES}
+
+
+def rule_id(value: object) -> RuleId:
+    """``value`` as a registered ``RuleId`` (attrs converter for every field that names a
+    rule). ``ValueError`` names an unregistered ID: a check that cites a rule the registry
+    does not hold is a bug in the checker, and the run that meets it is ERROR."""
+    try:
+        return RuleId(value)
+    except ValueError:
+        raise ValueError(f"no rule {value!r} in the registry") from None
 
 
 def rule(rule_id: str) -> Rule:

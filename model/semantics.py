@@ -22,6 +22,7 @@ and the stateful machine draw from is ``candidates.py``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import Enum
 from functools import cache
 
 from . import lifecycle
@@ -32,6 +33,7 @@ from .actions import (
     ContinueGeneration,
     EvictPrefix,
     FaultChunkFails,
+    FaultRankUpdateFails,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FinishRequest,
@@ -65,6 +67,7 @@ from .cache import (
 from .client import Plan, resolve_plan
 from .fast import evolve
 from .observation import Blame, Observation, Outcome, Response, View
+from .rules import RuleId
 from .state import Bounds, Endpoint, Entry, OpenUpdate, Policy, Request, Served, ServerInfo, State
 from .vocabulary import MIXED, Kind, MemoryTag, PauseMode, Phase, Status, Tier
 
@@ -87,7 +90,7 @@ def view(ep: Endpoint) -> View:
     )
 
 
-def ok(ep: Endpoint, status: str = "LIV-002", **blame: str) -> Outcome:
+def ok(ep: Endpoint, status: str = RuleId.LIV_002, **blame: str) -> Outcome:
     """The endpoint did what was asked; ``status`` and ``blame`` name the rules that fix the
     observation's fields. Fields of the observation itself go through ``seen``."""
     return Outcome(Observation(Status.OK, view=view(ep)), because=Blame(status=status, **blame))
@@ -103,6 +106,16 @@ def rejected(ep: Endpoint, status: str, **blame: str) -> Outcome:
 def seen(outcome: Outcome, **fields) -> Outcome:
     """``outcome`` whose observation also shows ``fields`` (response, flushed, aborted)."""
     return evolve(outcome, observation=evolve(outcome.observation, **fields))
+
+
+def closed_rule(ep: Endpoint) -> RuleId:
+    """The rule a closed endpoint's refusal to serve answers to: FC-004 on torn weights (a
+    failed update left them mixed, so it must not serve: sgl-project/sglang-omni PR #784,
+    PF-27), FC-002 on a stale tree whose flush has not completed; RNK-003 on an endpoint
+    whose ranks a failed update left torn (sgl-project/sglang PR #39534, PF-26)."""
+    if ep.ranks and ep.torn:
+        return RuleId.RNK_003
+    return RuleId.FC_004 if ep.torn and not ep.dirty else RuleId.FC_002
 
 
 def plan_for(s: State, index: int) -> Plan:
@@ -259,13 +272,13 @@ def serve_request(s: State, a: ServeRequest) -> Branches:
     """A whole request: prefill (hit or miss), decode, answer. Closed: refused (FC-002)."""
     ep = s.endpoint(a.endpoint)
     if ep.closed:
-        return ((s, rejected(ep, "FC-002")),)
+        return ((s, rejected(ep, closed_rule(ep))),)
     out = list(_window_refusal(s, ep, mixed=True))
     for p in prefills(ep, a.prefix, a.lora, a.namespace):
         served = _served(s, a.endpoint, a, p, {ep.live})
         response = Response(hit=served.hit, uses=served.uses, sampled=served.sampled)
         s2 = evolve(s.with_endpoint(a.endpoint, p.ep), ledger=(*s.ledger, served))
-        outcome = ok(p.ep, cache=cache_rule(p.reused), hit="INV-001", **_window_blame(ep))
+        outcome = ok(p.ep, cache=cache_rule(p.reused), hit=RuleId.INV_001, **_window_blame(ep))
         outcome = evolve(seen(outcome, response=response), served=served, dropped=p.dropped)
         out.append((s2, outcome))
     out += _window_refusal(s, ep, mixed=False)
@@ -283,9 +296,9 @@ def _window_refusal(s: State, ep: Endpoint, mixed: bool) -> Branches:
     # A refusal that a cache listing confirms is evidence that no KV of the mixed weights
     # exists to outlive the window (WIN-002).
     if mixed and ep.live != ep.weights:
-        return ((s, rejected(ep, "WIN-001", cache="WIN-002")),)
+        return ((s, rejected(ep, RuleId.WIN_001, cache=RuleId.WIN_002)),)
     if not mixed and ep.update is not None and ep.live == ep.weights:
-        return ((s, rejected(ep, "WIN-001")),)
+        return ((s, rejected(ep, RuleId.WIN_001)),)
     return ()
 
 
@@ -295,14 +308,14 @@ def _window_blame(ep: Endpoint) -> dict[str, str]:
     oracle otherwise names DER-001 where derived state could explain the difference, else
     INV-003 (the claimed version is not what computes)."""
     if ep.live != ep.weights:
-        return {"weights": "WIN-001", "label": "WIN-001", "sampled": "WIN-001"}
+        return {"weights": RuleId.WIN_001, "label": RuleId.WIN_001, "sampled": RuleId.WIN_001}
     if ep.update is not None and ep.update.landed:
         # Inside a window that received chunks, on whole (old) weights: output that differs
         # from an engine freshly started at the claimed version means a chunk reached the
         # live parameters while the probe claims them whole (WIN-001), or a failed chunk
         # was not rolled back (WIN-003).
-        return {"fresh": "WIN-003" if ep.update.failed else "WIN-001"}
-    return {"fresh": "DER-001" if ep.config.derived else "INV-003"}
+        return {"fresh": RuleId.WIN_003 if ep.update.failed else RuleId.WIN_001}
+    return {"fresh": RuleId.DER_001 if ep.config.derived else RuleId.INV_003}
 
 
 @action(StartRequest, when=_rid_free)
@@ -310,7 +323,7 @@ def start_request(s: State, a: StartRequest) -> Branches:
     """Admit a request: its prefill runs (hit or miss) and it stays in flight holding KV."""
     ep = s.endpoint(a.endpoint)
     if ep.closed:
-        return ((s, rejected(ep, "FC-002")),)
+        return ((s, rejected(ep, closed_rule(ep))),)
     out = list(_window_refusal(s, ep, mixed=True))
     for p in prefills(ep, a.prefix, a.lora, a.namespace):
         req = Request(a.rid, a.prefix, a.lora, frozenset({ep.live}), p.uses, a.namespace)
@@ -327,7 +340,8 @@ def finish_request(s: State, a: FinishRequest) -> Branches:
     ep = s.endpoint(a.endpoint)
     req = ep.request(a.rid)
     ep2 = evolve(ep, requests=tuple(r for r in ep.requests if r.rid != a.rid))
-    aborted = seen(rejected(ep2, "FC-002", aborted="FC-002"), aborted=frozenset({a.rid}))
+    shut = closed_rule(ep)
+    aborted = seen(rejected(ep2, shut, aborted=shut), aborted=frozenset({a.rid}))
     if ep.closed:
         return ((s.with_endpoint(a.endpoint, ep2), aborted),)
     # WIN-001: inside a window the request may be aborted instead (first once the weights
@@ -337,7 +351,8 @@ def finish_request(s: State, a: FinishRequest) -> Branches:
             (
                 s.with_endpoint(a.endpoint, ep2),
                 evolve(
-                    aborted, because=evolve(aborted.because, status="WIN-001", aborted="WIN-001")
+                    aborted,
+                    because=evolve(aborted.because, status=RuleId.WIN_001, aborted=RuleId.WIN_001),
                 ),
             )
         ]
@@ -361,7 +376,7 @@ def finish_request(s: State, a: FinishRequest) -> Branches:
     )
     response = Response(hit=False, uses=served.uses, sampled=served.sampled)
     s2 = evolve(s.with_endpoint(a.endpoint, ep2), ledger=(*s.ledger, served))
-    blame = {"sampled": "INV-002", **_window_blame(ep)}
+    blame = {"sampled": RuleId.INV_002, **_window_blame(ep)}
     blame.pop("fresh", None)
     outcome = evolve(seen(ok(ep2, **blame), response=response), served=served)
     if not mixed:
@@ -384,30 +399,89 @@ def update_weights(s: State, a: UpdateWeights) -> Branches:
     return _install(s, a.endpoint, s.endpoint(a.endpoint), a.version, a.flush_cache)
 
 
+class Install(Enum):
+    """The named outcomes of a completed update (``_install``), in the order the checker
+    tries them (the first branch's violations explain a mismatch no branch agrees with).
+
+    ``FLUSHED``: installed and invalidated as required. ``OPT_OUT``: installed without a
+    flush, as asked (INV-001's waiver where the spec's client would skip it too).
+    ``REFUSED_KEPT`` / ``REFUSED_CLOSED``: a required flush could not complete (KV held or
+    an injected refusal): failure reported, nothing changed, or the weights installed and
+    the endpoint closed until a flush completes (FC-001, FC-002). ``STOPPED`` /
+    ``STOPPED_LOADED``: on an exact lane the engine may stop instead, before or after the
+    load (CD-07). ``ABORTED_THEN_FLUSHED``: on an exact lane the holders are aborted and the
+    flush completes (CD-08). ``REFUSED_ASLEEP``: with the KV released, the update refused
+    cleanly (MEM-001). ``FAILED_KEPT`` / ``FAILED_CLOSED`` / ``FAILED_TORN``: the update
+    failed for a reason of the engine's own (its flush raised, a bucket or a rank failed):
+    failure reported, and the endpoint at its old weights with its cache, or closed with
+    whole new weights (FC-002) or torn ones (FC-004). A failed update may always be
+    reported; what the endpoint serves next is what is judged."""
+
+    FLUSHED = "flushed"
+    OPT_OUT = "opt-out"
+    REFUSED_KEPT = "refused, kept"
+    REFUSED_CLOSED = "refused, closed"
+    STOPPED = "stopped"
+    STOPPED_LOADED = "stopped after the load"
+    ABORTED_THEN_FLUSHED = "aborted then flushed"
+    REFUSED_ASLEEP = "refused while the KV is released"
+    FAILED_KEPT = "failed, kept"
+    FAILED_CLOSED = "failed, closed"
+    FAILED_TORN = "failed, torn"
+
+
+_FAILED = {"weights": RuleId.FC_004, "label": RuleId.INV_003}
+"""Who answers for the probe after a failed update: FC-004 (old weights with their cache,
+or closed), INV-003 for the label."""
+
+
+FAILED = frozenset({Install.FAILED_KEPT, Install.FAILED_CLOSED, Install.FAILED_TORN})
+"""The outcomes of an update that failed for a reason of the engine's own."""
+
+
+def named_updates(s: State, a: UpdateWeights) -> list[tuple[Install, State, Outcome]]:
+    """The branches of ``UpdateWeights`` with their ``Install`` names, in ``step``'s order
+    (empty where the update is not enabled)."""
+    if not step(s, a):
+        return []
+    ep = s.endpoint(a.endpoint)
+    s = evolve(s, trainer=max(s.trainer, a.version))
+    branches = _install_branches(ep, a.version, a.flush_cache, plan_for(s, a.endpoint))
+    return [(name, s.with_endpoint(a.endpoint, e), o) for name, e, o in branches]
+
+
 def _install(
     s: State, index: int, ep: Endpoint, version: int, flush_cache: bool | None
 ) -> Branches:
     """A completed update of endpoint ``index`` (now ``ep``) to ``version``: the body of
     UpdateWeights, also what FinishWeightUpdate publishes (after a finish, the prefix cache
-    obligations are those of a one-shot update)."""
+    obligations are those of a one-shot update). Its branches are the ``Install`` outcomes
+    the spec allows here, each built in one place below."""
+    s = evolve(s, trainer=max(s.trainer, version))
+    branches = _install_branches(ep, version, flush_cache, plan_for(s, index))
+    return tuple((s.with_endpoint(index, e), o) for _, e, o in branches)
+
+
+def _install_branches(
+    ep: Endpoint, version: int, flush_cache: bool | None, plan: Plan
+) -> list[tuple[Install, Endpoint, Outcome]]:
     guarded = ep.config.guarded
     must_flush = guarded or asked_to_flush(ep, flush_cache)
     # With the radix cache off there is nothing to flush, and an engine keying every prefix
     # by version invalidates by namespace: such an update needs no flush, so none can be
     # refused (CD-06, CD-03); it may still try one and honestly report the refusal.
     needless = must_flush and (ep.config.versioned_keys or not ep.config.radix)
-    s = evolve(s, trainer=max(s.trainer, version))
     asleep = ep.kv_released  # the colocated order: KV released, weights resident
     # With the KV released the flush is judged as any update's (ENG-001/002, ENG-003 for
     # a tier it left): the released device pool is no reason to skip it.
-    flush_rule = "ENG-001" if guarded else "ENG-002"
+    flush_rule = RuleId.ENG_001 if guarded else RuleId.ENG_002
     blame = {
-        "cache": flush_rule if must_flush else "ENG-012",
-        "weights": "ENG-001" if guarded else "INV-003",
-        "draft": "ENG-004",
-        "scales": "ENG-005",
-        "label": "INV-003",
-        "derived": "DER-001",
+        "cache": flush_rule if must_flush else RuleId.ENG_012,
+        "weights": RuleId.ENG_001 if guarded else RuleId.INV_003,
+        "draft": RuleId.ENG_004,
+        "scales": RuleId.ENG_005,
+        "label": RuleId.INV_003,
+        "derived": RuleId.DER_001,
     }
     loaded = load(ep, version)
     if not ep.config.encoder_reset_separate:
@@ -417,51 +491,67 @@ def _install(
         # No prefix cache: only in-flight requests' own KV can cross the update, and no
         # flush protects it (a pause does, the client's CLI-007); INV-001 waives it.
         flushed = evolve(flushed, waived=not ep.config.misreports)
-    done = evolve(ok(flushed, "MEM-001" if asleep else "LIV-001", **blame), flushed_from=ep.cache)
+    done = evolve(
+        ok(flushed, RuleId.MEM_001 if asleep else RuleId.LIV_001, **blame), flushed_from=ep.cache
+    )
+    kept = evolve(ep, refuse_flush=False)
+    closed = evolve(loaded, dirty=True, refuse_flush=False)
+    out: list[tuple[Install, Endpoint, Outcome]] = []
     if must_flush and (ep.kv_held or ep.refuse_flush):
-        claimed = done
-        kept = evolve(ep, refuse_flush=False)
-        closed = evolve(loaded, dirty=True, refuse_flush=False)
-        fail = {"weights": "FC-001", "label": "INV-003"}
-        branches = [
-            (kept, evolve(rejected(kept, "FC-001", **fail), completion=claimed)),
-            (closed, evolve(rejected(closed, "FC-001", **fail), completion=claimed)),
-        ]
+        fail = {"weights": RuleId.FC_001, "label": RuleId.INV_003}
+        for name, e in ((Install.REFUSED_KEPT, kept), (Install.REFUSED_CLOSED, closed)):
+            out.append((name, e, evolve(rejected(e, RuleId.FC_001, **fail), completion=done)))
         if guarded:  # an injected refusal is FC-001's, asleep or not (CD-07 may stop)
-            branches += [(stop(ep), stopped(claimed)), (stop(loaded), stopped(claimed))]
-            branches.append(aborted_then_flushed(ep, version, blame))
+            out.append((Install.STOPPED, stop(ep), stopped(done)))
+            out.append((Install.STOPPED_LOADED, stop(loaded), stopped(done)))
+            out.append((Install.ABORTED_THEN_FLUSHED, *aborted_then_flushed(ep, version, blame)))
         if needless:
-            branches.append((flushed, done))
-        return tuple((s.with_endpoint(index, e), o) for e, o in branches)
-    if must_flush and asleep:
+            out.append((Install.FLUSHED, flushed, done))
+    elif must_flush and asleep:
         # MEM-001: with the KV released the flush succeeds (nothing on device to remove,
         # the index and lower tiers emptied) or the whole update is refused cleanly.
-        refused = evolve(
-            rejected(ep, "MEM-001", weights="MEM-001", label="INV-003"), completion=done
-        )
-        return ((s.with_endpoint(index, flushed), done), (s, refused))
-    if not must_flush and (ep.kv_held or ep.refuse_flush):
-        # An engine that flushes on every update whatever was asked (ENG-011 allows the
-        # extra flush) cannot run that flush now: it may reject the update cleanly, as
-        # FC-001 describes, instead of breaking its own rule or the caller's opt-out.
-        kept = evolve(ep, refuse_flush=False)
-        closed = evolve(loaded, dirty=True, refuse_flush=False)
-        fail = {"weights": "FC-001", "label": "INV-003"}
-        note = "availability: the engine rejected an update it flushes for though not asked"
-        extra = tuple(
-            (s.with_endpoint(index, e), evolve(rejected(e, "LIV-002", **fail), note=note))
-            for e in (kept, closed)
-        )
+        refused = rejected(ep, RuleId.MEM_001, weights=RuleId.MEM_001, label=RuleId.INV_003)
+        out.append((Install.FLUSHED, flushed, done))
+        out.append((Install.REFUSED_ASLEEP, ep, evolve(refused, completion=done)))
+    elif must_flush:
+        out.append((Install.FLUSHED, flushed, done))
     else:
-        extra = ()
-    if not must_flush:
         # INV-001's waiver: only where the spec's own client would skip the flush too, and
         # never for an engine declared to misreport its radix cache.
-        skipped = not plan_for(s, index).flush or not ep.config.radix
-        waived = skipped and not ep.config.misreports
-        loaded = evolve(loaded, waived=waived)
-        return ((s.with_endpoint(index, loaded), ok(loaded, **blame)), *extra)
-    return ((s.with_endpoint(index, flushed), done),)
+        skipped = not plan.flush or not ep.config.radix
+        opted = evolve(loaded, waived=skipped and not ep.config.misreports)
+        out.append((Install.OPT_OUT, opted, ok(opted, **blame)))
+    return out + _failed(ep, closed, out)
+
+
+_FAILED_NOTE = (
+    "availability: the engine reported an update failed (allowed; judged by what it served next)"
+)
+
+
+def _failed(
+    ep: Endpoint, closed: Endpoint, taken: list[tuple[Install, Endpoint, Outcome]]
+) -> list[tuple[Install, Endpoint, Outcome]]:
+    """The ``FAILED_*`` branches: an update that reports failure for a reason of the
+    engine's own (sgl-project/sglang-omni PR #678: the post-update flush raised after the
+    weights were reloaded, PF-32; a bucket that failed after others were copied into the
+    live parameters, PF-27). Each is allowed; none already taken here is offered twice."""
+    torn = evolve(ep, torn=True, label=None)
+    rejected_states = {e for _, e, o in taken if o.observation.status is Status.REJECTED}
+    out = []
+    # An injected flush refusal may have been spent by a flush the engine ran on its own
+    # inside the failed update (one it runs on every update, asked or not), or not.
+    spent = evolve(ep, refuse_flush=False)
+    for name, e, status in (
+        (Install.FAILED_KEPT, ep, RuleId.FC_004),
+        *(((Install.FAILED_KEPT, spent, RuleId.FC_004),) if ep.refuse_flush else ()),
+        (Install.FAILED_CLOSED, closed, RuleId.FC_002),
+        (Install.FAILED_TORN, torn, RuleId.FC_004),
+    ):
+        if e not in rejected_states:
+            outcome = evolve(rejected(e, status, **_FAILED), note=_FAILED_NOTE)
+            out.append((name, e, outcome))
+    return out
 
 
 def aborted_then_flushed(ep: Endpoint, version: int, blame: dict[str, str]) -> tuple:
@@ -478,7 +568,9 @@ def aborted_then_flushed(ep: Endpoint, version: int, blame: dict[str, str]) -> t
     freed = evolve(ep, requests=rest, refuse_flush=False)
     flushed = invalidated(derived_dropped(load(freed, version)), version)
     note = "availability: the engine aborted the requests holding KV to flush"
-    outcome = evolve(ok(flushed, "FC-001", aborted="ENG-009", **blame), flushed_from=ep.cache)
+    outcome = evolve(
+        ok(flushed, RuleId.FC_001, aborted=RuleId.ENG_009, **blame), flushed_from=ep.cache
+    )
     outcome = evolve(seen(outcome, aborted=holders), note=note if holders else "")
     return flushed, evolve(outcome, shows_aborts=bool(holders))
 
@@ -502,7 +594,10 @@ def stopped(claimed: Outcome) -> Outcome:
     """The STOPPED answer: allowed only where ``update_weights`` offers it (FC-001)."""
     note = "availability: the engine stopped after a refused mandatory flush (safe)"
     return Outcome(
-        Observation(Status.STOPPED), because=Blame(status="FC-001"), completion=claimed, note=note
+        Observation(Status.STOPPED),
+        because=Blame(status=RuleId.FC_001),
+        completion=claimed,
+        note=note,
     )
 
 
@@ -512,10 +607,10 @@ def fault_update_fails_midway(s: State, a: FaultUpdateFailsMidway) -> Branches:
     ep = s.endpoint(a.endpoint)
     s = evolve(s, trainer=max(s.trainer, a.version))
     torn = evolve(ep, torn=True, label=None)
-    blame = {"weights": "FC-004", "label": "INV-003"}
+    blame = {"weights": RuleId.FC_004, "label": RuleId.INV_003}
     return (
-        (s, rejected(ep, "FC-004", **blame)),
-        (s.with_endpoint(a.endpoint, torn), rejected(torn, "FC-004", **blame)),
+        (s, rejected(ep, RuleId.FC_004, **blame)),
+        (s.with_endpoint(a.endpoint, torn), rejected(torn, RuleId.FC_004, **blame)),
     )
 
 
@@ -557,24 +652,27 @@ def update_weight_chunk(s: State, a: UpdateWeightChunk) -> Branches:
     ep = s.endpoint(a.endpoint)
     assert ep.update is not None
     if ep.update.failed:
-        return ((s, rejected(ep, "WIN-003")),)
+        return ((s, rejected(ep, RuleId.WIN_003)),)
     if ep.fail_chunk:
         failed = evolve(ep.update, failed=True)
         back = evolve(_rolled_back(ep), update=failed)
         closed = evolve(ep, torn=True, label=None, fail_chunk=False, update=failed)
-        blame = {"weights": "WIN-003", "label": "WIN-003", **_mixed_kv_blame(ep)}
+        blame = {"weights": RuleId.WIN_003, "label": RuleId.WIN_003, **_mixed_kv_blame(ep)}
         return tuple(
-            (s.with_endpoint(a.endpoint, e), rejected(e, "WIN-003", **blame))
+            (s.with_endpoint(a.endpoint, e), rejected(e, RuleId.WIN_003, **blame))
             for e in (back, closed)
         )
     ep2 = evolve(ep, torn=True, label=None, update=evolve(ep.update, landed=True))
-    landed = (s.with_endpoint(a.endpoint, ep2), ok(ep2, weights="WIN-001", label="WIN-001"))
+    landed = (
+        s.with_endpoint(a.endpoint, ep2),
+        ok(ep2, weights=RuleId.WIN_001, label=RuleId.WIN_001),
+    )
     # Or the chunk is staged aside (a buffer the forward never reads) and swapped in whole
     # at the finish: the live weights stay the old version, whole and labelled as before.
     staged_ep = evolve(ep, update=evolve(ep.update, landed=True))
     staged = (
         s.with_endpoint(a.endpoint, staged_ep),
-        ok(staged_ep, weights="WIN-001", label="WIN-001"),
+        ok(staged_ep, weights=RuleId.WIN_001, label=RuleId.WIN_001),
     )
     return (staged, landed)
 
@@ -590,8 +688,8 @@ def finish_weight_update(s: State, a: FinishWeightUpdate) -> Branches:
     assert ep.update is not None
     shut = window_dropped(evolve(ep, update=None, fail_chunk=False))
     if ep.update.failed:
-        blame = {"weights": "WIN-003", "label": "WIN-003", "derived": "WIN-003"}
-        return ((s.with_endpoint(a.endpoint, shut), rejected(shut, "WIN-003", **blame)),)
+        blame = {"weights": RuleId.WIN_003, "label": RuleId.WIN_003, "derived": RuleId.WIN_003}
+        return ((s.with_endpoint(a.endpoint, shut), rejected(shut, RuleId.WIN_003, **blame)),)
     branches = _install(s, a.endpoint, shut, ep.update.version, a.flush_cache)
     if not _mixed_kv_blame(ep):
         return branches
@@ -602,7 +700,7 @@ def finish_weight_update(s: State, a: FinishWeightUpdate) -> Branches:
 def _mixed_kv_blame(ep: Endpoint) -> dict[str, str]:
     """WIN-002 answers for the cache listing only where there was KV of mixed weights to
     drop (a listing that could not have shown it kept is no evidence)."""
-    return {"cache": "WIN-002"} if any(e.version == MIXED for e in ep.cache) else {}
+    return {"cache": RuleId.WIN_002} if any(e.version == MIXED for e in ep.cache) else {}
 
 
 def _window_cache_blame(o: Outcome, mixed: frozenset[Entry]) -> Outcome:
@@ -612,7 +710,7 @@ def _window_cache_blame(o: Outcome, mixed: frozenset[Entry]) -> Outcome:
     if o.because.cache is None:
         return o
     before = mixed | (o.flushed_from or frozenset())
-    return evolve(o, because=evolve(o.because, cache="WIN-002"), flushed_from=before)
+    return evolve(o, because=evolve(o.because, cache=RuleId.WIN_002), flushed_from=before)
 
 
 @action(AbortWeightUpdate, when=_window_open)
@@ -625,7 +723,7 @@ def abort_weight_update(s: State, a: AbortWeightUpdate) -> Branches:
     back = _rolled_back(ep)
     if ep.label is None and not ep.torn:
         back = evolve(back, label=None)  # a label that was already gone stays gone
-    blame = {"weights": "WIN-003", "label": "WIN-003", **_mixed_kv_blame(ep)}
+    blame = {"weights": RuleId.WIN_003, "label": RuleId.WIN_003, **_mixed_kv_blame(ep)}
     out = [(s.with_endpoint(a.endpoint, back), ok(back, **blame))]
     if ep.torn:
         closed = evolve(ep, update=None, fail_chunk=False, label=None)
@@ -674,23 +772,32 @@ def _if_stopped(branch: Branch, call: Action) -> Branches:
 
 @action(FlushCache, when=_always)
 def flush_cache(s: State, a: FlushCache) -> Branches:
-    """LIV-001: refused only while KV is held or a refusal is injected. FC-003: the
+    """LIV-001: refused only while KV is held or a refusal is injected (while KV is held
+    with nothing to flush, a success that changes nothing is allowed too). FC-003: the
     reported result is the truth (a flush that removed nothing yet reports success is
     FC-003's; one that removed some entries but not all, ENG-003's). A flush on torn
     weights still leaves the endpoint closed."""
     ep = s.endpoint(a.endpoint)
     if ep.kv_held or ep.refuse_flush:
         ep2 = evolve(ep, refuse_flush=False)
-        outcome = seen(rejected(ep2, "FC-003", flushed="FC-003"), flushed=False)
-        return ((s.with_endpoint(a.endpoint, ep2), outcome),)
+        outcome = seen(rejected(ep2, RuleId.FC_003, flushed=RuleId.FC_003), flushed=False)
+        refused = (s.with_endpoint(a.endpoint, ep2), outcome)
+        if ep.refuse_flush or ep.config.radix or ep.cache:
+            return (refused,)
+        # Nothing to flush (the radix cache off, no entry on any tier): the KV the requests
+        # hold is nowhere a flush could drop it, so a success that changes nothing is as
+        # allowed as the refusal.
+        nothing = ok(ep, RuleId.LIV_001, flushed=RuleId.FC_003, cache=RuleId.FC_003)
+        nothing = seen(nothing, flushed=True)
+        return (refused, (s, evolve(nothing, flushed_from=ep.cache)))
     ep2 = encoder_kept(ep, emptied(ep))
     # MEM-001: with the KV released there is nothing on device to remove; the flush empties
     # the index (and lower tiers) and answers, it never touches the released pools.
-    status = "MEM-001" if ep.kv_released else "LIV-001"
-    outcome = seen(ok(ep2, status, flushed=status, cache="FC-003"), flushed=True)
+    status = RuleId.MEM_001 if ep.kv_released else RuleId.LIV_001
+    outcome = seen(ok(ep2, status, flushed=status, cache=RuleId.FC_003), flushed=True)
     done = (s.with_endpoint(a.endpoint, ep2), evolve(outcome, flushed_from=ep.cache))
     if ep.kv_released:  # or refused cleanly, changing nothing (MEM-001)
-        refused = seen(rejected(ep, "MEM-001", flushed="FC-003"), flushed=False)
+        refused = seen(rejected(ep, RuleId.MEM_001, flushed=RuleId.FC_003), flushed=False)
         return (done, (s, refused))
     return (done,)
 
@@ -701,7 +808,7 @@ def flush_encoder_cache(s: State, a: FlushEncoderCache) -> Branches:
     request's KV, so it is never refused (CLI-009 is the client's obligation to call it)."""
     ep = s.endpoint(a.endpoint)
     ep2 = evolve(ep, cache=frozenset(e for e in ep.cache if e.kind is not Kind.ENCODER))
-    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-012")),)
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache=RuleId.ENG_012)),)
 
 
 @action(EvictPrefix, when=_lower_tier_holds)
@@ -710,7 +817,7 @@ def evict_prefix(s: State, a: EvictPrefix) -> Branches:
     ep = s.endpoint(a.endpoint)
     moving = evictable(ep, a.prefix)
     ep2 = evolve(ep, cache=(ep.cache - moving) | {evolve(e, tier=a.tier) for e in moving})
-    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-008")),)
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache=RuleId.ENG_008)),)
 
 
 @action(LoadLora, when=_lora_idle)
@@ -719,7 +826,7 @@ def load_lora(s: State, a: LoadLora) -> Branches:
     ep = s.endpoint(a.endpoint)
     cache_ = frozenset(e for e in ep.cache if e.lora is None)
     ep2 = evolve(ep, lora=ep.lora + 1, cache=cache_)
-    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-007")),)
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache=RuleId.ENG_007)),)
 
 
 @action(FaultRefuseFlush, when=_no_fault_pending)
@@ -748,15 +855,17 @@ def pause_generation(s: State, a: PauseGeneration) -> Branches:
         requests = tuple(evolve(r, uses=frozenset(), retracted=True) for r in requests)
     phase = lifecycle.next_phase(ep.phase, a.name)
     ep2 = evolve(ep, phase=phase, pause=a.mode, requests=requests)
-    outcome = seen(ok(ep2, aborted="ENG-009"), aborted=aborted)
+    outcome = seen(ok(ep2, aborted=RuleId.ENG_009), aborted=aborted)
     if not a.clear_cache:
         return ((s.with_endpoint(a.endpoint, ep2), outcome),)
     if ep2.refuse_flush:
         ep3 = evolve(ep2, refuse_flush=False)
-        refused = rejected(ep3, "FC-003", flushed="FC-003", aborted="ENG-009")
+        refused = rejected(ep3, RuleId.FC_003, flushed=RuleId.FC_003, aborted=RuleId.ENG_009)
         return ((s.with_endpoint(a.endpoint, ep3), seen(refused, flushed=False, aborted=aborted)),)
     ep3 = evolve(encoder_kept(ep2, emptied(ep2)), cleared=True)  # as FlushCache
-    done = ok(ep3, "LIV-001", flushed="LIV-001", cache="FC-003", aborted="ENG-009")
+    done = ok(
+        ep3, RuleId.LIV_001, flushed=RuleId.LIV_001, cache=RuleId.FC_003, aborted=RuleId.ENG_009
+    )
     done = evolve(seen(done, flushed=True, aborted=aborted), flushed_from=ep.cache)
     return ((s.with_endpoint(a.endpoint, ep3), done),)
 
@@ -785,7 +894,7 @@ def continue_generation(s: State, a: ContinueGeneration) -> Branches:
     return tuple(
         (
             s.with_endpoint(a.endpoint, e),
-            evolve(ok(e, cache="ENG-009"), dropped=d, forward=recomputes),
+            evolve(ok(e, cache=RuleId.ENG_009), dropped=d, forward=recomputes),
         )
         for e, d in frontier
     )
@@ -802,7 +911,7 @@ def sleep(s: State, a: Sleep) -> Branches:
         cache_ = frozenset(e for e in ep.cache if e.tier is not Tier.DEVICE)
     phase = lifecycle.next_phase(ep.phase, a.name)
     ep2 = evolve(ep, phase=phase, cache=cache_, released=ep.released | a.tags)
-    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache="ENG-006")),)
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache=RuleId.ENG_006)),)
 
 
 @action(WakeUp, when=_resumes_some)
@@ -814,7 +923,7 @@ def wake_up(s: State, a: WakeUp) -> Branches:
     left = ep.released - a.tags
     phase = lifecycle.next_phase(ep.phase, "WakeUp" if not left else "WakeUpPartly")
     ep2 = evolve(ep, phase=phase, released=left)
-    rule = "MEM-002" if MemoryTag.KV_CACHE in (a.tags & ep.released) else "ENG-006"
+    rule = RuleId.MEM_002 if MemoryTag.KV_CACHE in (a.tags & ep.released) else RuleId.ENG_006
     return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache=rule)),)
 
 
@@ -841,7 +950,7 @@ def publish_version(s: State, a: PublishVersion) -> Branches:
     if not whole:
         return tuple(refusals)
     ep2 = evolve(ep, label=a.version, requests=requests)
-    out = seen(ok(ep2, label="PUB-001", aborted="PUB-002"), aborted=aborted)
+    out = seen(ok(ep2, label=RuleId.PUB_001, aborted=RuleId.PUB_002), aborted=aborted)
     # An engine may also refuse a publish the weights back: it publishes labels only with
     # an update (CD-11). Refusing changes nothing and lies about nothing.
     note = "availability: the engine refused a label-only publish its weights back"
@@ -859,7 +968,9 @@ def _publish_refused(
     the caller asked (PUB-002), and SGLang's handler runs that abort before anything else,
     so a refused publish may have aborted them (``aborted``) or not."""
     ep2 = evolve(ep, requests=requests)
-    out = seen(rejected(ep2, "PUB-001", label="PUB-001", aborted="PUB-002"), aborted=aborted)
+    out = seen(
+        rejected(ep2, RuleId.PUB_001, label=RuleId.PUB_001, aborted=RuleId.PUB_002), aborted=aborted
+    )
     return (s.with_endpoint(index, ep2), evolve(out, at_risk=at_risk))
 
 
@@ -880,8 +991,254 @@ def restart(s: State, a: Restart) -> Branches:
         update=None,  # an open window dies with the process
         fail_chunk=False,
     )
-    done = ok(ep2, cache="ENG-010", weights="ENG-010", derived="DER-001")
+    done = ok(ep2, cache=RuleId.ENG_010, weights=RuleId.ENG_010, derived=RuleId.DER_001)
     return ((s.with_endpoint(a.endpoint, ep2), done),)
+
+
+# ----- data-parallel ranks behind one endpoint (RNK-001..003) ------------------------------
+#
+# A ranked endpoint (``Config.ranks`` > 1) is its ranks, each a single-scheduler Endpoint
+# stepped by the effects above; what is the endpoint's own is the merge of their replies
+# and its closing. A request names its rank (``rank``, SGLang's ``data_parallel_rank``); a
+# flush, an update, a pause and a continue go to every rank, and the endpoint replies with
+# the merge (all must succeed). Sleeps, restarts, two-phase windows, publishes, tiers and a
+# pause that clears the cache are not modelled across ranks: not enabled on such an endpoint.
+
+RANKED_ACTIONS: frozenset[type[Action]] = frozenset(
+    {
+        ServeRequest,
+        StartRequest,
+        FinishRequest,
+        UpdateWeights,
+        FlushCache,
+        PauseGeneration,
+        ContinueGeneration,
+        FaultUpdateFailsMidway,
+        FaultRankUpdateFails,
+    }
+)
+"""The actions enabled on a ranked endpoint (a client's SyncWeights drives them)."""
+
+
+def _placed(ep: Endpoint, a: Action) -> bool:
+    """``a`` may run on ``ep`` as far as ranks go: a ranked endpoint takes only
+    ``RANKED_ACTIONS``, and a request's ``rank`` names one of the endpoint's ranks."""
+    if ep.ranks and (type(a) not in RANKED_ACTIONS or getattr(a, "clear_cache", False)):
+        return False
+    return 0 <= getattr(a, "rank", 0) < ep.config.ranks
+
+
+def ranked(ep: Endpoint, ranks: tuple[Endpoint, ...], **own: object) -> Endpoint:
+    """``ep`` with ``ranks`` and the fields merged from them: the union of their caches and
+    in-flight requests, the oldest of their weights; ``own`` sets the endpoint's own fields
+    (``label``, ``torn``)."""
+    return evolve(
+        ep,
+        ranks=ranks,
+        cache=frozenset().union(*(r.cache for r in ranks)),
+        requests=tuple(q for r in ranks for q in r.requests),
+        weights=min(r.weights for r in ranks),
+        **own,
+    )
+
+
+def _shown(o: Outcome, ep: Endpoint) -> Outcome:
+    """``o`` (a rank's outcome) with the probe of the whole endpoint ``ep``."""
+    return evolve(o, observation=evolve(o.observation, view=view(ep)))
+
+
+def _on_rank(s: State, a: Action, k: int, effect: Effect) -> Branches:
+    """Step rank ``k`` of endpoint ``a.endpoint`` with a single scheduler's ``effect``."""
+    i = a.endpoint  # type: ignore[attr-defined]
+    ep = s.endpoint(i)
+    out = []
+    for s2, o in effect(s.with_endpoint(i, ep.ranks[k]), a):
+        ranks = (*ep.ranks[:k], s2.endpoint(i), *ep.ranks[k + 1 :])
+        ep2 = ranked(ep, ranks)
+        o = _shown(o, ep2)
+        if o.observation.status is Status.OK:
+            # a probe showing one whole version while it serves: RNK-003's evidence
+            o = evolve(o, because=evolve(o.because, weights=RuleId.RNK_003))
+        out.append((s2.with_endpoint(i, ep2), o))
+    return tuple(out)
+
+
+def _on_every_rank(s: State, a: Action, effect: Effect) -> Branches:
+    """Fan ``a`` out to every rank of endpoint ``a.endpoint`` (each stepped by a single
+    scheduler's ``effect``, seeing the endpoint closed while its ranks are torn): every
+    combination of the ranks' branches, merged: the first rank's outcome with the whole
+    endpoint's probe, the union of the requests they ended, the endpoint in their phase,
+    closed (``torn``, no label) once a rank's own weights are torn."""
+    i = a.endpoint  # type: ignore[attr-defined]
+    ep = s.endpoint(i)
+    frontier: list[tuple[tuple[Endpoint, ...], tuple[Outcome, ...]]] = [((), ())]
+    trainer = s.trainer
+    for r in ep.ranks:
+        here = s.with_endpoint(i, evolve(r, torn=r.torn or ep.torn))
+        nxt = []
+        for s2, o in effect(here, a):
+            trainer = max(trainer, s2.trainer)
+            e = s2.endpoint(i)
+            e = e if e.torn and not r.torn and not ep.torn else evolve(e, torn=r.torn)
+            nxt += [((*done, e), (*outs, o)) for done, outs in frontier]
+        frontier = nxt
+    s = evolve(s, trainer=trainer)
+    out = []
+    for ranks, outs in frontier:
+        torn = ep.torn or any(r.torn for r in ranks)
+        label = None if torn and not ep.torn else ep.label
+        ep2 = ranked(ep, ranks, phase=ranks[0].phase, pause=ranks[0].pause, torn=torn, label=label)
+        ended = [o.observation.aborted for o in outs if o.observation.aborted is not None]
+        merged = seen(_shown(outs[0], ep2), aborted=frozenset().union(*ended) if ended else None)
+        merged = evolve(
+            merged, dropped=any(o.dropped for o in outs), forward=any(o.forward for o in outs)
+        )
+        out.append((s.with_endpoint(i, ep2), merged))
+    return tuple(out)
+
+
+def ranked_fails_midway(s: State, a: FaultUpdateFailsMidway) -> Branches:
+    """A bucketed update fails midway on every rank: each rolls back or is torn (FC-004);
+    a torn rank closes the endpoint until an update completes on every rank."""
+    return _on_every_rank(s, a, fault_update_fails_midway)  # type: ignore[arg-type]
+
+
+def ranked_pause(s: State, a: PauseGeneration) -> Branches:
+    """The pause goes to every rank, each dealing with its own requests (ENG-009)."""
+    return _on_every_rank(s, a, pause_generation)  # type: ignore[arg-type]
+
+
+def ranked_continue(s: State, a: ContinueGeneration) -> Branches:
+    """Every rank continues; its retracted requests recompute there (not while torn)."""
+    return _on_every_rank(s, a, continue_generation)  # type: ignore[arg-type]
+
+
+def ranked_request(s: State, a: ServeRequest | StartRequest) -> Branches:
+    """A request on rank ``a.rank``: that rank's prefill, cache and weights, as a single
+    scheduler's; refused while the ranks are torn (RNK-003)."""
+    ep = s.endpoint(a.endpoint)
+    if ep.torn:
+        return ((s, rejected(ep, RuleId.RNK_003)),)
+    effect = serve_request if isinstance(a, ServeRequest) else start_request
+    return _on_rank(s, a, a.rank, effect)  # type: ignore[arg-type]
+
+
+def ranked_finish(s: State, a: FinishRequest) -> Branches:
+    """The request finishes on the rank that holds it; aborted while the ranks are torn."""
+    ep = s.endpoint(a.endpoint)
+    k = next(k for k, r in enumerate(ep.ranks) if any(q.rid == a.rid for q in r.requests))
+    if not ep.torn:
+        return _on_rank(s, a, k, finish_request)  # type: ignore[arg-type]
+    rank = evolve(ep.ranks[k], requests=tuple(q for q in ep.ranks[k].requests if q.rid != a.rid))
+    ep2 = ranked(ep, (*ep.ranks[:k], rank, *ep.ranks[k + 1 :]))
+    aborted = rejected(ep2, RuleId.RNK_003, aborted=RuleId.RNK_003)
+    return ((s.with_endpoint(a.endpoint, ep2), seen(aborted, aborted=frozenset({a.rid}))),)
+
+
+def ranked_flush(s: State, a: FlushCache) -> Branches:
+    """RNK-001: every rank flushes (a rank where a request holds KV refuses, LIV-001) and
+    the endpoint reports success only if every rank did. On a refusal the ranks that could
+    flush have emptied their trees (sgl-project/sglang's DP controller, CD-16), or none has
+    (a controller that asks every rank before any flushes): both are failures."""
+    i = a.endpoint
+    ep = s.endpoint(i)
+    done = tuple(flush_cache(s.with_endpoint(i, r), a)[0] for r in ep.ranks)
+    ep2 = ranked(ep, tuple(b[0].endpoint(i) for b in done))
+    if all(b[1].observation.status is Status.OK for b in done):
+        outcome = seen(
+            ok(ep2, RuleId.LIV_001, flushed=RuleId.RNK_001, cache=RuleId.FC_003), flushed=True
+        )
+        return ((s.with_endpoint(i, ep2), evolve(outcome, flushed_from=ep.cache)),)
+    out = []
+    for e in dict.fromkeys(
+        (ep2, ranked(ep, tuple(evolve(r, refuse_flush=False) for r in ep.ranks)))
+    ):
+        refused = rejected(e, RuleId.RNK_001, flushed=RuleId.RNK_001)
+        out.append((s.with_endpoint(i, e), seen(refused, flushed=False)))
+    return tuple(out)
+
+
+def ranked_update(s: State, a: UpdateWeights) -> Branches:
+    """RNK-002: the update goes to every rank; each installs it as a single scheduler
+    (flushing as ENG-001/002 ask) or fails: its injected fault (FaultRankUpdateFails), or a
+    required flush refused there (FC-001's consistent branch). All installed: success, the
+    endpoint labelled with the version (and open again if a failed update had closed it).
+    Any failed: failure, and either every rank back at its old weights with its cache (the
+    ranks that moved rolled back), or the endpoint closed (``torn``, no label) with the
+    ranks where they are, until an update completes on every rank (CD-17). A failure that
+    only refused flushes caused answers to FC-001 (the update whose flush could not
+    complete reports failure), and a claim of success is judged against the update as if
+    every flush had run (``completion``); one that a rank's own failure caused, to RNK-002."""
+    i = a.endpoint
+    ep = s.endpoint(i)
+    s = evolve(s, trainer=max(s.trainer, a.version))
+    plan = plan_for(s, i)
+    after: list[Endpoint] = []
+    outcomes: list[Outcome] = []
+    claims: list[Outcome] = []  # per rank: what a claim of success would have had to show
+    faulted = refused = False
+    for r in ep.ranks:
+        kept = evolve(r, fail_update=False, refuse_flush=False)
+        if r.fail_update:
+            after.append(kept)
+            faulted = True
+            continue
+        _, e, o = _install_branches(r, a.version, a.flush_cache, plan)[0]
+        if o.observation.status is Status.OK:
+            after.append(e)
+            outcomes.append(o)
+            claims.append(o)
+        else:
+            after.append(kept)
+            refused = True
+            if o.completion is not None:
+                claims.append(o.completion)
+    if not faulted and not refused:
+        ep2 = ranked(ep, tuple(after), torn=False, label=a.version)
+        done = evolve(_shown(outcomes[0], ep2), flushed_from=ep.cache)
+        return ((s.with_endpoint(i, ep2), done),)
+    back = ranked(ep, tuple(evolve(r, fail_update=False, refuse_flush=False) for r in ep.ranks))
+    shut = ranked(ep, tuple(after), torn=True, label=None)
+    status = RuleId.RNK_002 if faulted else RuleId.FC_001
+    blame = {"weights": RuleId.RNK_002, "label": RuleId.RNK_002}
+    completion = None
+    if not faulted and len(claims) == len(ep.ranks):
+        cache_ = frozenset().union(*(c.observation.view.cache or () for c in claims))  # type: ignore[union-attr]
+        whole = View(weights=a.version, label=a.version, cache=cache_)
+        completion = evolve(claims[0], observation=evolve(claims[0].observation, view=whole))
+        completion = evolve(completion, flushed_from=ep.cache)
+    return tuple(
+        (s.with_endpoint(i, e), evolve(rejected(e, status, **blame), completion=completion))
+        for e in dict.fromkeys((back, shut))
+    )
+
+
+RANKED: dict[type[Action], Effect] = {
+    ServeRequest: ranked_request,  # type: ignore[dict-item]
+    StartRequest: ranked_request,  # type: ignore[dict-item]
+    FinishRequest: ranked_finish,  # type: ignore[dict-item]
+    FlushCache: ranked_flush,  # type: ignore[dict-item]
+    UpdateWeights: ranked_update,  # type: ignore[dict-item]
+    PauseGeneration: ranked_pause,  # type: ignore[dict-item]
+    ContinueGeneration: ranked_continue,  # type: ignore[dict-item]
+    FaultUpdateFailsMidway: ranked_fails_midway,  # type: ignore[dict-item]
+}
+"""The effects of ``RANKED_ACTIONS`` on a ranked endpoint (FaultRankUpdateFails is ranked
+only, registered as any action)."""
+
+
+def _rank_can_fail(s: State, a: FaultRankUpdateFails) -> bool:
+    ep = s.endpoint(a.endpoint)
+    return 0 <= a.rank < len(ep.ranks) and not ep.ranks[a.rank].fail_update
+
+
+@action(FaultRankUpdateFails, when=_rank_can_fail)
+def fault_rank_update_fails(s: State, a: FaultRankUpdateFails) -> Branches:
+    """Fault: rank ``a.rank``'s next update fails (consumed by it)."""
+    ep = s.endpoint(a.endpoint)
+    rank = evolve(ep.ranks[a.rank], fail_update=True)
+    ep2 = ranked(ep, (*ep.ranks[: a.rank], rank, *ep.ranks[a.rank + 1 :]))
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2)),)
 
 
 # ----- the next-state relation ------------------------------------------------------------
@@ -897,6 +1254,8 @@ def enabled(state: State, action: Action, bounds: Bounds | None = None) -> bool:
             return False
         if not lifecycle.allows(state.endpoint(index).phase, action.name):
             return False
+        if not _placed(state.endpoint(index), action):
+            return False
     if bounds is not None and not within(state, action, bounds):
         return False
     guard, _ = SPEC[type(action)]
@@ -907,6 +1266,9 @@ def step(state: State, action: Action) -> Branches:
     """Every allowed ``(next_state, outcome)``; empty when ``action`` is not enabled."""
     if not enabled(state, action):
         return ()
+    index = getattr(action, "endpoint", None)
+    if index is not None and state.endpoint(index).ranks and type(action) in RANKED:
+        return RANKED[type(action)](state, action)
     _, effect = SPEC[type(action)]
     return effect(state, action)
 

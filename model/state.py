@@ -42,47 +42,68 @@ def server_info(**fields: object) -> ServerInfo:
     return tuple(sorted(fields.items()))
 
 
+def _at_least_one_rank(instance: Config, attribute: object, value: object) -> None:
+    """``Config.ranks`` is a positive int, and ranks are modelled for the prefix cache and
+    lanes alone; ``ValueError`` names the bad value or the feature ranks do not combine with."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"Config.ranks={value!r}: expected an int of at least 1")
+    if value == 1:
+        return
+    features = ("draft", "encoder", "fp8_kv", "lora", "derived", "encoder_reset_separate")
+    on = [f for f in features if getattr(instance, f)]
+    on += ["tiers"] if instance.tiers != frozenset({Tier.DEVICE}) else []
+    if on:
+        raise ValueError(
+            f"Config.ranks={value} with {', '.join(on)}: ranks are modelled "
+            "with the radix cache, lanes and profile flags only"
+        )
+
+
 @frozen(cache_hash=True)
 class Config:
-    """What an endpoint is; fixed for a run.
-
-    ``radix``: the radix (prefix) cache is on. ``lane``: EXACT when ``rl_on_policy_target``
-    is set. ``info``: its server info (what it *reports*; an honest endpoint never reports
-    the radix cache off while it is on). ``tiers``: tiers its cache spans (HOST and STORAGE
-    form a hierarchical cache). ``draft``: a speculative draft model with its own KV.
-    ``encoder``: a multimodal encoder cache. ``fp8_kv``: KV stored in FP8 with per-version
-    scales. ``lora``: serves one LoRA adapter that can be reloaded in place.
-
-    Engine profile (what the engine does that the client does not choose):
-    ``flush_default``: what an omitted ``flush_cache`` means on an update (SGLang's
-    ``UpdateWeightFromDiskReqInput`` and the seed fork default it to true; vLLM has no such
-    field: false). ``versioned_keys``: the engine keys every prefix by the weight version in
-    force (a ``cache_salt`` / ``extra_key`` equal to the version), so KV of older weights can
-    never be matched again: invalidation by namespace instead of deletion (CD-03).
-    ``misreports``: the adapter declares that the engine's server info may lie about its
-    radix flag; INV-001 is then never waived for it (issue 8, F-5).
-
-    ``derived``: the engine keeps state derived from the weights at load time (transposed
-    router gates, repacked quantized operands, caches built by a post-load hook), which
-    every funnel must rebuild (DER-001; sgl-project/sglang PR #31937, issue #14158).
-    ``encoder_reset_separate``: an update leaves the encoder cache alone and the engine
-    exposes its reset as a call of its own (vLLM ``reset_encoder_cache`` beside
-    ``reset_prefix_cache``): the client owes that reset (CLI-009), not the engine (ENG-012).
-    """
+    """What an endpoint is; fixed for a run. The fields that say "Profile" (``PROFILE_FIELDS``)
+    are what the engine does that the client does not choose: the engine adapter declares
+    them for every endpoint."""
 
     radix: bool = True
+    """The radix (prefix) cache is on."""
     lane: Lane = field(default=Lane.STANDARD, converter=Lane)
+    """EXACT when ``rl_on_policy_target`` is set (the lane ENG-001 guards), else STANDARD."""
     info: ServerInfo = server_info(radix_cache_enabled=True)
+    """The server info it reports (``/get_server_info``); an honest endpoint never reports the
+    radix cache off while it is on."""
     tiers: frozenset[Tier] = frozenset({Tier.DEVICE})
+    """The tiers its cache spans: HOST and STORAGE beside DEVICE form a hierarchical cache."""
     draft: bool = False
+    """It runs a speculative draft model with KV of its own."""
     encoder: bool = False
+    """It keeps a multimodal encoder cache."""
     fp8_kv: bool = False
+    """Its KV is stored in FP8 with per-version scales."""
     lora: bool = False
+    """It serves one LoRA adapter that can be reloaded in place."""
     flush_default: bool = False
+    """Profile: what an omitted ``flush_cache`` means on an update (SGLang's
+    ``UpdateWeightFromDiskReqInput`` and the seed fork: true; vLLM has no such field: false)."""
     versioned_keys: bool = False
+    """Profile: every prefix is keyed by the weight version in force (``cache_salt`` /
+    ``extra_key`` equal to it), so KV of older weights is never matched again: invalidation by
+    namespace, not deletion (CD-03)."""
     misreports: bool = False
+    """Profile: the adapter declares that the server info may lie about the radix flag; INV-001
+    is then never waived for it."""
     derived: bool = False
+    """The engine keeps state derived from the weights at load time (transposed router gates,
+    repacked quantized operands, post-load caches) that every funnel must rebuild (DER-001;
+    sgl-project/sglang PR #31937, issue #14158)."""
     encoder_reset_separate: bool = False
+    """Profile: an update leaves the encoder cache alone and its reset is a call of its own (vLLM
+    ``reset_encoder_cache``): the client owes it (CLI-009), not the engine (ENG-012)."""
+    ranks: int = field(default=1, validator=_at_least_one_rank)
+    """Its data-parallel ranks (schedulers behind the one endpoint, as SGLang's
+    ``--dp-size`` under its DP controller): each has its own weights, radix cache, in-flight
+    requests and reply to a flush or an update, and the endpoint's reply is the merge of
+    theirs (RNK-001/002). 1: a single scheduler, as every other config."""
 
     @property
     def guarded(self) -> bool:
@@ -112,22 +133,23 @@ def with_profile(config: Config, profile: object) -> Config:
 
 @frozen(cache_hash=True)
 class Entry:
-    """One cache entry: the KV (or encoder output) of one prefix.
-
-    ``version``: the weight version that computed it (the draft's version for DRAFT KV), or
-    ``GARBAGE``. ``lora``: the adapter revision it was computed under; ``None`` for the base
-    model. ``namespace``: the weight version its key names (vLLM ``cache_salt``, SGLang
-    ``extra_key``, a storage tier's key prefix), ``None`` when the key names no version. The
-    lookup key is ``(prefix, kind, lora, namespace)``; ``version`` is provenance, never part
-    of the key.
-    """
+    """One cache entry: the KV (or encoder output) of one prefix. The lookup key is
+    ``(prefix, kind, lora, namespace)``; ``version`` is provenance, never part of the key."""
 
     prefix: str
+    """The prompt prefix whose KV (or encoder output) it holds."""
     kind: Kind = Kind.TARGET
+    """What computed it: the target model, the draft model, or the encoder."""
     tier: Tier = Tier.DEVICE
+    """Where it lives: DEVICE, or a lower tier (HOST, STORAGE) of a hierarchical cache."""
     version: int = 0
+    """The weight version that computed it (the draft's for DRAFT KV), ``MIXED`` under a window's
+    mixed weights, ``GARBAGE`` once its memory is gone; provenance, never part of the key."""
     lora: int | None = None
+    """The LoRA adapter revision it was computed under; ``None`` for the base model."""
     namespace: int | None = None
+    """The weight version its key names (vLLM ``cache_salt``, SGLang ``extra_key``, a storage
+    tier's key prefix); ``None`` when the key names none."""
 
     def __str__(self) -> str:
         """``P target KV of v0 on device`` (``of garbage`` when the memory is gone)."""
@@ -139,33 +161,35 @@ class Entry:
 
 @frozen(cache_hash=True)
 class Use:
-    """One piece of state a response depended on: ``(component, version)``.
-
-    Components: ``target``/``draft``/``encoder`` KV and ``lora`` revision (what a hit reused),
-    ``scales`` (FP8 KV scales in force). Used to judge NoStalePrefixReuse (INV-001).
-    """
+    """One piece of state a response depended on: ``(component, version)``. Used to judge
+    NoStalePrefixReuse (INV-001)."""
 
     component: str
+    """What was depended on: ``target``, ``draft`` or ``encoder`` KV, the ``lora`` revision, or
+    the FP8 ``scales``."""
     version: int
+    """The version of that component (``GARBAGE``, ``MIXED`` as for ``Entry.version``)."""
 
 
 @frozen(cache_hash=True)
 class Request:
-    """An in-flight request.
-
-    ``sampled``: weight versions that have sampled its tokens so far (for INV-002).
-    ``uses``: what its held KV depends on; empty once retracted (its KV was freed).
-    ``holds_kv``: it pins cache memory, so a flush is refused (LIV-001).
-    ``namespace``: the namespace it is pinned to, as its StartRequest carried.
-    """
+    """An in-flight request. ``holds_kv``: it pins cache memory, so a flush is refused
+    (LIV-001)."""
 
     rid: str
+    """Its request ID, unique among the endpoint's in-flight requests."""
     prefix: str
+    """The prompt prefix it was admitted with."""
     lora: bool = False
+    """It is served through the LoRA adapter."""
     sampled: frozenset[int] = frozenset()
+    """The weight versions that have sampled its tokens so far (INV-002)."""
     uses: frozenset[Use] = frozenset()
+    """What its held KV depends on; empty once retracted (its KV was freed)."""
     namespace: int | None = None
+    """The namespace it is pinned to, as its StartRequest carried; ``None``: none."""
     retracted: bool = False
+    """A retracting pause freed its KV: it recomputes on resume and pins no memory."""
 
     @property
     def holds_kv(self) -> bool:
@@ -174,29 +198,35 @@ class Request:
 
 @frozen(cache_hash=True)
 class Served:
-    """One completed response in the ledger.
-
-    ``weights``: the target version that computed its last tokens. ``uses``: every piece of
-    cached state it attended to. ``current``: the versions in force when it was served, by
-    component. ``sampled``: versions that sampled its tokens. ``hit``: it reused cached KV.
-    ``waived``: a standard-lane endpoint whose last update skipped the flush at the
-    caller's request (INV-001's waiver, for prefix KV only). ``pinned``: the request was
-    pinned to the namespace of older weights (no waiver covers its reuse). ``off_policy``:
-    pinned under a policy that declares off-policy sessions (reported, not failed).
-    """
+    """One completed response in the ledger: what it was computed with and what was in
+    force, for INV-001 and INV-002."""
 
     endpoint: int
+    """The index of the endpoint that served it."""
     prefix: str
+    """Its prompt prefix."""
     weights: int
+    """The target version that computed its last tokens."""
     uses: frozenset[Use]
+    """Every piece of cached state it attended to."""
     current: frozenset[Use]
+    """The versions in force when it was served, by component."""
     sampled: frozenset[int]
+    """The weight versions that sampled its tokens."""
     hit: bool
+    """It reused cached KV."""
     exact: bool
+    """It was served on an exact lane with the radix cache on (``Config.guarded``)."""
     waived: bool
+    """The endpoint is on a standard lane and its last update skipped the flush at the caller's
+    request: INV-001's waiver, for prefix KV only."""
     rid: str | None = None
+    """Its request ID when it was admitted by StartRequest; ``None`` for a ServeRequest."""
     pinned: bool = False
+    """The request was pinned to the namespace of older weights (no waiver covers its reuse)."""
     off_policy: bool = False
+    """Pinned under a policy that declares off-policy sessions: its reuse is reported, not
+    failed."""
 
     @property
     def stale(self) -> frozenset[Use]:
@@ -219,70 +249,77 @@ class Served:
 
 @frozen(cache_hash=True)
 class OpenUpdate:
-    """An open two-phase update window (BeginWeightUpdate .. Finish/AbortWeightUpdate).
-
-    ``version``: the target version. ``landed``: some chunk has arrived, in the live
-    parameters (they are mixed from then on: ``Endpoint.torn``) or staged aside (CD-14:
-    the live weights stay whole; a forward that then differs from the old version's is
-    WIN-001's). ``failed``: a chunk
-    failed; the finish must then report failure and publish nothing (WIN-003).
-    ``from_torn``: the window opened on torn weights (what a failed update or a refused
-    finish left): the live weights are mixed from the start, and a rollback returns to
-    them, closed (FC-002), not to a whole version. The funnel is the system's business:
-    no rule of the spec depends on it.
-    """
+    """An open two-phase update window (BeginWeightUpdate .. Finish/AbortWeightUpdate). The
+    funnel is the system's business: no rule of the spec depends on it."""
 
     version: int
+    """The target version the window installs."""
     landed: bool = False
+    """Some chunk has arrived, in the live parameters (mixed from then on: ``Endpoint.torn``) or
+    staged aside (CD-14: a forward that differs from the old version's is WIN-001's)."""
     failed: bool = False
+    """A chunk failed: the finish must report failure and publish nothing (WIN-003)."""
     from_torn: bool = False
+    """The window opened on torn weights: mixed from the start, and a rollback returns to them,
+    closed (FC-002), not to a whole version."""
 
 
 @frozen(cache_hash=True)
 class Endpoint:
-    """One endpoint's dynamic state.
-
-    ``weights``: last completely loaded target version. ``torn``: a failed bucketed update
-    left some tensors of a newer version in place. ``draft``/``scales``: versions of the
-    draft model and FP8 KV scales. ``lora``: revision of the LoRA adapter's bytes.
-    ``label``: the weight-version label it reports. ``cache``: every entry it MAY hold (an
-    upper bound: any entry may vanish at any time, and a miss is always allowed).
-    ``dirty``: an update changed the weights but its flush could not complete (FC-002
-    closes the endpoint). ``waived``: the last
-    completed update skipped the flush at the caller's request on a standard lane.
-    ``refuse_flush``: an injected fault, consumed by the next flush attempt.
-
-    Memory release (issue #10): ``released`` is the device memory a Sleep released and no
-    WakeUp resumed yet (``MemoryTag``s); the phase is ASLEEP while it is not empty.
-    ``cleared``: the endpoint is paused by a PauseGeneration with ``clear_cache`` and nothing
-    was computed since (PAUSED admits no prefill), so its cache holds nothing an update
-    could make stale: an update may then skip its own flush (flush at pause, vLLM
-    ``/pause?clear_cache=true``).
-    ``derived``: version of the state derived from the weights at load time (DER-001).
-    ``update``: the open two-phase update window, if any; inside it, once a chunk landed,
-    ``torn`` marks the live weights mixed (``MIXED``) and the endpoint may serve under
-    them (WIN-001). ``fail_chunk``: an injected fault, consumed by the next chunk.
-    """
+    """One endpoint's dynamic state."""
 
     config: Config = Config()
+    """What the endpoint is; fixed for the run."""
     phase: Phase = Phase.SERVING
+    """Its lifecycle phase (``lifecycle.TABLE`` says what may run in it)."""
     pause: PauseMode | None = None
+    """The mode of the PauseGeneration that paused it; ``None`` when not paused."""
     weights: int = 0
+    """The last target version completely loaded."""
     torn: bool = False
+    """A failed bucketed update left some tensors of a newer version in place; inside an open
+    window once a chunk landed: the live weights are mixed (``MIXED``)."""
     draft: int = 0
+    """The version of the draft model's weights."""
     scales: int = 0
+    """The version of the FP8 KV scales in force."""
     lora: int = 0
+    """The revision of the LoRA adapter's bytes."""
     label: int | None = 0
+    """The weight-version label it reports; ``None``: it reports none."""
     cache: frozenset[Entry] = frozenset()
+    """Every entry it MAY hold: an upper bound (any entry may vanish at any time, and a miss is
+    always allowed)."""
     requests: tuple[Request, ...] = ()
+    """Its in-flight requests, in admission order."""
     dirty: bool = False
+    """An update changed the weights but its flush could not complete: closed (FC-002) until
+    flushed."""
     waived: bool = False
+    """The last completed update skipped the flush at the caller's request on a standard lane."""
     refuse_flush: bool = False
+    """An injected fault (FaultRefuseFlush), consumed by the next flush attempt."""
     released: frozenset[MemoryTag] = frozenset()
+    """The device memory a Sleep released and no WakeUp resumed yet; ASLEEP while not empty."""
     cleared: bool = False
+    """Paused by a PauseGeneration with ``clear_cache`` and nothing computed since, so an update
+    may skip its own flush (flush at pause, vLLM ``/pause?clear_cache=true``)."""
     derived: int = 0
+    """The version of the state derived from the weights at load time (DER-001)."""
     update: OpenUpdate | None = None
+    """The open two-phase update window, if any; the endpoint may serve under mixed weights
+    inside it (WIN-001)."""
     fail_chunk: bool = False
+    """An injected fault (FaultChunkFails), consumed by the next chunk."""
+    ranks: tuple[Endpoint, ...] = ()
+    """Its data-parallel ranks when ``config.ranks`` > 1, rank k at ``ranks[k]``: each a
+    single-scheduler ``Endpoint`` with its own weights, radix cache and in-flight requests;
+    empty for a single scheduler. The endpoint's own fields are then the merge of its ranks
+    (``semantics.ranked``): the union of their caches and requests, the oldest of their
+    weights, its own label, ``torn`` while closed until an update completes on every rank."""
+    fail_update: bool = False
+    """An injected fault (FaultRankUpdateFails) on a rank: its next update fails and leaves
+    it at its old weights with its cache; consumed by that update."""
 
     @property
     def kv_released(self) -> bool:
@@ -344,55 +381,55 @@ class Endpoint:
 
 @frozen(cache_hash=True)
 class Policy:
-    """The client's sync policy: ``cache_invalidation_mode``, an explicit ``flush_cache``
-    (``None`` when not given) and the configured ``pause_mode``.
-
-    ``off_policy_sessions``: the RL framework declares that a continuing session may keep
-    reusing KV of the weights it started under (its requests pinned to that namespace;
-    PrimeIntellect-ai/prime-rl PR #2266). Such reuse is then reported, not failed.
-    """
+    """The client's sync policy."""
 
     mode: CacheMode = field(default=CacheMode.AUTO, converter=CacheMode)
+    """The client's ``cache_invalidation_mode``: auto, flush or none."""
     flush_cache: bool | None = None
+    """An explicit ``flush_cache`` the client is configured with; ``None`` when not given."""
     pause_mode: PauseMode = field(default=PauseMode.RETRACT, converter=PauseMode)
+    """The configured ``pause_mode`` of the client's pauses."""
     off_policy_sessions: bool = False
+    """The RL framework declares that a continuing session may keep reusing KV of the weights it
+    started under (PrimeIntellect-ai/prime-rl PR #2266): such reuse is reported, not failed."""
 
 
 @frozen(cache_hash=True)
 class Bounds:
     """How far the model may go: the explorer's search bounds and the machine's draw pool.
 
-    ``prefixes``: prompt prefixes shared across requests (so reuse happens).
-    ``rids``: request IDs available for in-flight requests. ``versions``: the newest weight
-    version the trainer may produce. ``lora_revisions``: newest LoRA revision.
-    ``namespaces``: requests may be pinned to a namespace (any version up to the one in
-    force); off, every request carries none. ``funnels``: the weight-update funnels an
-    update action may name (the reduced search keeps one: ``symmetry.funnel_bounds``).
-
     Bounds are the search's, not the spec's: no guard reads them. ``semantics.within`` is
     the one place they are applied.
     """
 
     prefixes: tuple[str, ...] = ("P", "Q")
+    """Prompt prefixes shared across requests (so reuse happens)."""
     rids: tuple[str, ...] = ("r1", "r2")
+    """Request IDs available for in-flight requests."""
     versions: int = 2
+    """The newest weight version the trainer may produce."""
     lora_revisions: int = 2
+    """The newest LoRA revision."""
     namespaces: bool = False
+    """Requests may be pinned to a namespace (any version up to the one in force); off, every
+    request carries none."""
     funnels: tuple[Funnel, ...] = tuple(Funnel)
+    """The weight-update funnels an update action may name (the reduced search keeps one:
+    ``symmetry.funnel_bounds``)."""
 
 
 @frozen(cache_hash=True)
 class State:
-    """The whole system: endpoints, client policy, trainer version and the ledger.
-
-    ``trainer``: the newest weight version the trainer has pushed anywhere.
-    ``ledger``: every response served, in order (``Served``).
-    """
+    """The whole system: endpoints, client policy, trainer version and the ledger."""
 
     endpoints: tuple[Endpoint, ...]
+    """Every endpoint's state, by index."""
     policy: Policy = Policy()
+    """The client's sync policy."""
     trainer: int = 0
+    """The newest weight version the trainer has pushed anywhere."""
     ledger: tuple[Served, ...] = ()
+    """Every response served, in order (``Served``)."""
 
     def endpoint(self, index: int) -> Endpoint:
         return self.endpoints[index]
@@ -407,9 +444,18 @@ class State:
         return evolve(self, ledger=())
 
 
+def initial_endpoint(config: Config) -> Endpoint:
+    """An endpoint serving version 0 with empty caches; with ``config.ranks`` > 1, as many
+    ranks, each a single scheduler of the same config."""
+    if config.ranks == 1:
+        return Endpoint(config=config)
+    rank = Endpoint(config=evolve(config, ranks=1))
+    return Endpoint(config=config, ranks=(rank,) * config.ranks)
+
+
 def initial_state(configs: tuple[Config, ...], policy: Policy = Policy()) -> State:
     """All endpoints serving version 0 with empty caches."""
-    return State(endpoints=tuple(Endpoint(config=c) for c in configs), policy=policy)
+    return State(endpoints=tuple(initial_endpoint(c) for c in configs), policy=policy)
 
 
 __all__ = [
@@ -425,6 +471,7 @@ __all__ = [
     "ServerInfo",
     "State",
     "Use",
+    "initial_endpoint",
     "initial_state",
     "server_info",
     "with_profile",

@@ -1,10 +1,10 @@
 """Symmetry reduction for the explorer: states equal up to renaming are explored once.
 
-Three kinds of names in a state are interchangeable (issue 12): prompt prefixes (the
+Three kinds of names in a state are interchangeable: prompt prefixes (the
 ``Bounds.prefixes``), request IDs (``Bounds.rids``), and endpoints with equal ``Config``.
 No guard compares a prefix or a request ID with another by anything but equality, and an
 endpoint's behaviour depends on its config and its own state only, so renaming them maps
-every path onto a path (the semantics are equivariant; ``tests/test_speed.py`` checks this
+every path onto a path (the semantics are equivariant; ``tests/test_symmetry.py`` checks this
 on every state of a small search). The explorer then keeps one state per orbit:
 ``canonical`` picks, among the state's renamings, the one with the smallest hash.
 
@@ -12,14 +12,14 @@ Generic over the attrs state: ``relabel`` walks any attrs value, tuple and froze
 renames every ``str`` that is a prefix or a request ID of the bounds, whatever field holds
 it, so new vocabulary that names prefixes or requests is covered without a list here.
 Endpoints are permuted by their position in ``State.endpoints``; an int that names an
-endpoint elsewhere would have to be renamed too, and ``tests/test_speed.py`` fails when a
+endpoint elsewhere would have to be renamed too, and ``tests/test_symmetry.py`` fails when a
 field that names an endpoint appears outside the ledger (which the explorer strips).
 ``Config`` values are fixed for a run and identify an endpoint's class: never renamed.
 
 A fourth name is interchangeable in actions, not in states: the weight-update funnel. The
 model reads no funnel (``OpenUpdate``'s docstring: the funnel is the system's business), so
 an ``UpdateWeights``, ``SyncWeights`` or ``BeginWeightUpdate`` has the same branches,
-outcomes included, through every funnel (``tests/test_speed.py`` checks this on every state
+outcomes included, through every funnel (``tests/test_symmetry.py`` checks this on every state
 of a small search). ``funnel_bounds`` keeps one funnel (``Bounds.funnels``): the reduced
 model explorer then steps each such action once instead of seven times. The product explorer and the
 stateful search keep every funnel: a system under test may miss one (SGLang's bucketed path,

@@ -103,7 +103,7 @@ class Status(str, Enum):
     INDETERMINATE = "indeterminate"
 
 
-# ----- memory release tags (issue #10 item 1) ---------------------------------------------
+# ----- memory release tags ----------------------------------------------------------------
 
 
 class MemoryTag(str, Enum):

@@ -23,6 +23,7 @@ KINDS = {
     "PUB": "Version publishing",
     "WIN": "Two-phase update windows",
     "DER": "Derived weight state",
+    "RNK": "Data-parallel ranks behind one endpoint",
 }
 
 KIND_NOTES = {
@@ -75,7 +76,7 @@ NOTES: dict[str, tuple[str, ...]] = {
         "  was asked (`flush_cache=False`); on a standard lane INV-001's waiver applies if the",
         "  client's policy opts out, and otherwise the stale hit is INV-001, the consequence of",
         "  a client that reset before the weights were final (the client rule CLI-0xx, 'reset",
-        "  after final weights', of issue 11). On an exact lane ENG-001 flushes at the finish",
+        "  after final weights'). On an exact lane ENG-001 flushes at the finish",
         "  anyway.",
         "",
     ),

@@ -8,7 +8,9 @@
 # 3. the main job: the pass matrix (both reference systems and every correct design of
 #    adapters/designs.py PASS) and the kill matrix (every mutant killed by its rule), both
 #    from `kvfence mutants`; then a live check of vLLM: the reference client PASSES, a
-#    client that never flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh);
+#    client that never flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh; its
+#    vllm-lora and vllm-rl checks only with KVFENCE_VLLM_LORA=1 / KVFENCE_VLLM_RL=1 here:
+#    the suite checks vllm-rl itself, tests/vllm/test_vllm_engine.py);
 # 4. SGLang 0.5.23's scheduler on CPU (scripts/install-sglang.sh into .sglang/0.5.23,
 #    ~2 min, after vLLM's torch), then its live check: it FAILS ExactLaneGuardFlushes
 #    (scripts/check-sglang.sh). Skip with KVFENCE_SKIP_SGLANG=1.
@@ -45,7 +47,8 @@ if [ "${KVFENCE_SKIP_VLLM:-0}" = 1 ]; then
     echo "setup: KVFENCE_SKIP_VLLM=1: not installing or checking vLLM"
 else
     bash scripts/install-vllm.sh .venv/bin/python
-    bash scripts/check-vllm.sh .venv/bin/python
+    KVFENCE_VLLM_LORA=${KVFENCE_VLLM_LORA:-0} KVFENCE_VLLM_RL=${KVFENCE_VLLM_RL:-0} \
+        bash scripts/check-vllm.sh .venv/bin/python
 fi
 
 if [ "${KVFENCE_SKIP_SGLANG:-0}" = 1 ]; then

@@ -1,13 +1,151 @@
-"""Shared fixtures: adapters by registry name, and a results folder per test."""
+"""Shared fixtures (adapters by registry name, a results folder per test), the test tiers
+and what keeps tests apart under pytest-xdist.
+
+Tiers: ``pytest -m "not slow"`` is the fast tier (the model, every rule's unit tests, the
+CLI); ``slow`` marks the pass and kill matrices, the real engines (vLLM, SGLang, the peer
+client) and whole checks at the full budget. A module is slow when it is named in
+``SLOW_MODULES``, a test when its module and name are in ``SLOW_TESTS``; a name there that
+no longer exists in a collected module is a usage error, so the lists cannot go stale.
+
+Workers: ``pytest`` runs on every core (``-n auto --dist loadgroup``, pyproject.toml).
+The tests of a module that defines a module-scoped fixture share one worker (its
+``xdist_group``), so a costly fixture (the matrices, a real engine) is built once per
+session; every real-engine test shares one group, so no two real engines start at once.
+Each test runs in its own ``tmp_path`` as the working directory, so a command's default
+``kvfence-results/`` or a ``.hypothesis/`` folder never lands in a folder two workers
+share; the real-engine tests keep the repository root, where ``.sglang/`` and
+``.venv-peer/`` are found.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvfence.adapters import registry
+
+REAL_ENGINES = ("vllm", "sglang", "peer")
+"""Markers of tests that drive a real engine or a real client's process."""
+
+SLOW_MODULES = {
+    "test_mutants.py": "the kill matrix: every mutant killed by its rule, two searches each",
+    "test_designs.py": "the pass and kill matrices at ci and the product explorer per design",
+    "test_bench.py": "runs scripts/bench.py, a minute of search",
+    "test_peer.py": "a real RL framework's client against kvfence serve",
+    "test_explore_parallel.py": "forks explorer workers, serial and parallel searches",
+    "test_documented_commands.py": "runs every command the README and docs show",
+}
+"""Modules of the slow tier, with the reason."""
+
+SLOW_TESTS: dict[str, set[str]] = {
+    "test_adapter_answers.py": {"test_null_radix_flag_is_unknown_not_off"},
+    "test_capabilities.py": {
+        "test_bytes_without_the_capability_are_no_evidence",
+        "test_require_met_runs_as_usual",
+    },
+    "test_cli.py": {
+        "test_check_reference_passes_and_writes_reports",
+        "test_pytest_plugin_fixture_and_options",
+        "test_a_narrow_terminal_still_shows_the_verdict_column",
+    },
+    "test_explore.py": {
+        "test_model_state_counts_are_pinned[cli-bounds-depth4]",
+        "test_model_state_counts_are_pinned[one-endpoint-depth12]",
+        "test_explorer_finds_a_shortest_counterexample",
+        "test_reference_engines_pass_at_depth_2",
+        "test_main_explore_against_a_mutant",
+    },
+    "test_fail_closed_checker.py": {
+        "test_client_raising_on_one_configuration_is_judged_on_the_others",
+        "test_malformed_server_info_counts_as_unknown",
+        "test_client_table_catches_what_the_engine_cannot_show",
+        "test_dead_server_info_with_a_client_that_guesses_off_fails",
+        "test_blind_adapter_skips_rules_it_cannot_see",
+    },
+    "test_check_search.py": {"test_rules_broken_in_set_aside_examples_fail"},
+    "test_programs.py": {
+        "test_program_mutant_killed_by_its_rule_in_the_kill_matrix",
+        "test_a_resolver_is_not_judged_by_cli_012",
+        "test_correct_program_passes",
+        "test_check_client_program_passes_a_correct_sync",
+    },
+    "test_runner.py": {
+        "test_a_ci_check_draws_the_same_examples_whatever_modules_are_loaded",
+        "test_without_the_guard_the_draw_depends_on_the_modules_loaded",
+    },
+    "test_twophase.py": {
+        "test_relabel_without_loading_passes_a_whole_check_without_the_restart_oracle"
+    },
+    "test_verdicts.py": {"test_reference_passes_with_exact_cache_too"},
+}
+"""Slow tests of otherwise fast modules (module file name -> test function names, or one
+parametrized case as ``name[id]``): whole checks at the full ci budget that PASS or find
+nothing (600 examples: tens of seconds each), a long focused search, the kill matrix of
+the client programs, the product explorer per mutant, the two deepest model counts (the
+shallower pins stay fast)."""
+
+
+def _slow_reason(item: pytest.Item) -> str | None:
+    path = Path(str(item.fspath))
+    if path.parent.name in ("vllm", "sglang") or any(
+        item.get_closest_marker(m) for m in REAL_ENGINES
+    ):
+        return "a real engine"
+    if path.name in SLOW_MODULES:
+        return SLOW_MODULES[path.name]
+    slow = SLOW_TESTS.get(path.name, ())
+    if getattr(item, "originalname", item.name) in slow or item.name in slow:
+        return "a whole check at the full budget, or a matrix"
+    return None
+
+
+def _module_scoped(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    module = Path(str(item.fspath))
+    for defs in info.name2fixturedefs.values():
+        for d in defs:
+            if d.scope == "module" and Path(d.baseid.split("::")[0]).name == module.name:
+                return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker and xdist reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.fspath))
+        module = getattr(item, "module", None)
+        named = {n.split("[")[0] for n in SLOW_TESTS.get(path.name, ())}
+        missing = named - set(vars(module) if module else ())
+        if missing:
+            raise pytest.UsageError(
+                f"tests/conftest.py SLOW_TESTS names {sorted(missing)} in {path.name}, "
+                "which has no such test"
+            )
+        if _slow_reason(item):
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("xdist_group"):
+            continue
+        if _slow_reason(item) == "a real engine":
+            item.add_marker(pytest.mark.xdist_group("real-engines"))
+        elif _module_scoped(item):
+            item.add_marker(pytest.mark.xdist_group(path.name))
+
+
+@pytest.fixture(autouse=True)
+def _own_working_directory(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """Each test in its own ``tmp_path`` as the current directory (real engines excepted);
+    ``.sglang/``, which the SGLang lane finds in the current directory, is still the one
+    where pytest started."""
+    if _slow_reason(request.node) != "a real engine":
+        if "KVFENCE_SGLANG_HOME" not in os.environ:
+            monkeypatch.setenv("KVFENCE_SGLANG_HOME", str(Path.cwd() / ".sglang"))
+        monkeypatch.chdir(request.getfixturevalue("tmp_path"))
+    yield
 
 
 @pytest.fixture

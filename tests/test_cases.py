@@ -121,7 +121,8 @@ def test_case_24_pinned_session_is_stale_unless_the_policy_allows_it(allowance):
     it passes (reported as a note); a new session salted with v1 never hits v0 KV."""
     from attrs import evolve
 
-    from kvfence.conformance.lockstep import MACHINE_BOUNDS, Recorder
+    from kvfence.conformance.lockstep import MACHINE_BOUNDS
+    from kvfence.conformance.record import Recorder
     from kvfence.model.actions import ServeRequest, UpdateWeights
     from kvfence.model.state import Config, Policy
     from kvfence.model.vocabulary import Funnel, Lane

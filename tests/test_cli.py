@@ -15,7 +15,9 @@ from kvfence.conformance.cli import main
 
 def test_check_reference_passes_and_writes_reports(tmp_path, capsys):
     junit, results = tmp_path / "junit.xml", tmp_path / "results.json"
-    code = main(["check", "--out", str(tmp_path), "--junit", str(junit), "--json", str(results)])
+    code = main(
+        ["check", "-v", "--out", str(tmp_path), "--junit", str(junit), "--json", str(results)]
+    )
     assert code == 0
     out = capsys.readouterr().out
     assert "verdict: PASS" in out and "ENG-001" in out
@@ -100,7 +102,7 @@ def test_pytest_plugin_fixture_and_options(tmp_path):
     assert "ENG-001" in proc.stdout and "counterexample" in proc.stdout
 
 
-# ----- issue 8 and 14: focus, replay levels, hints, names, server info -------------------
+# ----- focus, replay levels, hints, names, server info -----------------------------------
 
 
 def test_check_focus_flag_and_unknown_rules(tmp_path, capsys):
@@ -153,7 +155,8 @@ def test_replay_hint_names_a_module_client_and_file_names_have_no_colon(
     assert main(hint.removeprefix("replay it: kvfence ").split()) == 1
 
 
-def test_violation_line_shows_the_endpoints_server_info(tmp_path, capsys):
+def test_violation_line_shows_the_endpoints_server_info(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # one violation, one line
     assert main(["check", "--client", "never-flush", "--out", str(tmp_path)]) == 1
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("violated CLI")]
     assert lines and all("server info" in x for x in lines), lines
@@ -168,7 +171,7 @@ def test_a_narrow_terminal_still_shows_the_verdict_column(capsys):
 
     result = run_check(registry.engine("reference"), registry.client("reference"))
     console = Console(width=40, force_terminal=False)
-    print_result(result, console)
+    print_result(result, console, verbosity=1)
     rows = [x for x in capsys.readouterr().out.splitlines() if "ENG-001" in x]
     assert rows and "PASS" in rows[0], rows
 

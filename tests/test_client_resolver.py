@@ -7,7 +7,13 @@ import pytest
 
 from kvfence.adapters.clients import CallableClient, ReferenceClient, load_callable_client
 from kvfence.adapters.protocol import AdapterFailure
-from kvfence.model.client import parse_bool, parse_radix, plain_form, resolve_plan
+from kvfence.model.client import (
+    off_in_booleans,
+    parse_bool,
+    parse_radix,
+    plain_form,
+    resolve_plan,
+)
 from kvfence.model.state import Policy
 from kvfence.model.vocabulary import CacheMode, PauseMode
 
@@ -91,7 +97,9 @@ def test_auto_skips_when_radix_reported_off():
     [
         ({"radix_cache_enabled": True}, None),
         ({}, None),
-        ({"radix_cache_enabled": "maybe"}, None),
+        (None, None),
+        ({"radix_cache_enabled": "maybe", "x": 2}, {"x": 2}),
+        ({"radix_cache_enabled": None}, {}),
         ({"disable_radix_cache": "0"}, {"radix_cache_enabled": True}),
         ({"radix_cache_enabled": 1, "disable_radix_cache": True}, {"radix_cache_enabled": True}),
         ({"disable_radix_cache": 1, "x": 2}, {"x": 2, "radix_cache_enabled": False}),
@@ -99,6 +107,23 @@ def test_auto_skips_when_radix_reported_off():
 )
 def test_plain_form_of_a_report_that_needs_parsing(info, plain):
     assert plain_form(info) == plain
+
+
+@pytest.mark.parametrize(
+    ("info", "off"),
+    [
+        ({"radix_cache_enabled": False}, True),
+        ({"disable_radix_cache": True}, True),
+        ({"radix_cache_enabled": True, "disable_radix_cache": True}, False),
+        ({"radix_cache_enabled": "false"}, False),
+        ({"disable_radix_cache": "true"}, False),
+        ({"disable_radix_cache": 1}, False),
+        ({}, False),
+        (None, False),
+    ],
+)
+def test_off_in_booleans_reads_json_booleans_only(info, off):
+    assert off_in_booleans(info) is off
 
 
 @pytest.mark.parametrize("info", [{"radix_cache_enabled": False}, {}, None])

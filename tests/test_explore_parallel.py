@@ -1,6 +1,6 @@
-"""The level-parallel explorer (issue 12): ``explore(..., workers=N)`` returns exactly what
-the serial search returns (counts, the first violation, its trace), cut short or not, and
-leaves no worker process behind.
+"""The level-parallel explorer (``conformance.search``): ``explore(..., workers=N)`` returns
+exactly what the serial search returns (counts, the first violation, its trace), cut short
+or not, and leaves no worker process behind.
 
 ``PARALLEL_MIN`` is lowered here so that the small searches these tests can afford fork
 at every level but the first few; ``CHUNKS_PER_WORKER`` is varied so chunk borders fall
@@ -15,14 +15,21 @@ import signal
 
 import pytest
 
+import kvfence.conformance.search as pool
 import kvfence.model.explore as explorer
 from kvfence.conformance.cli import build_parser, main_explore
+from kvfence.conformance.search import explore, usable_cores
 from kvfence.model.checks import Violation, check_served, check_state
-from kvfence.model.explore import STANDARD, explore, initial_states, usable_cores
+from kvfence.model.explore import STANDARD, initial_states
+from kvfence.model.rules import RuleId
 from kvfence.model.state import Bounds, State, initial_state
 
 CLI_DEFAULT = Bounds(prefixes=("P",), rids=("r1",), versions=2)
 """``kvfence explore``'s default bounds."""
+
+INJECTED = RuleId.ADP_001
+INJECTED_SERVED = RuleId.ADP_002
+"""Registered rules the model never breaks itself (adapter rules), cited by injected bugs."""
 
 TWO = Bounds(prefixes=("P", "Q"), rids=("r1", "r2"))
 """Two prefixes, two request IDs: a search whose symmetry renames (four renamings)."""
@@ -31,7 +38,7 @@ TWO = Bounds(prefixes=("P", "Q"), rids=("r1", "r2"))
 @pytest.fixture(autouse=True)
 def fork_small_levels(monkeypatch):
     """Fork at every level of 20 frontier states or more (the default waits for 2,000)."""
-    monkeypatch.setattr(explorer, "PARALLEL_MIN", 20)
+    monkeypatch.setattr(pool, "PARALLEL_MIN", 20)
 
 
 @pytest.fixture(autouse=True)
@@ -68,7 +75,7 @@ def _same(initial, bounds, depth, workers=(2, 3), **kw):
     ],
 )
 def test_parallel_counts_are_the_serial_ones(monkeypatch, initial, bounds, depth, symmetry, chunks):
-    monkeypatch.setattr(explorer, "CHUNKS_PER_WORKER", chunks)
+    monkeypatch.setattr(pool, "CHUNKS_PER_WORKER", chunks)
     x = _same(initial, bounds, depth, symmetry=symmetry)
     assert x.complete and x.ok and x.depth_reached == depth
     assert x.states > 1000  # big enough that several levels were forked
@@ -87,12 +94,12 @@ def _e1_new_kv(state: State) -> bool:
 
 def _injected_state_check(monkeypatch, guilty) -> None:
     """A model bug made to order: ``check_state`` (as the explorer calls it, in this process
-    and in forked workers alike) also flags every state ``guilty`` picks (rule TEST-1)."""
+    and in forked workers alike) also flags every state ``guilty`` picks (rule ``INJECTED``)."""
 
     def check(state: State, ledger: bool = True) -> list[Violation]:
         out = check_state(state, ledger)
         if guilty(state):
-            out.append(Violation("TEST-1", "not this", "this", "injected"))
+            out.append(Violation(INJECTED, "not this", "this", "injected"))
         return out
 
     monkeypatch.setattr(explorer, "check_state", check)
@@ -103,11 +110,11 @@ def test_parallel_finds_the_serial_first_violation_of_a_state(monkeypatch, symme
     # 19 states first reached at level 3 break it: which is first depends on the order
     _injected_state_check(monkeypatch, _e1_new_kv)
     x = _same(initial_states(2), CLI_DEFAULT, 4, symmetry=symmetry)
-    assert [v.rule for v in x.violation] == ["TEST-1"] and len(x.trace) == 3
+    assert [v.rule for v in x.violation] == [INJECTED] and len(x.trace) == 3
     assert not x.complete
 
 
-def _stale_served(monkeypatch, rule: str) -> None:
+def _stale_served(monkeypatch, rule: RuleId) -> None:
     """``check_served`` also flags any response endpoint 1 serves at version 2."""
 
     def served(s) -> list[Violation]:
@@ -127,9 +134,9 @@ def _stale_served(monkeypatch, rule: str) -> None:
 @pytest.mark.parametrize("symmetry", [True, False])
 def test_parallel_finds_the_serial_first_violation_of_a_response(monkeypatch, symmetry):
     # a response is judged on every transition, to a new state or one seen before
-    _stale_served(monkeypatch, "TEST-2")
+    _stale_served(monkeypatch, INJECTED_SERVED)
     x = _same(initial_states(2), CLI_DEFAULT, 4, symmetry=symmetry)
-    assert [v.rule for v in x.violation] == ["TEST-2"] and x.trace
+    assert [v.rule for v in x.violation] == [INJECTED_SERVED] and x.trace
     assert not x.complete
 
 
@@ -140,11 +147,11 @@ def test_the_injected_bugs_are_found_late_enough_to_fork(monkeypatch, inject):
     if inject == "state":
         _injected_state_check(monkeypatch, _e1_new_kv)
     else:
-        _stale_served(monkeypatch, "TEST-2")
+        _stale_served(monkeypatch, INJECTED_SERVED)
     levels: list[int] = []
     x = explore(initial_states(2), CLI_DEFAULT, 4, symmetry=True, stop=levels.append)
     level = levels[-1]  # the violation was found in the last level begun
-    forks_from = explorer.PARALLEL_MIN
+    forks_from = pool.PARALLEL_MIN
     monkeypatch.undo()
     reached = [
         explore(initial_states(2), CLI_DEFAULT, d, symmetry=True) for d in (level - 1, level)
@@ -165,7 +172,7 @@ class _Alarm(Exception):
 def test_an_alarm_in_a_forked_level_leaves_no_worker_behind(monkeypatch):
     """``bench.py explore-60s`` cuts the search with SIGALRM mid-level: the workers die
     with it (killed and reaped), none keeps a core busy after the search."""
-    monkeypatch.setattr(explorer, "PARALLEL_MIN", 2000)
+    monkeypatch.setattr(pool, "PARALLEL_MIN", 2000)
 
     alive: list[int] = []
 

@@ -1,6 +1,5 @@
 """Hostile adapters: systems and adapters written to get a PASS out of the checker, or to
-make it hang, crash or lose its reports. None may PASS; each ends promptly with its reports
-(issue 8: H-1, H-2, H-5, U-2, U-6 and the file-name findings)."""
+make it hang, crash or lose its reports. None may PASS; each ends promptly with its reports."""
 
 from __future__ import annotations
 
@@ -206,7 +205,7 @@ def test_a_forked_process_starts_its_own_adapter_worker(tmp_path):
     answer within 60 s' for the reference."""
     import multiprocessing
 
-    from kvfence.conformance.lockstep import call_with_timeout
+    from kvfence.conformance.calls import call_with_timeout
 
     assert call_with_timeout(lambda: 1, 5, "warm-up") == 1  # the parent has a worker now
     ctx = multiprocessing.get_context("fork")

@@ -8,13 +8,14 @@ from hypothesis import given
 from kvfence.adapters import registry
 from kvfence.adapters.clients import ReferenceClient
 from kvfence.conformance import strategies
-from kvfence.conformance.lockstep import NEEDS, Lockstep, Recorder
+from kvfence.conformance.lockstep import NEEDS, Lockstep
 from kvfence.conformance.machine import (
     DRAW_FREQUENCY,
     STEERED_FREQUENCY,
     lower_tier_endpoints,
     tier_steered,
 )
+from kvfence.conformance.record import Recorder
 from kvfence.model.actions import EvictPrefix, ServeRequest
 from kvfence.model.capabilities import Capability
 from kvfence.model.state import Config, Policy

@@ -1,4 +1,4 @@
-"""Peer check (issue 11 item 4): a real RL framework's weight-sync client, installed
+"""Peer check: a real RL framework's weight-sync client, installed
 unmodified from the package index, drives ``kvfence serve`` over HTTP.
 
 The client is SkyRL 0.3.0's ``RemoteInferenceClient`` (it talks to vLLM's own routes:

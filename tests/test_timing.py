@@ -1,5 +1,5 @@
-"""The check's account of where its wall time went (issue 12, item 5): engine, client and
-kvfence's own seconds (``lockstep.Timing``, ``runner.TimeSplit``, the report's ``timing``).
+"""The check's account of where its wall time went: engine, client and
+kvfence's own seconds (``calls.Timing``, ``runner.TimeSplit``, the report's ``timing``).
 
 Nothing here times kvfence against a threshold: the engine and client are made slow by a
 known sleep per call, and the account must hold at least those sleeps."""
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from kvfence.adapters import registry
-from kvfence.conformance.lockstep import Timing, call_with_timeout
+from kvfence.conformance.calls import Timing, call_with_timeout
 from kvfence.conformance.report import print_result, result_json, write_json
 from kvfence.conformance.runner import TimeSplit, run_check
 
@@ -149,7 +149,7 @@ def test_the_json_report_and_summary_carry_the_split(tmp_path):
 
     console = Console(record=True, width=200)
     print_result(r, console)
-    assert "kvfence overhead" in console.export_text()
+    assert "checker share" in console.export_text()
 
 
 def test_an_unmeasured_result_reports_null_timing(tmp_path):

@@ -151,7 +151,7 @@ def test_model_only_names_a_recorded_step_the_spec_would_not_drive(tmp_path):
     assert "but the spec drives" in verdict.message
 
 
-# ----- issue 8: traces that replayed nothing, special files, size, encoding --------------
+# ----- traces that replayed nothing, special files, size, encoding -----------------------
 
 
 def _lines(path: Path) -> list[dict]:

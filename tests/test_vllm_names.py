@@ -45,7 +45,7 @@ def test_every_capability_not_declared_says_why(name):
 
 
 def test_skip_notes_name_the_engines_reason():
-    from kvfence.conformance.lockstep import Recorder
+    from kvfence.conformance.record import Recorder
     from kvfence.conformance.runner import _rule_verdicts
 
     caps = frozenset(Capability) - {Capability.SLEEP}

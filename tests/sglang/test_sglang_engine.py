@@ -26,7 +26,9 @@ import pytest
 
 from kvfence.adapters.clients import ReferenceClient
 from kvfence.adapters.sglang_engine import SglangAdapter
-from kvfence.conformance.lockstep import ConformanceFailure, Lockstep, Recorder
+from kvfence.conformance.errors import ConformanceFailure
+from kvfence.conformance.lockstep import Lockstep
+from kvfence.conformance.record import Recorder
 from kvfence.conformance.runner import run_check
 from kvfence.conformance.trace import step_json
 from kvfence.model import semantics as spec

@@ -15,10 +15,15 @@ OVERLAYS = Path(__file__).parent / "overlays"
 
 
 def test_sglang_names_pick_the_version():
-    assert registry.engine("sglang").version == DEFAULT_VERSION == "0.5.23"
-    adapter = registry.engine("sglang@0.5.22")
+    assert SglangAdapter().version == DEFAULT_VERSION == "0.5.23"
+    adapter = SglangAdapter(version="0.5.22")
     assert (adapter.version, adapter.name) == ("0.5.22", "sglang@0.5.22")
-    assert registry.engine("sglang@0.4.10.post2").version == "0.4.10.post2"
+    assert SglangAdapter(version="0.4.10.post2").version == "0.4.10.post2"
+
+
+def test_a_version_not_installed_names_the_install_command():
+    with pytest.raises(ValueError, match=r"install-sglang\.sh 0\.4\.10\.post2"):
+        registry.engine("sglang@0.4.10.post2")
 
 
 def test_endpoints_are_an_exact_and_a_standard_lane():

@@ -119,7 +119,7 @@ def test_offline_rl_reference_client_passes(tmp_path):
     exercised = [r.rule.id for r in result.rules if r.verdict in ("PASS", "FAIL")]
     # 29 today: the 13 rules any adapter exercises, plus what inflight, pause,
     # flush_result, weights_probe, cache_probe and restart unlock on vLLM, plus the
-    # lifecycle actions dispatched since issue 13: PUB-001/002 (publish), WIN-001/002
+    # lifecycle actions it dispatches: PUB-001/002 (publish), WIN-001/002
     # (two_phase), DER-001 (derived + restart_oracle) (docs/engines.md).
     assert len(exercised) >= 29, _table(result)
     for rule in ("PUB-001", "PUB-002", "WIN-001", "WIN-002", "DER-001"):

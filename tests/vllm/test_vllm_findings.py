@@ -1,4 +1,4 @@
-"""Public vLLM faults, replayed on the real vLLM 0.32 CPU engine (issue 13, item 3).
+"""Public vLLM faults, replayed on the real vLLM 0.32 CPU engine.
 
 Each finding is a short action sequence run in lockstep with the model
 (``conformance.replay.replay_actions``): the raw engine (no client-side fail-closed guard,
@@ -24,12 +24,12 @@ case: ``fail_closed`` and ``label_updates`` are read at each action, so a case f
   LoRA request hits KV of the old bytes: ENG-007 (cache probe) and INV-001 (bytes).
   Reproduces on 0.32; a client that saves each revision to its own directory PASSes
   (unfixed upstream: PR #42495 was closed, PR #48352, content-derived keys, is open).
-* Label-only publish unchecked (issue 13, wired ``PublishVersion``): vLLM's
+* Label-only publish unchecked (``PublishVersion``): vLLM's
   ``update_weight_version`` sets any label (``RLOfflineMixin.update_weight_version``, "Set
   the weight version without updating weights"; route ``POST /update_weight_version``), so
   a publish of a version the weights are not is accepted: PUB-001. The guarded engine checks
   the weights probe first and PASSes.
-* Label inside a two-phase window (issue 13): after ``start_weight_update`` and a chunk,
+* Label inside a two-phase window: after ``start_weight_update`` and a chunk,
   vLLM still reports the last committed label (``get_weight_version``: "Return the latest
   committed weight version") on mixed weights, and it does not refuse a request there (a
   forward pass on meta layers raises; the adapter refuses on its behalf). WIN-001 asks for

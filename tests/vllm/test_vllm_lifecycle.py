@@ -1,4 +1,4 @@
-"""The vLLM adapter's lifecycle actions (issue 13), each dispatched by ``apply`` against
+"""The vLLM adapter's lifecycle actions, each dispatched by ``apply`` against
 the real vLLM 0.32 CPU engine: ``PauseGeneration(clear_cache)``, ``PublishVersion``, the
 native two-phase update (``BeginWeightUpdate`` / ``UpdateWeightChunk`` /
 ``FinishWeightUpdate`` / ``AbortWeightUpdate``, on kvfence's ``kvfence-disk`` transfer

@@ -1,4 +1,4 @@
-"""A server kvfence started dies with kvfence on SIGTERM and SIGINT (issue 8, H-6).
+"""A server kvfence started dies with kvfence on SIGTERM and SIGINT.
 
 ``adapters.vllm_process.ServerProcess`` runs the server in its own process group and
 chains handlers for both signals that kill the group before the signal takes its usual

@@ -1,4 +1,4 @@
-"""vLLM's own output goes to the log, not the terminal (issue 13, item 4); no vLLM needed."""
+"""vLLM's own output goes to the log, not the terminal; no vLLM needed."""
 
 from __future__ import annotations
 

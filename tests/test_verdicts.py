@@ -1,14 +1,17 @@
-"""Judging: the spec holds systems to the safety contract, not to the reference's choices
-(issue 14), and a rule passes only on evidence that could have shown its violation
-(issue 8). Each test names the finding it reproduces; each failed on main at 64ceba3."""
+"""Verdicts: the spec holds a system to the safety contract, not to the reference's
+choices (correct designs unlike the reference PASS, version labels, aborts, refusals), and
+a rule PASSes only on evidence that could have shown its violation."""
 
 from __future__ import annotations
 
 import pytest
+from attrs import evolve
 
 from kvfence.adapters import registry
 from kvfence.adapters.clients import ReferenceClient
 from kvfence.adapters.designs import (
+    AbortsThenFlushes,
+    AlwaysFlushes,
     OmittedFlushMeansFlush,
     PauseAbortClearsCache,
     RadixOffSkipsFlush,
@@ -16,21 +19,22 @@ from kvfence.adapters.designs import (
     StopsOnRefusedFlush,
     VersionKeyedCache,
 )
-from kvfence.adapters.mutants import ForcesFlushOnStandardLane, InPlaceSkipsFlushClient
-from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint, Reply
-from kvfence.conformance.lockstep import (
-    AdapterError,
-    Lockstep,
-    Recorder,
-    client_table,
-    explanation,
+from kvfence.adapters.mutants import (
+    ForcesFlushOnStandardLane,
+    InPlaceSkipsFlushClient,
 )
+from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint, Reply
+from kvfence.conformance.client_table import client_table
+from kvfence.conformance.errors import AdapterError
+from kvfence.conformance.lockstep import Lockstep, explanation
+from kvfence.conformance.record import Recorder
 from kvfence.conformance.replay import replay_actions
 from kvfence.conformance.runner import run_check
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     ContinueGeneration,
     EvictPrefix,
+    FaultRefuseFlush,
     FinishRequest,
     FlushCache,
     PauseGeneration,
@@ -41,7 +45,12 @@ from kvfence.model.actions import (
     WakeUp,
 )
 from kvfence.model.checks import ColdBytes, SpecError, Violation, compare, evidence
-from kvfence.model.client import REPORTS_WHEN_OFF, REPORTS_WHEN_ON, parse_radix
+from kvfence.model.client import (
+    REPORTS_WHEN_OFF,
+    REPORTS_WHEN_ON,
+    ROBUSTNESS_SHAPES,
+    parse_radix,
+)
 from kvfence.model.observation import Observation, Response, View
 from kvfence.model.state import Config, Policy, initial_state, server_info
 from kvfence.model.vocabulary import CacheMode, Funnel, Kind, Lane, PauseMode, Status, Tier
@@ -61,7 +70,7 @@ def rules(result) -> set[str]:
     return {v.rule for v in result.violations}
 
 
-# ----- correct designs that differ from the reference (issue 14) --------------------------
+# ----- correct designs that differ from the reference ------------------------------------
 
 
 # The designs themselves come from adapters/designs.py (the pass matrix's), so that these
@@ -184,7 +193,7 @@ def test_a_flush_that_does_nothing_and_reports_success_is_fc003():
     assert rules(replay(StubFlush, (STANDARD,), actions)) == {"FC-003"}
 
 
-# ----- namespaces (issue 14 item 3, PF-24) ------------------------------------------------
+# ----- namespaces (PF-24) ------------------------------------------------------------------
 
 
 def pinned_session(policy: Policy):
@@ -213,13 +222,17 @@ def spec_check(s):
     return check_state(s)
 
 
-# ----- the client (issue 14 item 6) --------------------------------------------------------
+# ----- the client --------------------------------------------------------------------------
 
 
-def test_new_server_info_shapes_are_drawn_in_both_directions():
+def test_shapes_no_engine_emits_are_never_drawn_only_asked():
+    """Int and contradictory shapes are asked of a resolver (CLI-013) but never drawn as an
+    endpoint's report, where the MUST rules would judge them."""
     on = server_info(radix_cache_enabled=1, disable_radix_cache=True)
     off = server_info(disable_radix_cache=1)
-    assert on in REPORTS_WHEN_ON and off in REPORTS_WHEN_OFF
+    drawn = {repr(i) for i in (*REPORTS_WHEN_ON, *REPORTS_WHEN_OFF)}  # repr: 1 == True
+    assert repr(on) not in drawn and repr(off) not in drawn
+    assert {repr(on), repr(off)} <= {repr(i) for i in ROBUSTNESS_SHAPES}
     assert parse_radix(dict(on)) is True and parse_radix(dict(off)) is False
 
 
@@ -246,7 +259,7 @@ def test_cli007_is_judged_against_the_clients_own_flush():
     assert "CLI-007" in skips
 
 
-# ----- evidence and branch choice (issue 8) -----------------------------------------------
+# ----- evidence and branch choice ----------------------------------------------------------
 
 
 def fresh_hit():
@@ -335,6 +348,24 @@ def test_reference_passes_with_exact_cache_too(out_dir):
     assert {r.rule.id: r.verdict for r in result.rules}["ENG-011"] == "PASS"
 
 
+def test_exact_cache_owes_no_hit_on_a_key_that_holds_only_draft_kv():
+    """A window whose chunk landed computes P's target KV under mixed weights; the finish
+    drops it (WIN-002) and leaves P's draft KV behind. Only target KV makes a hit, so the
+    miss that follows is no entry dropped unasked (ENG-011), even with exact_cache."""
+    from kvfence.model.actions import BeginWeightUpdate, FinishWeightUpdate, UpdateWeightChunk
+
+    engine = InProcessAdapter(ReferenceEndpoint, "reference", exact=True)
+    actions = [
+        BeginWeightUpdate(0, 1, Funnel.DISK),
+        UpdateWeightChunk(0),
+        StartRequest(0, "r1", "P"),
+        FinishWeightUpdate(0, None),
+        ServeRequest(0, "P"),
+    ]
+    r = replay(engine, (Config(draft=True),), actions, Policy())
+    assert r.kind == "PASS", r.violations
+
+
 def test_f5_declared_misreporting_names_the_server_info_in_the_report():
     declared = Config(info=server_info(radix_cache_enabled=False), misreports=True)
     actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, T, False), ServeRequest(0, "P")]
@@ -344,19 +375,114 @@ def test_f5_declared_misreporting_names_the_server_info_in_the_report():
     assert "misreports the radix cache" in v.where and "radix_cache_enabled" in v.where
 
 
-def test_older_spec_traces_load_and_unknown_ones_say_so(tmp_path):
-    """Spec 0.2 reads 0.1 traces (it only added fields with defaults); any other version is
-    refused with a message naming both versions."""
-    from pathlib import Path
+# ----- 1. a missing version label is not observed, not a lie ------------------------------
 
-    from kvfence.conformance.trace import read_trace
-    from kvfence.model import READABLE_SPECS, SPEC_VERSION
-    from kvfence.model.actions import TraceError
 
-    old = Path(__file__).parent / "regressions" / "PF-01-never-flush.jsonl"
-    assert '"spec_version": "0.1"' in old.read_text() and "0.1" in READABLE_SPECS
-    assert read_trace(old).configs
-    alien = tmp_path / "alien.jsonl"
-    alien.write_text(old.read_text().replace('"spec_version": "0.1"', '"spec_version": "9.9"'))
-    with pytest.raises(TraceError, match=f"spec 9.9 .*this is spec {SPEC_VERSION}"):
-        read_trace(alien)
+class NoLabel(ReferenceEndpoint):
+    """An engine without a version label on its ``/weight_info`` (label ``None``)."""
+
+    def weight_info(self) -> View:
+        return evolve(super().weight_info(), label=None)
+
+
+def test_an_engine_without_a_version_label_is_not_inv003():
+    """Was INV-003 'expected 1, got None' after every update."""
+    actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, T, True), ServeRequest(0, "P")]
+    r = replay(NoLabel, (STANDARD,), actions, Policy())
+    assert r.kind == "PASS", [str(v) for v in r.violations]
+
+
+def test_a_wrong_label_is_still_inv003():
+    class StaleLabel(ReferenceEndpoint):
+        def _install(self, version, funnel):
+            super()._install(version, funnel)
+            self.label = version - 1
+
+    actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, T, True)]
+    assert "INV-003" in rules(replay(StaleLabel, (STANDARD,), actions, Policy()))
+
+
+# ----- 2. abort-then-flush on an exact lane -----------------------------------------------
+
+
+def test_abort_then_flush_on_an_exact_lane_passes():
+    """Was FC-001: the refused mandatory flush was made possible by aborting the requests
+    holding KV, then the flush ran; safe."""
+    actions = [StartRequest(0, "r1", "P"), UpdateWeights(0, 1, T, False), ServeRequest(0, "P")]
+    r = replay(AbortsThenFlushes, (EXACT,), actions)
+    assert r.kind == "PASS", [str(v) for v in r.violations]
+    assert r.run.lines[1]["observed"]["status"] == "ok"
+    assert r.run.lines[2]["observed"]["response"]["hit"] is False
+
+
+def test_abort_then_flush_after_a_retract_pause_and_an_injected_refusal_passes():
+    """Was ENG-003: with retract pause nothing holds KV; the injected refusal of the first
+    flush is met by aborting the retracted requests and flushing again."""
+    actions = [
+        StartRequest(0, "r1", "P"),
+        PauseGeneration(0, PauseMode.RETRACT),
+        FaultRefuseFlush(0),
+        UpdateWeights(0, 1, T, False),
+        ContinueGeneration(0),
+        ServeRequest(0, "P"),
+    ]
+    r = replay(AbortsThenFlushes, (EXACT,), actions)
+    assert r.kind == "PASS", [str(v) for v in r.violations]
+    assert r.run.lines[3]["observed"]["status"] == "ok"
+
+
+def test_an_update_that_aborts_but_keeps_the_stale_cache_still_fails():
+    """The new branch is no blanket waiver: aborting and then not flushing is ENG-001."""
+
+    class AbortsOnly(ReferenceEndpoint):
+        def update_weights(self, version, funnel, flush_cache):
+            self.requests.clear()
+            self._install(version, funnel)
+            return Reply(True)
+
+    actions = [
+        ServeRequest(0, "P"),
+        StartRequest(0, "r1", "Q"),
+        UpdateWeights(0, 1, T, False),
+        ServeRequest(0, "P"),
+    ]
+    assert replay(AbortsOnly, (EXACT,), actions).kind == "FAIL"
+
+
+# ----- 3. an always-flush engine may refuse an update it cannot flush for -----------------
+
+
+def test_always_flush_rejecting_an_unflushable_opt_out_update_passes():
+    """Was LIV-002: flush_cache=False while a request holds KV; the engine flushes on every
+    update, cannot here, and rejects the update cleanly (nothing changed)."""
+    actions = [
+        StartRequest(0, "r1", "P"),
+        UpdateWeights(0, 1, T, False),
+        FinishRequest(0, "r1"),
+        UpdateWeights(0, 1, T, False),
+        ServeRequest(0, "P"),
+    ]
+    r = replay(AlwaysFlushes, (STANDARD,), actions)
+    assert r.kind == "PASS", [str(v) for v in r.violations]
+    assert [line["observed"]["status"] for line in r.run.lines[1:2]] == ["rejected"]
+    assert r.run.lines[4]["observed"]["response"]["hit"] is False
+
+
+def test_rejecting_every_update_is_allowed_but_never_a_pass(tmp_path):
+    """A refused update that changed nothing is always allowed: no flush rule fires, and
+    judging goes on to what the endpoint serves next. An engine that refuses every update
+    still never PASSes: no update completes, so reuse after one (REACH-001) is never
+    reached and the run is UNKNOWN, not PASS."""
+    from kvfence.conformance.runner import run_check
+    from kvfence.conformance.verdict import Verdict
+
+    class RefusesUpdates(ReferenceEndpoint):
+        def update_weights(self, version, funnel, flush_cache):
+            return Reply(False, message="no")
+
+    actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, T, False), ServeRequest(0, "P")]
+    assert rules(replay(RefusesUpdates, (STANDARD,), actions)) == set()
+    engine = InProcessAdapter(RefusesUpdates, "refuses-every-update")
+    result = run_check(engine, ReferenceClient(), out_dir=tmp_path, max_examples=40)
+    assert result.verdict is not Verdict.PASS and not result.violations
+    assert {r.rule.id: r.verdict for r in result.rules}["REACH-001"] is Verdict.UNKNOWN

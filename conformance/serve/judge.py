@@ -1,0 +1,160 @@
+"""The judge of a ``kvfence serve`` session: rule verdicts, the run's verdict, the session
+trace and traffic log, and on FAIL the shrunk counterexample.
+
+A rule the session's traffic never exercised is SKIP (serve judges only the calls it
+received); the run is UNKNOWN, never PASS, unless a request was served after a weight
+update (the stale-reuse question was asked); an adapter error is ERROR.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attrs import evolve
+
+from ...adapters import registry
+from ...adapters.clients import ReferenceClient
+from ...model.actions import FinishWeightUpdate, ServeRequest, UpdateWeightChunk, UpdateWeights
+from ..runner import Result, RuleVerdict, _rule_verdicts
+from ..trace import header, safe_name, unique_path, write_trace
+from ..verdict import Verdict, worst
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+def rule_verdicts(s: Session) -> tuple[tuple[RuleVerdict, ...], Verdict, str]:
+    """Rule verdicts of the session, the run's verdict, and why it is not PASS when a rule
+    could not show anything."""
+    rules = _rule_verdicts(s.recorder, s.violations, s.error, s.capabilities, s.strict)
+    out = []
+    for rv in rules:
+        if rv.verdict is Verdict.UNKNOWN and rv.evidence == 0 and rv.rule.kind != "ADP":
+            rv = evolve(rv, verdict=Verdict.SKIP, reason="not exercised by this session")
+        out.append(rv)
+    verdict = worst([r.verdict for r in out])
+    why = ""
+    if s.error is not None and verdict is not Verdict.FAIL:
+        verdict = Verdict.ERROR
+    updates = (UpdateWeights, UpdateWeightChunk, FinishWeightUpdate)
+    asked = any(
+        isinstance(a, ServeRequest)
+        and i > 0
+        and any(isinstance(b, updates) for b in s.lockstep.actions[:i])
+        for i, a in enumerate(s.lockstep.actions)
+    )
+    if verdict is Verdict.PASS and not asked:
+        verdict = Verdict.UNKNOWN
+        why = (
+            "the session served no request after a weight update: stale reuse could "
+            "not have shown; drive pause, update, continue and a request"
+        )
+    return tuple(out), verdict, why
+
+
+def result(s: Session, write: bool = False) -> Result:
+    """The session's ``Result`` (as ``check`` prints it); with ``write``, the trace and (on
+    FAIL) the counterexample are written under ``s.out_dir``."""
+    rules, verdict, why = rule_verdicts(s)
+    warnings = [why] if why else []
+    pending = sorted({e["pending"] for e in s.traffic if "pending" in e})
+    if pending:
+        warnings.append(f"routes not judged, waiting for model actions: {', '.join(pending)}")
+    if write:
+        try:
+            write_session(s, verdict)
+        except OSError as e:
+            warnings.append(f"could not write the session trace to {s.out_dir}: {e}")
+    return Result(
+        engine=s.engine_name,
+        client=f"serve:{s.api}",
+        profile="serve",
+        seed=None,
+        verdict=verdict,
+        rules=rules,
+        violations=tuple(s.violations),
+        error="" if s.error is None else str(s.error),
+        counterexample=s.counterexample,
+        steps=len(s.lockstep.actions),
+        examples=1,
+        seconds=time.monotonic() - s.started,
+        warnings=tuple(warnings),
+    )
+
+
+def session_header(s: Session) -> dict[str, Any]:
+    """The trace header of the session."""
+    comment = f"kvfence serve --api {s.api}: the session's requests, in order"
+    return header(
+        s.engine_name,
+        "reference",
+        None,
+        "serve",
+        (s.config,),
+        s.policy,
+        comment=comment,
+        capabilities=s.capabilities,
+    )
+
+
+def write_session(s: Session, verdict: Verdict) -> None:
+    """The session trace (every judged step, replayable by ``kvfence replay``), the traffic
+    log, and on FAIL the counterexample: the trace shrunk on a fresh engine."""
+    head = session_header(s)
+    if s.violations:
+        from ..trace import violation_json
+
+        last = s.lockstep.steps[-1].step if s.lockstep.steps else 0
+        line = {
+            "verdict": "FAIL",
+            "step": last,
+            "violations": [violation_json(v) for v in s.violations],
+        }
+    elif s.error is not None:
+        line = {"verdict": "ERROR", "error": str(s.error)}
+    else:
+        line = {"verdict": verdict.value}
+    stem = f"serve-{safe_name(s.engine_name)}-{s.api}"
+    if s.trace_path is None:
+        s.trace_path = unique_path(s.out_dir, stem)
+    write_trace(s.trace_path, head, s.lockstep.steps, line)
+    log = s.trace_path.with_suffix(".traffic.json")
+    log.write_text(json.dumps({"versions": s.weights.sources, "traffic": s.traffic}, indent=1))
+    if s.violations and s.counterexample is None:
+        s.counterexample = shrunk(s, head)
+
+
+def shrunk(s: Session, head: dict[str, Any]) -> Path | None:
+    """The failing session shrunk (``replay.shrink``) on a fresh engine of the same name,
+    written as ``counterexample-*.jsonl``; ``None`` when it does not reproduce."""
+    from ..replay import shrink
+    from ..trace import verdict_line
+    from .session import SESSION_BOUNDS
+
+    engine = registry.engine(s.engine_name)
+    try:
+        run = s.lockstep.snapshot(s.violations)
+        targets = {v.rule for v in s.violations}
+        best = shrink(engine, ReferenceClient(), run, targets, True, SESSION_BOUNDS, s.timeout)
+    finally:
+        engine.close()
+    if best is None:
+        return None
+    stem = f"counterexample-{safe_name(s.engine_name)}-serve-{s.api}"
+    path = unique_path(s.out_dir, stem)
+    return write_trace(path, head, best.run.steps, verdict_line(best.run.steps, best.violations))
+
+
+def verdict_json(s: Session, res: Result) -> dict[str, Any]:
+    """``GET /kvfence/verdict``'s body: the JSON report of ``res`` with its exit code,
+    warnings and the session trace's path."""
+    from ..report import result_json
+
+    out = result_json(res)
+    out["exit_code"] = res.exit_code
+    out["warnings"] = list(res.warnings)
+    out["trace"] = None if s.trace_path is None else str(s.trace_path)
+    return out

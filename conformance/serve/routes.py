@@ -1,0 +1,44 @@
+"""The route table's entry: one engine route, the model action it maps to, and its handler.
+
+Each API has its own table (``sglang.ROUTES``, ``vllm.ROUTES``); an entry holds the
+function that answers it, so the table is the one place a route meets the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from attrs import frozen
+
+if TYPE_CHECKING:
+    from .session import Session
+
+Handler = Callable[["Session", dict[str, Any], dict[str, list[str]], dict[str, Any]], tuple]
+"""``handler(session, body, query, entry) -> (status, payload)``: ``body`` the request's JSON
+object, ``query`` its parsed query string, ``entry`` the traffic-log entry it fills in;
+``payload`` is JSON, raw ``bytes`` (a text answer) or ``None``."""
+
+
+@frozen
+class Route:
+    """One engine route: ``api``, HTTP ``methods``, ``path``, the model ``action`` it maps
+    to (``""``: a probe, not stepped), its ``handler``, and ``pending``: the action a form of
+    it waits for (``PENDING``)."""
+
+    api: str
+    methods: tuple[str, ...]
+    path: str
+    action: str
+    handler: Handler
+    pending: str = ""
+
+
+PENDING: dict[str, str] = {
+    "ServeRequest(lora)": "SGLang /generate with a lora_path: LoRA requests on a serve "
+    "endpoint (its config has no LoRA adapter)",
+    "ServeRequest(namespace)": "a reused extra_key (SGLang /generate) or cache_salt (vLLM "
+    "/v1/completions): namespaced requests on a serve endpoint",
+}
+"""Forms of a route answered 501, by the model action they wait for (the integrator's list).
+Every route of the tables is otherwise answered for real."""

@@ -1,0 +1,473 @@
+"""A ``kvfence serve`` session: the engine and the model in lockstep, and the traffic log.
+
+``Session.handle`` answers one HTTP request through the API's route table (``sglang.ROUTES``
+or ``vllm.ROUTES``); the handlers call the session's steps (``update``, ``serve``,
+``publish``, ``begin``, ``finish``), which apply one model action to the engine and the
+model (``Lockstep.run``) and record it as a trace step. The judge (``judge.py``) turns the
+recording into a verdict. How a request maps to the model: the package's docstring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import struct
+import threading
+import time
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from attrs import evolve
+
+from ...adapters import registry
+from ...adapters.clients import ReferenceClient
+from ...adapters.protocol import EngineAdapter
+from ...model.actions import (
+    Action,
+    BeginWeightUpdate,
+    ContinueGeneration,
+    FinishWeightUpdate,
+    PauseGeneration,
+    PublishVersion,
+    ServeRequest,
+    UpdateWeights,
+)
+from ...model.checks import Violation
+from ...model.observation import Observation
+from ...model.state import Config, Policy, server_info
+from ...model.vocabulary import (
+    ALL_MEMORY,
+    CacheMode,
+    Funnel,
+    Lane,
+    MemoryTag,
+    Phase,
+    Status,
+)
+from ..calls import call_with_timeout, check_capabilities
+from ..errors import AdapterError, ConformanceFailure, NotEnabled
+from ..lockstep import MACHINE_BOUNDS, Lockstep
+from ..record import Recorder
+from ..runner import Result, RuleVerdict
+from . import judge, sglang, vllm
+from .routes import Route
+from .weights import Weights
+from .wire import HttpError, PendingRoute, error_body, parse_json
+
+APIS = ("sglang", "vllm")
+
+ROUTE_TABLES: dict[str, tuple[Route, ...]] = {"sglang": sglang.ROUTES, "vllm": vllm.ROUTES}
+"""The route table of each API."""
+
+SESSION_BOUNDS = evolve(MACHINE_BOUNDS, versions=2**31)
+"""A session may push any number of versions (an attach check reloads at every example);
+``kvfence replay`` widens its bounds to the trace's newest version."""
+
+MAX_OUTPUT_TOKENS = 16
+"""Most tokens a response carries (a request asking for more gets this many)."""
+
+SGLANG_MEMORY_TAGS = {"kv_cache": MemoryTag.KV_CACHE, "weights": MemoryTag.WEIGHTS}
+"""SGLang's memory tags (``GPU_MEMORY_TYPE_*``) the model has; its third, ``cuda_graph``,
+holds neither KV nor weights (``MemoryTag``): accepted, and not modelled."""
+
+UNMODELLED_TAGS = frozenset({"cuda_graph"})
+
+CLOSED = "kvfence serve is stopping: the session's verdict is taken, no request is served"
+
+
+def endpoint_config(api: str) -> Config:
+    """The one endpoint ``kvfence serve`` models for ``api``: radix (prefix) cache on,
+    standard lane; SGLang reports ``disable_radix_cache: false`` in its server info and an
+    omitted ``flush_cache`` means true (``UpdateWeightFromDiskReqInput``); vLLM reports
+    ``enable_prefix_caching: true`` and has no ``flush_cache`` field (false)."""
+    if api == "sglang":
+        info = server_info(disable_radix_cache=False)
+        return Config(radix=True, lane=Lane.STANDARD, info=info, flush_default=True)
+    info = server_info(enable_prefix_caching=True)
+    return Config(radix=True, lane=Lane.STANDARD, info=info, flush_default=False)
+
+
+def prefix_name(i: int) -> str:
+    """The model's name of the ``i``-th distinct prompt: P, Q, ..., Z, then P11, P12, ..."""
+    return chr(ord("P") + i) if i < 11 else f"P{i}"
+
+
+def by_checkpoint(output: Any, sources: dict[int, str]) -> Any:
+    """``output`` with each ``(component, version)`` pair's version replaced by the
+    checkpoint it was loaded from: a real engine's bytes depend on the weights, not on the
+    count of updates, so reloading the same checkpoint gives the same tokens again (what
+    the byte oracle of an attach adapter relies on)."""
+    if isinstance(output, tuple):
+        if (
+            len(output) == 2
+            and isinstance(output[0], str)
+            and isinstance(output[1], int)
+            and output[1] in sources
+        ):
+            return (output[0], sources[output[1]])
+        return tuple(by_checkpoint(x, sources) for x in output)
+    return output
+
+
+def tokens_of(output: Any, n: int) -> tuple[list[int], list[float]]:
+    """``n`` token ids and logprobs derived from an engine's output bytes (a pure function:
+    the same output gives the same tokens)."""
+    digest = hashlib.sha256(repr(output).encode()).digest()
+    ids, logprobs = [], []
+    for k in range(n):
+        block = hashlib.sha256(digest + k.to_bytes(4, "big")).digest()
+        ids.append(int.from_bytes(block[:4], "big") % 32000)
+        logprobs.append(-(struct.unpack(">I", block[4:8])[0] / 2**32) * 5.0)
+    return ids, logprobs
+
+
+def _token_id(value: Any) -> bool:
+    """A token id: a non-negative int (JSON ``true`` is not one, as engines' pydantic
+    models in strict mode and vLLM's tokenizer refuse it)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+class Session:
+    """One ``kvfence serve`` session: the engine, the model in lockstep, the traffic.
+
+    ``handle(method, target, body)`` answers one HTTP request: ``(status, content type,
+    body bytes)``. Requests are handled one at a time (a lock). After a FAIL or an adapter
+    ERROR the verdict is fixed: later requests still reach the engine (a trainer's run goes
+    on) but are only logged, not judged.
+
+    Raises ``ValueError`` for an ``api`` not in ``APIS`` or an unknown ``engine_name``.
+    """
+
+    def __init__(
+        self,
+        api: str,
+        engine_name: str,
+        mode: CacheMode = CacheMode.AUTO,
+        out_dir: Path = Path("kvfence-results"),
+        timeout: float = 60.0,
+        strict: bool = False,
+        engine: EngineAdapter | None = None,
+    ) -> None:
+        if api not in APIS:
+            raise ValueError(f"--api {api!r}: one of {', '.join(APIS)}")
+        self.api = api
+        self.engine_name = engine_name
+        self.engine = engine if engine is not None else registry.engine(engine_name)
+        self.out_dir = Path(out_dir)
+        self.timeout = timeout
+        self.strict = strict
+        # An engine of one fixed endpoint (a real engine: ``vllm``, ``sglang``) is served
+        # as it is; an in-process engine gets the API's endpoint.
+        fixed = getattr(self.engine, "fixed_configs", None)
+        self.config = fixed[0] if fixed else endpoint_config(api)
+        self.policy = Policy(mode=mode)
+        self.recorder = Recorder()
+        self.lock = threading.Lock()
+        self.routes = {r.path: r for r in ROUTE_TABLES[api]}
+        self.prompts: dict[Any, str] = {}
+        self.salts: set[str] = set()
+        self.cold: dict[tuple[str, int], Any] = {}
+        self.traffic: list[dict[str, Any]] = []
+        self.weights = Weights()
+        #: Whether the engine is paused, by its own account (the model's may be frozen).
+        self.paused = False
+        self.violations: list[Violation] = []
+        self.error: AdapterError | None = None
+        self.started = time.monotonic()
+        self.rids = itertools.count()
+        self.trace_path: Path | None = None
+        self.counterexample: Path | None = None
+        self.capabilities = frozenset()
+        #: Set by ``close``: the verdict is taken, later requests are refused (503).
+        self.closed = False
+        self.lockstep = Lockstep(
+            self.engine, ReferenceClient(), self.recorder, SESSION_BOUNDS, timeout=timeout
+        )
+        try:
+            self.capabilities = check_capabilities(self.engine)
+            self.lockstep.start((self.config,), self.policy)
+        except AdapterError as e:
+            self.error = e
+
+    # ----- one request ----------------------------------------------------------------
+
+    def handle(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
+        """Answer one request; never raises for what the request holds."""
+        parts = urlsplit(target)
+        path, query = parts.path, parse_qs(parts.query)
+        with self.lock:
+            if self.closed:
+                return self._refused(HTTPStatus.SERVICE_UNAVAILABLE, CLOSED, path)
+            entry: dict[str, Any] = {"method": method, "path": target}
+            try:
+                if path.startswith("/kvfence/"):
+                    status, payload = self._kvfence(method, path)
+                else:
+                    status, payload = self._route(method, path, query, body, entry)
+            except PendingRoute as e:
+                entry["pending"] = e.waits_for
+                status, payload = e.status, self._error(e.status, e.message, path)
+            except HttpError as e:
+                status, payload = e.status, self._error(e.status, e.message, path)
+            except AdapterError as e:  # a probe or an unjudged call the engine failed
+                self.error = self.error or e
+                status = HTTPStatus.INTERNAL_SERVER_ERROR
+                payload = self._error(status, f"engine error: {e}", path)
+            except Exception as e:  # a bug of ours: the engine's 500, never a crash
+                message = f"kvfence serve: {type(e).__name__}: {e}"
+                status = HTTPStatus.INTERNAL_SERVER_ERROR
+                payload = self._error(status, message, path)
+            entry["status"] = int(status)
+            if not path.startswith("/kvfence/"):
+                self.traffic.append(entry)
+        return self._encode(status, payload)
+
+    @staticmethod
+    def _encode(status: int, payload: Any) -> tuple[int, str, bytes]:
+        if isinstance(payload, bytes):
+            return int(status), "text/plain; charset=utf-8", payload
+        return int(status), "application/json", json.dumps(payload).encode()
+
+    def _refused(self, status: int, message: str, path: str) -> tuple[int, str, bytes]:
+        return self._encode(status, self._error(status, message, path))
+
+    def refuse(self, status: int, message: str, target: str) -> tuple[int, str, bytes]:
+        """Answer a request the wire could not read (its body) with the engine's error
+        ``status``, and log it; nothing reaches the engine or the model."""
+        path = urlsplit(target).path
+        with self.lock:
+            if not self.closed:
+                self.traffic.append({"path": target, "status": int(status), "refused": message})
+            return self._refused(status, message, path)
+
+    def close(self) -> Result:
+        """Take the verdict once the requests already inside have been answered: later
+        requests are refused with the engine's 503. The result, trace written."""
+        with self.lock:
+            self.closed = True
+            return self.result(write=True)
+
+    def _error(self, status: int, message: str, path: str) -> Any:
+        return error_body(self.api, status, message, path in self.routes)
+
+    def _route(self, method, path, query, body, entry) -> tuple[int, Any]:
+        route = self.routes.get(path)
+        if route is None:
+            raise HttpError(HTTPStatus.NOT_FOUND, "Not Found")
+        if method not in route.methods:
+            raise HttpError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed on {path}")
+        return route.handler(self, parse_json(body, path), query, entry)
+
+    def _kvfence(self, method: str, path: str) -> tuple[int, Any]:
+        if path == "/kvfence/verdict" and method == "GET":
+            result = self.result(write=True)
+            return 200, self.verdict_json(result)
+        raise HttpError(HTTPStatus.NOT_FOUND, "Not Found")
+
+    # ----- the model in lockstep ------------------------------------------------------
+
+    @property
+    def judging(self) -> bool:
+        """Whether requests are still judged (no FAIL or ERROR yet)."""
+        return not self.violations and self.error is None
+
+    def _state(self):
+        return next(iter(self.lockstep.states)) if self.lockstep.states else None
+
+    def step(self, action: Action, entry: dict[str, Any]) -> Observation:
+        """Apply ``action`` to the engine and the model in lockstep; the engine's
+        observation. A FAIL or ERROR fixes the verdict; afterwards actions go to the engine
+        alone. A request the model does not enable here is the engine's 400."""
+        entry["action"] = action.to_json()
+        if not self.judging:
+            if self.error is not None:
+                raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, f"engine error: {self.error}")
+            entry["judged"] = False
+            obs = call_with_timeout(lambda: self.engine.apply(action), self.timeout, action.name)
+            return obs
+        try:
+            self.lockstep.run(action)
+            self.lockstep.check_model()
+        except NotEnabled:
+            entry["action"] = None
+            state = self._state()
+            phase = state.endpoint(0).phase if state else None
+            if (isinstance(action, ContinueGeneration) and phase is Phase.SERVING) or (
+                isinstance(action, PauseGeneration) and phase is Phase.PAUSED
+            ):
+                # Both engines answer a repeated pause or a continue while running with
+                # success and do nothing: so does serve, without a step.
+                entry["noop"] = f"{action.name} while {phase.value}"
+                return Observation(Status.OK, detail="no-op")
+            phase = phase.value if phase else "?"
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                f"kvfence serve: the model does not enable {action.name} here (the "
+                f"endpoint is {phase}); not sent to the engine",
+            ) from None
+        except ConformanceFailure as e:
+            self.violations = list(e.violations)
+            entry["violated"] = [v.rule for v in e.violations]
+        except AdapterError as e:
+            self.error = e
+            raise HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, f"engine error: {e}") from None
+        self.violations = self.violations or list(self.lockstep.pending)
+        obs = self.lockstep.steps[-1].observed
+        assert obs is not None
+        entry["step"] = self.lockstep.steps[-1].step
+        return obs
+
+    def update(self, funnel: Funnel, flush: Any, source: str, entry) -> Observation:
+        """A one-shot weight update of the next version through ``funnel``."""
+        if flush is not None and not isinstance(flush, bool):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"flush_cache {flush!r} is not a bool")
+        version = self.weights.next_version()
+        entry["weights"] = {"version": version, "source": source}
+        obs = self.step(UpdateWeights(0, version, funnel, flush), entry)
+        self.weights.pushed(version)
+        self.weights.settle(version, source, obs)
+        return obs
+
+    def serve(self, prompt: Any, salt: str | None, entry) -> tuple[Observation | None, Any]:
+        """Serve ``prompt``; with a never-seen ``salt``, the cold oracle (see the package
+        doc): ``(None, cold bytes)``."""
+        key = json.dumps(prompt)
+        if key not in self.prompts:
+            self.prompts[key] = prefix_name(len(self.prompts))
+        prefix = self.prompts[key]
+        weights = self.weights.installed
+        if salt is not None and salt not in self.salts:
+            self.salts.add(salt)
+            cold = self.cold.get((prefix, weights))
+            if cold is None:
+                raise HttpError(
+                    HTTPStatus.BAD_REQUEST,
+                    f"kvfence serve: a fresh cache key ({salt!r}) is answered with the "
+                    f"engine's cold prefill of a prompt served at these weights; prompt "
+                    f"{prefix} has not been served at weight version {weights} yet",
+                )
+            entry["cold_oracle"] = {"prefix": prefix, "version": weights}
+            return None, cold
+        if salt is not None:
+            raise PendingRoute(
+                "a reused cache key (extra_key / cache_salt)", "ServeRequest(namespace)"
+            )
+        obs = self.step(ServeRequest(0, prefix), entry)
+        if obs.response is not None and obs.response.cold is not None:
+            self.cold[(prefix, weights)] = obs.response.cold
+        return obs, None
+
+    def publish(self, label: Any, abort: Any, entry) -> Observation:
+        """``/update_weight_version``: PublishVersion of the version ``label`` names (see the
+        package doc); ``abort``: SGLang's ``abort_all_requests``."""
+        if not isinstance(label, str) or not label:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "missing field: new_version (a string)")
+        if not isinstance(abort, bool):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"abort_all_requests {abort!r} is not a bool")
+        version = self.weights.named(label)
+        entry["label"] = {"new_version": label, "version": version}
+        obs = self.step(PublishVersion(0, version, abort), entry)
+        if obs.status is Status.OK:
+            self.weights.name(version, label)
+        return obs
+
+    def memory(self, tags: Any, route: str) -> frozenset[MemoryTag] | None:
+        """SGLang's ``tags`` (a list of strings; none or empty: every tag) or vLLM's
+        repeated ``tags`` query parameter, as model tags; ``None`` when only tags the model
+        does not have (``cuda_graph``) were named: nothing to step."""
+        if tags is None or tags == []:
+            return ALL_MEMORY
+        if not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{route}: tags {tags!r} is not a list")
+        unknown = sorted(set(tags) - set(SGLANG_MEMORY_TAGS) - UNMODELLED_TAGS)
+        if unknown:
+            words = ", ".join([*SGLANG_MEMORY_TAGS, *sorted(UNMODELLED_TAGS)])
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{route}: tags {unknown} (known: {words})")
+        modelled = frozenset(SGLANG_MEMORY_TAGS[t] for t in tags if t in SGLANG_MEMORY_TAGS)
+        return modelled or None
+
+    def begin(self, source: str, entry) -> Observation:
+        """A two-phase update opens: BeginWeightUpdate of the next version."""
+        version = self.weights.next_version()
+        entry["weights"] = {"version": version, "source": source, "phase": "begin"}
+        obs = self.step(BeginWeightUpdate(0, version), entry)
+        if obs.status is Status.OK:
+            self.weights.pushed(version)
+            self.weights.window = (version, source)
+        return obs
+
+    def finish(self, label: Any, entry) -> Observation:
+        """The open two-phase update finishes (vLLM has no ``flush_cache`` here: omitted);
+        ``label``: vLLM's ``weight_version``, published with it."""
+        if label is not None and not isinstance(label, str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"weight_version {label!r} is not a string")
+        obs = self.step(FinishWeightUpdate(0), entry)
+        if self.weights.window is not None:
+            version, source = self.weights.window
+            if self.weights.settle(version, label or source, obs) and label:
+                self.weights.name(version, label)
+            self.weights.window = None
+        return obs
+
+    def health(self) -> tuple[int, Any]:
+        """``/health`` on both APIs: an empty 200, a 503 once the engine failed."""
+        if self.error is not None:
+            raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, f"engine error: {self.error}")
+        return 200, b""
+
+    def prompt(self, data, text_field: str, ids_field: str) -> Any:
+        """The request's prompt: ``text_field`` (a non-empty string) or ``ids_field`` (a
+        non-empty list of int token ids); else the engine's 400."""
+        text, ids = data.get(text_field), data.get(ids_field)
+        if isinstance(text, str) and text:
+            return text
+        if isinstance(ids, list) and ids and all(_token_id(t) for t in ids):
+            return ids
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST,
+            f"need {text_field} (a non-empty string) or {ids_field} (a list of token ids)",
+        )
+
+    def max_tokens(self, value: Any, default: int) -> int:
+        """A request's output length, at most ``MAX_OUTPUT_TOKENS`` (a positive int)."""
+        if value is None:
+            return default
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"max tokens {value!r} is not a positive int")
+        return min(value, MAX_OUTPUT_TOKENS)
+
+    def complete(
+        self, prompt: Any, n: int, data: dict[str, Any], salt_field: str, entry
+    ) -> tuple[list[int], list[float], bool, int]:
+        """Serve ``prompt`` for SGLang ``/generate`` and vLLM ``/v1/completions`` alike:
+        ``(token ids, logprobs, prefix hit, prompt tokens)`` of ``n`` output tokens;
+        ``salt_field`` is the API's cache-key field (``extra_key``, ``cache_salt``). A
+        refused request is the engine's 400."""
+        salt = data.get(salt_field)
+        if salt is not None and not isinstance(salt, str):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"{salt_field} must be a string")
+        obs, cold = self.serve(prompt, salt or None, entry)
+        if obs is not None and obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
+        output = cold if obs is None else (obs.response.output if obs.response else None)
+        hit = obs is not None and obs.response is not None and obs.response.hit
+        ids, logprobs = tokens_of(by_checkpoint(output, self.weights.sources), n)
+        n_prompt = len(prompt) if isinstance(prompt, list) else len(prompt.split())
+        return ids, logprobs, hit, n_prompt
+
+    # ----- the verdict (judge.py) -----------------------------------------------------
+
+    def rule_verdicts(self) -> tuple[tuple[RuleVerdict, ...], Any, str]:
+        """``judge.rule_verdicts`` of this session."""
+        return judge.rule_verdicts(self)
+
+    def result(self, write: bool = False) -> Result:
+        """``judge.result`` of this session (with ``write``: trace and counterexample)."""
+        return judge.result(self, write)
+
+    def verdict_json(self, result: Result) -> dict[str, Any]:
+        """``GET /kvfence/verdict``'s body: ``judge.verdict_json``."""
+        return judge.verdict_json(self, result)

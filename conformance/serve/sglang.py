@@ -1,0 +1,214 @@
+"""SGLang's routes on a ``kvfence serve`` endpoint (``--api sglang``): the route table and
+its handlers.
+
+Bodies as SGLang 0.5.23 sends them (read, not copied): ``python/sglang/srt/entrypoints/
+http_server.py`` (the routes, ``/flush_cache``'s text answer) and ``python/sglang/srt/
+managers/io_struct.py`` (``PauseGenerationReqInput.mode``, ``UpdateWeightFromDiskReqInput``
+/ ``UpdateWeightsFromTensorReqInput`` / ``UpdateWeightsFromDistributedReqInput`` with
+``flush_cache`` (default true) and ``weight_version``, ``UpdateWeightVersionReqInput.
+new_version``, ``Release/ResumeMemoryOccupationReqInput.tags``, ``GenerateReqInput.
+extra_key``). ``/update_weight_version`` answers ``{"success", "message", "new_version"}``
+and aborts every request first when ``abort_all_requests``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+from ...model.actions import (
+    ContinueGeneration,
+    FlushCache,
+    PauseGeneration,
+    Sleep,
+    WakeUp,
+)
+from ...model.vocabulary import Funnel, PauseMode, Status
+from ..calls import call_with_timeout
+from .routes import Route
+from .wire import HttpError, PendingRoute
+
+if TYPE_CHECKING:
+    from .session import Session
+
+SGLANG_FLUSHED = (
+    "Cache flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+
+
+def get_server_info(s: Session, data, query, entry):
+    info = call_with_timeout(lambda: s.engine.server_info(0), s.timeout, "server_info")
+    if info is None:
+        raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "server info unavailable")
+    return 200, {**dict(info), "weight_version": s.weights.label(), "version": "kvfence-serve"}
+
+
+def health(s: Session, data, query, entry):
+    return s.health()
+
+
+def get_model_info(s: Session, data, query, entry):
+    latest = s.weights.latest_source()
+    return 200, {
+        "model_path": latest,
+        "is_generation": True,
+        "weight_version": s.weights.label(),
+    }
+
+
+def pause_generation(s: Session, data, query, entry):
+    mode = data.get("mode", "abort")
+    try:
+        pause = PauseMode(mode)
+    except ValueError:
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, f"mode {mode!r}: one of 'abort', 'retract', 'in_place'"
+        ) from None
+    obs = s.step(PauseGeneration(0, pause), entry)
+    if obs.status is not Status.OK:
+        raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "pause failed")
+    s.paused = True
+    return 200, {"message": "Generation paused successfully.", "status": "ok"}
+
+
+def continue_generation(s: Session, data, query, entry):
+    obs = s.step(ContinueGeneration(0), entry)
+    s.paused = s.paused and obs.status is not Status.OK
+    if obs.status is not Status.OK:
+        raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "continue failed")
+    return 200, {"message": "Generation continued successfully.", "status": "ok"}
+
+
+def _update(s: Session, funnel: Funnel, data, required, source: str, entry):
+    missing = [f for f in required if f not in data]
+    if missing:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"missing field(s): {', '.join(missing)}")
+    label = data.get("weight_version")
+    if label is not None and not isinstance(label, str):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"weight_version {label!r} is not a string")
+    obs = s.update(funnel, data.get("flush_cache"), source, entry)
+    ok = obs.status is Status.OK
+    if label and s.weights.installed == s.weights.trainer and ok:
+        # The update's label names its version (SGLang sets weight_version with it).
+        s.weights.name(s.weights.installed, label)
+    message = "Succeeded to update model weights." if ok else obs.detail or "update failed"
+    return (200 if ok else 400), {"success": ok, "message": message}
+
+
+def update_weights_from_disk(s: Session, data, query, entry):
+    path = data.get("model_path")
+    if "model_path" in data and not isinstance(path, str):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"model_path {path!r} is not a string")
+    status, body = _update(s, Funnel.DISK, data, ("model_path",), str(path), entry)
+    return status, {**body, "num_paused_requests": 0}
+
+
+def update_weights_from_tensor(s: Session, data, query, entry):
+    label = data.get("weight_version") or "tensor payload"
+    return _update(s, Funnel.TENSOR, data, ("serialized_named_tensors",), str(label), entry)
+
+
+def update_weights_from_distributed(s: Session, data, query, entry):
+    label = data.get("weight_version") or f"group {data.get('group_name', 'weight_update_group')}"
+    required = ("names", "dtypes", "shapes")
+    return _update(s, Funnel.DISTRIBUTED, data, required, str(label), entry)
+
+
+def flush_cache(s: Session, data, query, entry):
+    obs = s.step(FlushCache(0), entry)
+    if obs.status is Status.OK and obs.flushed is not False:
+        return 200, SGLANG_FLUSHED.encode()
+    return 400, (obs.detail or "Flush cache failed.\n").encode()
+
+
+def update_weight_version(s: Session, data, query, entry):
+    label = data.get("new_version")
+    obs = s.publish(label, data.get("abort_all_requests", False), entry)
+    if obs.status is not Status.OK:
+        message = obs.detail or f"Failed to update weight version: {label}"
+        return 400, {"success": False, "message": message}
+    message = f"Weight version updated to {label}"
+    return 200, {"success": True, "message": message, "new_version": label}
+
+
+def _memory(s: Session, data, entry, route: str, action, failed: str):
+    """``/release_memory_occupation`` and ``/resume_memory_occupation``: ``action``
+    (``Sleep`` or ``WakeUp``) with the body's ``tags``; a body naming only tags the model
+    does not have is a recorded no-op. SGLang answers 200 with no body, or 400 on failure."""
+    tags = s.memory(data.get("tags"), route)
+    if tags is None:
+        entry["noop"] = "only tags the model does not have"
+        return 200, None
+    obs = s.step(action(0, tags), entry)
+    if obs.status is not Status.OK:
+        return 400, {"error": {"message": obs.detail or failed}}
+    return 200, None
+
+
+def release_memory_occupation(s: Session, data, query, entry):
+    return _memory(s, data, entry, "/release_memory_occupation", Sleep, "release failed")
+
+
+def resume_memory_occupation(s: Session, data, query, entry):
+    return _memory(s, data, entry, "/resume_memory_occupation", WakeUp, "resume failed")
+
+
+def generate(s: Session, data, query, entry):
+    prompt = s.prompt(data, "text", "input_ids")
+    params = data.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "sampling_params must be an object")
+    if data.get("lora_path") is not None:
+        raise PendingRoute("/generate with lora_path", "ServeRequest(lora)")
+    n = s.max_tokens(params.get("max_new_tokens"), 8)
+    ids, logprobs, hit, n_prompt = s.complete(prompt, n, data, "extra_key", entry)
+    meta: dict[str, Any] = {
+        "id": data.get("rid") or uuid.uuid4().hex,
+        "finish_reason": {"type": "length", "length": n},
+        "prompt_tokens": n_prompt,
+        "completion_tokens": n,
+        "cached_tokens": n_prompt if hit else 0,
+        "weight_version": s.weights.label(),
+    }
+    if data.get("return_logprob"):
+        meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logprobs, ids, strict=True)]
+    return 200, {"text": " ".join(f"t{t}" for t in ids), "output_ids": ids, "meta_info": meta}
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("sglang", ("GET",), "/get_server_info", "", get_server_info),
+    Route("sglang", ("GET",), "/server_info", "", get_server_info),
+    Route("sglang", ("GET",), "/health", "", health),
+    Route("sglang", ("GET",), "/get_model_info", "", get_model_info),
+    Route("sglang", ("POST",), "/pause_generation", "PauseGeneration", pause_generation),
+    Route("sglang", ("POST",), "/continue_generation", "ContinueGeneration", continue_generation),
+    Route(
+        "sglang", ("POST",), "/update_weights_from_disk", "UpdateWeights", update_weights_from_disk
+    ),
+    Route(
+        "sglang",
+        ("POST",),
+        "/update_weights_from_tensor",
+        "UpdateWeights",
+        update_weights_from_tensor,
+    ),
+    Route(
+        "sglang",
+        ("POST",),
+        "/update_weights_from_distributed",
+        "UpdateWeights",
+        update_weights_from_distributed,
+    ),
+    Route("sglang", ("GET", "POST"), "/flush_cache", "FlushCache", flush_cache),
+    Route("sglang", ("POST",), "/update_weight_version", "PublishVersion", update_weight_version),
+    Route(
+        "sglang", ("GET", "POST"), "/release_memory_occupation", "Sleep", release_memory_occupation
+    ),
+    Route(
+        "sglang", ("GET", "POST"), "/resume_memory_occupation", "WakeUp", resume_memory_occupation
+    ),
+    Route("sglang", ("POST",), "/generate", "ServeRequest", generate, "ServeRequest(lora)"),
+)
+"""Every route of ``--api sglang``; anything else is the engine's 404."""

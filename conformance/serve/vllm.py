@@ -1,0 +1,248 @@
+"""vLLM's routes on a ``kvfence serve`` endpoint (``--api vllm``): the route table and its
+handlers.
+
+Bodies as vLLM 0.32 sends them (read, not copied): ``vllm/entrypoints/serve/dev/*``
+(``/collective_rpc``, ``/reset_prefix_cache`` answering ``{"success": bool}``,
+``/is_paused``; ``dev/sleep/api_router.py``: ``/sleep`` reads only the ``level`` and
+``mode`` query parameters, ``/wake_up`` reads ``tags`` as a repeated query parameter, none
+meaning all, both answer an empty 200), ``vllm/entrypoints/rl/online/api_router.py``
+(``/pause?mode=abort|wait|keep&clear_cache=`` with ``clear_cache`` true by default and
+ignored for ``keep``, answering ``{"status": "paused"}``; ``/resume``; ``/weight_info``;
+``/update_weight_version {"new_version"}``; the two-phase update ``/start_weight_update``,
+``/update_weights {"update_info"}``, ``/finish_weight_update {"weight_version"?}``, each
+answering ``{"message"}``), ``vllm/entrypoints/openai`` (``/v1/completions`` with
+``cache_salt``, ``return_token_ids``, ``usage.prompt_tokens_details.cached_tokens``).
+SkyRL 0.3.0's ``RemoteInferenceClient`` (``skyrl/backends/skyrl_train/inference_servers/
+remote_inference_client.py``) drives the same two-phase update through ``/collective_rpc``
+methods (``TWO_PHASE_METHODS``) and sends ``/sleep?level=&tags=`` (tags vLLM ignores).
+"""
+
+from __future__ import annotations
+
+import time
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+from ...model.actions import (
+    ContinueGeneration,
+    FlushCache,
+    PauseGeneration,
+    Sleep,
+    UpdateWeightChunk,
+    WakeUp,
+)
+from ...model.observation import Observation
+from ...model.vocabulary import Funnel, PauseMode, Status
+from .routes import Route
+from .wire import HttpError
+
+if TYPE_CHECKING:
+    from .session import Session
+
+SERVED_MODEL = "kvfence-serve"
+"""The model name ``/v1/models`` lists and completions answer with."""
+
+TWO_PHASE_METHODS: dict[str, str] = {
+    "skyrl_start_weight_update": "BeginWeightUpdate",
+    "update_weights_ipc": "UpdateWeightChunk",
+    "update_weights_nccl": "UpdateWeightChunk",
+    "skyrl_finish_weight_update": "FinishWeightUpdate",
+    "start_weight_update": "BeginWeightUpdate",
+    "update_weights": "UpdateWeightChunk",
+    "finish_weight_update": "FinishWeightUpdate",
+}
+"""``/collective_rpc`` methods of a two-phase (chunked) update -> the model action: SkyRL
+0.3's ``RemoteInferenceClient`` (``start_weight_update``, ``update_weights_ipc``,
+``update_weights_nccl``, ``finish_weight_update`` call these worker methods) and the worker
+methods behind vLLM's native ``/start_weight_update``, ``/update_weights``,
+``/finish_weight_update``."""
+
+
+def health(s: Session, data, query, entry):
+    return s.health()
+
+
+def models(s: Session, data, query, entry):
+    return 200, {"object": "list", "data": [{"id": SERVED_MODEL, "object": "model"}]}
+
+
+def is_paused(s: Session, data, query, entry):
+    return 200, {"is_paused": s.paused}
+
+
+def weight_info(s: Session, data, query, entry):
+    return 200, {"weight_version": s.weights.label()}
+
+
+def pause(s: Session, data, query, entry):
+    """``/pause?mode=abort|wait|keep&clear_cache=true|false``: ``keep`` is an in-place
+    pause and ignores ``clear_cache`` (as vLLM does); ``wait`` drains nothing here (see
+    the package doc); ``clear_cache`` (vLLM's default true) is PauseGeneration's."""
+    mode = query.get("mode", ["abort"])[-1]
+    clear = query.get("clear_cache", ["true"])[-1].lower()
+    if mode not in ("abort", "wait", "keep") or clear not in ("true", "false"):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"mode {mode!r} / clear_cache {clear!r}")
+    how = PauseMode.IN_PLACE if mode == "keep" else PauseMode.ABORT
+    clear_cache = clear == "true" and how is not PauseMode.IN_PLACE
+    obs = s.step(PauseGeneration(0, how, clear_cache), entry)
+    s.paused = True  # a refused clear still pauses (PauseGeneration)
+    if obs.status is not Status.OK:
+        raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "pause failed")
+    return 200, {"status": "paused"}
+
+
+def resume(s: Session, data, query, entry):
+    obs = s.step(ContinueGeneration(0), entry)
+    s.paused = s.paused and obs.status is not Status.OK
+    if obs.status is not Status.OK:
+        raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "resume failed")
+    return 200, {"status": "resumed"}
+
+
+def reset_prefix_cache(s: Session, data, query, entry):
+    obs = s.step(FlushCache(0), entry)
+    return 200, {"success": obs.status is Status.OK and obs.flushed is not False}
+
+
+def _two_phase(s: Session, action: str, source: str, label: Any, entry) -> Observation:
+    """One step of a two-phase update (vLLM's native routes or ``/collective_rpc``); a
+    failed step is the engine's 500, as vLLM raises it."""
+    if action == "BeginWeightUpdate":
+        obs = s.begin(source, entry)
+    elif action == "UpdateWeightChunk":
+        obs = s.step(UpdateWeightChunk(0), entry)
+    else:
+        obs = s.finish(label, entry)
+    if obs.status is not Status.OK:
+        raise HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, obs.detail or f"{action} failed")
+    return obs
+
+
+def start_weight_update(s: Session, data, query, entry):
+    _two_phase(s, "BeginWeightUpdate", "/start_weight_update", None, entry)
+    return 200, {"message": "Weight update started"}
+
+
+def update_weights(s: Session, data, query, entry):
+    if not isinstance(data.get("update_info"), dict):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "missing field: update_info (an object)")
+    _two_phase(s, "UpdateWeightChunk", "/update_weights", None, entry)
+    return 200, {"message": "Weights updated"}
+
+
+def finish_weight_update(s: Session, data, query, entry):
+    _two_phase(s, "FinishWeightUpdate", "", data.get("weight_version"), entry)
+    return 200, {"message": "Weight update finished"}
+
+
+def collective_rpc(s: Session, data, query, entry):
+    method, kwargs = data.get("method"), data.get("kwargs") or {}
+    if not isinstance(method, str):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"collective_rpc method {method!r} is not a string")
+    if method in TWO_PHASE_METHODS:
+        _two_phase(s, TWO_PHASE_METHODS[method], f"collective_rpc {method}", None, entry)
+        return 200, {"results": [None]}
+    if method != "reload_weights":
+        known = ", ".join(["reload_weights", *TWO_PHASE_METHODS])
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST,
+            f"kvfence serve: collective_rpc method {method!r}: one of {known}",
+        )
+    path = kwargs.get("weights_path") if isinstance(kwargs, dict) else None
+    if not isinstance(path, str):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "kwargs.weights_path must be a string")
+    obs = s.update(Funnel.DISK, None, path, entry)
+    if obs.status is not Status.OK:
+        raise HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, obs.detail or "reload failed")
+    return 200, {"results": [None]}
+
+
+def sleep(s: Session, data, query, entry):
+    """``/sleep?level=N``: every level releases the weights (offloaded or discarded) and
+    the KV memory: Sleep of every tag. vLLM reads no ``tags`` here (SkyRL sends them): they
+    are logged as ignored, as vLLM ignores them."""
+    level = query.get("level", ["1"])[-1]
+    if level not in ("0", "1", "2"):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"level {level!r}: 0, 1 or 2")
+    if query.get("tags"):
+        entry["ignored"] = {"tags": query["tags"]}
+    obs = s.step(Sleep(0), entry)
+    if obs.status is not Status.OK:
+        raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "sleep failed")
+    return 200, b""
+
+
+def wake_up(s: Session, data, query, entry):
+    """``/wake_up?tags=weights&tags=kv_cache`` (none: every tag)."""
+    tags = s.memory(query.get("tags"), "/wake_up")
+    if tags is None:
+        entry["noop"] = "only tags the model does not have"
+        return 200, b""
+    obs = s.step(WakeUp(0, tags), entry)
+    if obs.status is not Status.OK:
+        raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "wake_up failed")
+    return 200, b""
+
+
+def update_weight_version(s: Session, data, query, entry):
+    label = data.get("new_version")
+    obs = s.publish(label, False, entry)
+    if obs.status is not Status.OK:
+        raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or f"label {label!r} refused")
+    return 200, {"success": True, "new_version": label}
+
+
+def completions(s: Session, data, query, entry):
+    prompt = s.prompt(data, "prompt", "prompt")
+    n = s.max_tokens(data.get("max_tokens"), 16)
+    ids, logprobs, hit, n_prompt = s.complete(prompt, n, data, "cache_salt", entry)
+    choice = {
+        "index": 0,
+        "text": " ".join(f"t{t}" for t in ids),
+        "token_ids": ids,
+        "logprobs": {
+            "tokens": [f"t{t}" for t in ids],
+            "token_logprobs": logprobs,
+            "top_logprobs": None,
+            "text_offset": list(range(n)),
+        },
+        "finish_reason": "length",
+    }
+    usage = {
+        "prompt_tokens": n_prompt,
+        "completion_tokens": n,
+        "total_tokens": n_prompt + n,
+        "prompt_tokens_details": {"cached_tokens": n_prompt if hit else 0},
+    }
+    return 200, {
+        "id": f"cmpl-{next(s.rids)}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": SERVED_MODEL,
+        "choices": [choice],
+        "usage": usage,
+    }
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("vllm", ("GET",), "/health", "", health),
+    Route("vllm", ("GET",), "/v1/models", "", models),
+    Route("vllm", ("GET",), "/is_paused", "", is_paused),
+    Route("vllm", ("GET",), "/weight_info", "", weight_info),
+    Route("vllm", ("POST",), "/pause", "PauseGeneration", pause),
+    Route("vllm", ("POST",), "/resume", "ContinueGeneration", resume),
+    Route("vllm", ("POST",), "/reset_prefix_cache", "FlushCache", reset_prefix_cache),
+    Route("vllm", ("POST",), "/collective_rpc", "UpdateWeights", collective_rpc),
+    Route("vllm", ("POST",), "/start_weight_update", "BeginWeightUpdate", start_weight_update),
+    Route("vllm", ("POST",), "/update_weights", "UpdateWeightChunk", update_weights),
+    Route("vllm", ("POST",), "/finish_weight_update", "FinishWeightUpdate", finish_weight_update),
+    Route("vllm", ("POST",), "/sleep", "Sleep", sleep),
+    Route("vllm", ("POST",), "/wake_up", "WakeUp", wake_up),
+    Route("vllm", ("POST",), "/update_weight_version", "PublishVersion", update_weight_version),
+    Route(
+        "vllm", ("POST",), "/v1/completions", "ServeRequest", completions, "ServeRequest(namespace)"
+    ),
+)
+"""Every route of ``--api vllm``; anything else is the engine's 404. ``/collective_rpc`` is
+``UpdateWeights`` for ``reload_weights`` and the two-phase actions for the methods of
+``TWO_PHASE_METHODS``."""

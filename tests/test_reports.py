@@ -1,0 +1,270 @@
+"""Reports CI reads: the matrices' JUnit and JSON (one row per design and per mutant),
+check's JSON and JUnit (warnings, rule classes), and the pytest plugin (a short failure,
+a node id with a file part, MUST-SKIP warnings and ``--kvfence-strict-skips``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import attrs
+
+from kvfence.adapters.designs import DESIGNS
+from kvfence.adapters.mutants import MUTANTS
+from kvfence.conformance import matrix
+from kvfence.conformance.cli import main
+from kvfence.conformance.report import result_json, write_junit
+from kvfence.conformance.runner import Result, RuleVerdict
+from kvfence.conformance.verdict import Verdict
+from kvfence.model.checks import Violation
+from kvfence.model.rules import RULES, RuleId
+
+
+def _result(verdict: Verdict, broke: tuple[str, ...] = (), skip: tuple[str, ...] = ()) -> Result:
+    rules = tuple(
+        RuleVerdict(
+            r,
+            Verdict.FAIL if r.id in broke else Verdict.SKIP if r.id in skip else Verdict.PASS,
+            0 if r.id in skip else 3,
+            "needs exact_cache" if r.id in skip else "",
+        )
+        for r in RULES
+    )
+    violations = tuple(Violation(rule, "fresh", "stale") for rule in broke)
+    return Result(
+        "reference", "reference", "ci", None, verdict, rules, violations, "", None, 2, 10, 0.5
+    )
+
+
+def _matrices() -> matrix.Matrices:
+    """Two designs (one passes, one FAILs) and four mutants: killed by its rule, killed by
+    another rule, survived (PASS), and UNKNOWN."""
+    d_ok, d_bad = DESIGNS[0], DESIGNS[1]
+    m = MUTANTS[:4]
+    other = next(r.id for r in RULES if r.id != m[1].rule and r.level == "MUST")
+    return matrix.Matrices(
+        designs=(
+            (d_ok, _result(Verdict.PASS)),
+            (d_bad, _result(Verdict.FAIL, broke=(RuleId.INV_001,))),
+        ),
+        mutants=(
+            (m[0], _result(Verdict.FAIL, broke=(m[0].rule,))),
+            (m[1], _result(Verdict.FAIL, broke=(other,))),
+            (m[2], _result(Verdict.PASS)),
+            (m[3], _result(Verdict.UNKNOWN)),
+        ),
+        seconds=1.0,
+    )
+
+
+def test_matrix_junit_has_one_testcase_per_design_and_mutant(tmp_path):
+    x = _matrices()
+    path = tmp_path / "m.xml"
+    matrix.write_matrix_junit(x, path)
+    root = ET.parse(path).getroot()
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert set(suites) == {"kvfence.pass-matrix", "kvfence.kill-matrix"}
+    passes, kills = suites["kvfence.pass-matrix"], suites["kvfence.kill-matrix"]
+    assert [c.get("name") for c in passes.findall("testcase")] == [DESIGNS[0].name, DESIGNS[1].name]
+    assert [c.get("name") for c in kills.findall("testcase")] == [m.name for m in MUTANTS[:4]]
+    assert (passes.get("failures"), passes.get("errors")) == ("1", "0")
+    assert (kills.get("failures"), kills.get("errors")) == ("2", "1")
+    outcome = [
+        "failure"
+        if c.find("failure") is not None
+        else "error"
+        if c.find("error") is not None
+        else "pass"
+        for c in kills.findall("testcase")
+    ]
+    assert outcome == ["pass", "failure", "failure", "error"]
+    survivor = kills.findall("testcase")[1].find("failure")
+    assert survivor is not None and "not by its rule" in survivor.get("message", "")
+    props = {p.get("name"): p.get("value") for p in kills.find("testcase").iter("property")}
+    assert props["expected_rule"] == MUTANTS[0].rule == props["killed_by"]
+
+
+def test_matrix_json_carries_expected_rule_killed_by_and_verdict(tmp_path):
+    x = _matrices()
+    path = tmp_path / "m.json"
+    matrix.write_matrix_json(x, path)
+    data = json.loads(path.read_text())
+    assert data["ok"] is False and data["exit_code"] == x.exit_code == 1
+    rows = {r["name"]: r for r in data["rows"]}
+    first = rows[MUTANTS[0].name]
+    assert first["expected_rule"] == MUTANTS[0].rule and first["killed_by"] == [MUTANTS[0].rule]
+    assert first["outcome"] == "pass" and first["verdict"] == "FAIL"
+    assert rows[MUTANTS[2].name]["outcome"] == "failure"
+    assert rows[MUTANTS[3].name]["outcome"] == "error"
+    assert rows[DESIGNS[0].name]["expected_rule"] is None
+    assert len(data["results"]) == len(data["rows"]) == 6
+
+
+def test_a_green_matrix_writes_a_green_junit(tmp_path, capsys):
+    junit, report = tmp_path / "m.xml", tmp_path / "m.json"
+    argv = ["mutants", "--only", "CD-06", "guard-missing-on-disk", "--jobs", "1"]
+    code = main([*argv, "--out", str(tmp_path), "--junit", str(junit), "--json", str(report)])
+    assert code == 0, capsys.readouterr().out
+    root = ET.parse(junit).getroot()
+    cases = list(root.iter("testcase"))
+    assert len(cases) == 2
+    assert not list(root.iter("failure")) and not list(root.iter("error"))
+    rows = json.loads(report.read_text())["rows"]
+    assert [r["outcome"] for r in rows] == ["pass", "pass"]
+    assert "kvfence mutants: 2/2 runs" in capsys.readouterr().err  # progress, not a TTY
+
+
+def test_check_json_and_junit_carry_warnings_and_rule_classes(tmp_path):
+    skip = next(r.id for r in RULES if r.level == "MUST")
+    result = _result(Verdict.PASS, skip=(skip,))
+    data = result_json(result)
+    assert any(skip in w for w in data["warnings"])
+    classes = {r["id"]: r["class"] for r in data["rules"]}
+    assert classes == {r.id: r.klass.value for r in RULES}
+    assert data["safety"] == "PASS"
+    path = tmp_path / "r.xml"
+    write_junit([result], path)
+    suite = ET.parse(path).getroot().find("testsuite")
+    assert suite is not None
+    props = [(p.get("name"), p.get("value")) for p in suite.find("properties")]
+    assert ("safety", "PASS") in props
+    assert any(n == "warning" and skip in (v or "") for n, v in props)
+    assert skip in (suite.findtext("system-out") or "")
+    case = next(c for c in suite.findall("testcase") if c.get("name") == RULES[0].id)
+    assert case.find("properties/property").get("value") == RULES[0].klass.value
+
+
+def test_a_fail_carries_no_skip_warning():
+    skip = next(r.id for r in RULES if r.level == "MUST" and r.id != RuleId.INV_001)
+    failing = _result(Verdict.FAIL, broke=(RuleId.INV_001,), skip=(skip,))
+    assert result_json(failing)["warnings"] == []
+
+
+PLUGIN_TEST = """
+import kvfence.conformance.plugin as plugin
+from kvfence.conformance.runner import Result, RuleVerdict
+from kvfence.conformance.verdict import Verdict
+from kvfence.model.rules import RULES
+
+SKIP = next(r.id for r in RULES if r.level == "MUST")
+
+
+def fake(engine, client, **kwargs):
+    rules = tuple(
+        RuleVerdict(r, Verdict.SKIP if r.id == SKIP else Verdict.PASS, 1, "needs x")
+        for r in RULES
+    )
+    return Result("e", "c", "ci", None, Verdict.PASS, rules, (), "", None, 0, 1, 0.1)
+
+
+def test_passes_with_a_skip(kvfence_check, monkeypatch):
+    monkeypatch.setattr(plugin, "run_check", fake)
+    assert kvfence_check(engine="reference").verdict == "PASS"
+"""
+
+
+def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    return subprocess.run(run, capture_output=True, text=True, cwd=folder, timeout=600)
+
+
+def test_the_fixture_warns_on_must_skips_and_strict_skips_fails(tmp_path):
+    (tmp_path / "test_skips.py").write_text(textwrap.dedent(PLUGIN_TEST))
+    warned = _pytest(tmp_path, "-W", "default")
+    assert warned.returncode == 0, warned.stdout + warned.stderr
+    assert "KvfenceSkipWarning" in warned.stdout and "MUST rule SKIP" in warned.stdout
+    strict = _pytest(tmp_path, "--kvfence-strict-skips")
+    assert strict.returncode == 1, strict.stdout
+    assert "--kvfence-strict-skips" in strict.stdout
+
+
+def test_a_failing_engine_item_is_short_and_has_a_file_part(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    proc = _pytest(tmp_path, "--kvfence-engine", "guard-missing-on-disk", "-rN")
+    assert proc.returncode == 1, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert len(lines) < 60, proc.stdout
+    assert "Traceback" not in proc.stdout and "site-packages" not in proc.stdout
+    assert any("<- " in x and "ENG-001" in x for x in lines), proc.stdout
+    assert any(x.startswith("replay it: kvfence replay") for x in lines)
+    ids = _pytest(tmp_path, "--kvfence-engine", "guard-missing-on-disk", "--collect-only")
+    assert "pytest.ini::kvfence::guard-missing-on-disk::reference" in ids.stdout, ids.stdout
+
+
+def test_the_matrix_tables_read_at_80_columns_in_a_log():
+    """Piped at 80 columns (a CI log), every design's and mutant's name is whole, no line
+    is wider, every rule ID is whole, the columns left out are named, and at 160 columns
+    nothing is left out."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    x = matrix.Matrices(
+        designs=tuple((d, _result(Verdict.PASS)) for d in DESIGNS),
+        mutants=tuple((m, _result(Verdict.FAIL, broke=(m.rule,))) for m in MUTANTS),
+        seconds=1.0,
+    )
+    for width, dropped in ((80, True), (160, False)):
+        out = io.StringIO()
+        matrix.print_matrices(x, "ci", Console(file=out, width=width, force_terminal=False))
+        text = out.getvalue()
+        lines = text.splitlines()
+        assert max(len(line.rstrip()) for line in lines) <= width, width
+        for name in [d.name for d in DESIGNS] + [m.name for m in MUTANTS]:
+            assert any(re.search(rf"^\s*{re.escape(name)}\s", line) for line in lines), name
+        assert not re.search(r"\b[A-Z]{2,5}-\d{0,2}…|\b[A-Z]{2,5}…", text)  # no cut rule ID
+        # every rule cell whole: a mutant's rule and what caught it, each design's keeps
+        ids = re.findall(r"\b[A-Z]{2,5}-\d{3}\b", text)
+        assert len(ids) >= 2 * len(MUTANTS) + sum(len(d.keeps) for d in DESIGNS), len(ids)
+        assert ("not shown at" in text) is dropped, text[-400:]
+
+
+def test_a_matrix_report_reads_back_only_for_the_same_tree(tmp_path, monkeypatch):
+    """``read_matrix_json`` gives back what ``write_matrix_json`` wrote (verdicts, rules,
+    violations, counterexample under the run's folder), and ``None`` for another source
+    fingerprint, another profile, a design or mutant it lacks, or a garbage file."""
+    x = _matrices()
+    out = tmp_path / "kvfence-results"
+    out.mkdir()
+    (out / "ce.jsonl").write_text("{}\n")
+    first = x.mutants[0]
+    x = attrs.evolve(
+        x,
+        mutants=(
+            (first[0], attrs.evolve(first[1], counterexample=Path("kvfence-results/ce.jsonl"))),
+            *x.mutants[1:],
+        ),
+    )
+    path = out / "matrices.json"
+    matrix.write_matrix_json(x, path, "ci")
+    designs, mutants = [d for d, _ in x.designs], [m for m, _ in x.mutants]
+    back = matrix.read_matrix_json(path, designs, mutants, "ci")
+    assert back is not None and back.ok == x.ok and back.exit_code == x.exit_code
+    for a, b in zip(x.results, back.results, strict=True):
+        assert (a.verdict, a.caught(), a.steps, a.examples) == (
+            b.verdict,
+            b.caught(),
+            b.steps,
+            b.examples,
+        )
+        assert [(r.rule.id, r.verdict, r.evidence) for r in a.rules] == [
+            (r.rule.id, r.verdict, r.evidence) for r in b.rules
+        ]
+    assert back.mutants[0][1].counterexample == tmp_path / "kvfence-results" / "ce.jsonl"
+    assert matrix.read_matrix_json(path, designs, mutants, "fuzz") is None
+    assert matrix.read_matrix_json(path, designs, [*mutants, MUTANTS[5]], "ci") is None
+    # a run that started from another tree (edited while it ran) is not this tree's
+    matrix.write_matrix_json(attrs.evolve(x, fingerprint="the tree it started from"), path)
+    assert matrix.read_matrix_json(path, designs, mutants, "ci") is None
+    matrix.write_matrix_json(x, path, "ci")
+    monkeypatch.setattr(matrix, "source_fingerprint", lambda: "another tree")
+    assert matrix.read_matrix_json(path, designs, mutants, "ci") is None
+    monkeypatch.undo()
+    path.write_text("not json")
+    assert matrix.read_matrix_json(path, designs, mutants, "ci") is None
+    assert matrix.read_matrix_json(tmp_path / "none.json", designs, mutants, "ci") is None

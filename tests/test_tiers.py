@@ -1,0 +1,107 @@
+"""The test tiers and the xdist groups of ``tests/conftest.py``: the fast tier
+(``-m "not slow"``) holds the model, the rule registry and the CLI; the matrices and the
+real engines are slow; a module with a module-scoped fixture, and every real-engine test,
+keeps to one xdist group, so a costly fixture is built once a session."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+REPORT = """
+import json
+
+
+def pytest_collection_finish(session):
+    rows = []
+    for item in session.items:
+        group = item.get_closest_marker("xdist_group")
+        rows.append({
+            "id": item.nodeid,
+            "slow": item.get_closest_marker("slow") is not None,
+            "group": (group.kwargs.get("name") or group.args[0]) if group else None,
+            "fixtures": list(item.fixturenames),
+        })
+    with open(session.config.getoption("--tiers-out") or "tiers.json", "w") as f:
+        json.dump(rows, f)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tiers-out")
+"""
+
+FILES = [
+    "tests/test_model.py",
+    "tests/test_rule_registry.py",
+    "tests/test_cli.py",
+    "tests/test_mutants.py",
+    "tests/test_designs.py",
+    "tests/test_peer.py",
+    "tests/vllm",
+    "tests/sglang",
+]
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory) -> list[dict]:
+    """How ``tests/conftest.py`` marks and groups the items of ``FILES`` (one process)."""
+    where = tmp_path_factory.mktemp("tiers")
+    (where / "tiers_report.py").write_text(REPORT)
+    out = where / "tiers.json"
+    path = os.pathsep.join(p for p in (str(where), os.environ.get("PYTHONPATH")) if p)
+    cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0"]
+    cmd += ["-p", "tiers_report", "--tiers-out", str(out), *FILES]
+    env = {**os.environ, "PYTHONPATH": path}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(out.read_text())
+
+
+def _of(rows: list[dict], prefix: str) -> list[dict]:
+    found = [r for r in rows if r["id"].startswith(prefix)]
+    return found
+
+
+def test_the_fast_tier_holds_the_model_the_rules_and_the_cli(collected):
+    # By path: under xdist, a bare ``import conftest`` can find another folder's conftest.
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    SLOW_TESTS = module.SLOW_TESTS
+
+    for prefix in ("tests/test_model.py", "tests/test_rule_registry.py", "tests/test_cli.py"):
+        rows = _of(collected, prefix)
+        named = SLOW_TESTS.get(prefix.split("/")[-1], set())
+        slow = {r["id"].split("::")[1].split("[")[0] for r in rows if r["slow"]}
+        assert slow <= named, prefix  # only the whole checks SLOW_TESTS names
+        assert len([r for r in rows if not r["slow"]]) > len(slow), prefix
+
+
+def test_the_matrices_and_the_real_engines_are_slow(collected):
+    for prefix in ("tests/test_mutants.py", "tests/test_designs.py", "tests/test_peer.py"):
+        rows = _of(collected, prefix)
+        assert rows, prefix
+        assert all(r["slow"] for r in rows), [r["id"] for r in rows if not r["slow"]]
+    engines = _of(collected, "tests/vllm/") + _of(collected, "tests/sglang/")
+    assert engines  # tests/sglang collects without SGLang installed (its tests then skip)
+    assert all(r["slow"] and r["group"] == "real-engines" for r in engines)
+
+
+def test_a_module_scoped_fixture_keeps_its_module_on_one_worker(collected):
+    designs = _of(collected, "tests/test_designs.py")
+    for fixture in ("matrices", "explorations"):  # each a whole pass matrix: built once
+        using = [r for r in designs if fixture in r["fixtures"]]
+        assert using and {r["group"] for r in using} == {"test_designs.py"}, fixture
+    cli = [r for r in _of(collected, "tests/test_cli.py") if "should_only_trace" in r["fixtures"]]
+    assert cli and {r["group"] for r in cli} == {"test_cli.py"}
+    free = [r for r in designs + _of(collected, "tests/test_cli.py") if not r["group"]]
+    assert free  # tests that use no module-scoped fixture may run on any worker
+    assert {r["group"] for r in _of(collected, "tests/test_model.py")} == {None}

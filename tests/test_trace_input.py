@@ -1,0 +1,86 @@
+"""Reading a trace: a replay never imports the code a trace names; hostile or odd lines,
+infinities and a trace without steps are trace errors, not fixes; traces of an older spec
+load and an unknown spec version says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvfence.conformance.cli import main
+from kvfence.conformance.trace import read_trace
+from kvfence.model.actions import (
+    TraceError,
+)
+
+REGRESSION = Path(__file__).parent / "regressions" / "PF-08-update-never-flushes.jsonl"
+
+
+def test_replay_never_imports_code_named_by_a_trace(tmp_path, capsys):
+    lines = REGRESSION.read_text().splitlines()
+    head = json.loads(next(x for x in lines if x.startswith("{")))
+    head["engine"] = "os:abort"
+    text = [json.dumps(head) if x.startswith('{"kvfence_trace"') else x for x in lines]
+    path = tmp_path / "evil.jsonl"
+    path.write_text("\n".join(text) + "\n")
+    assert main(["replay", str(path)]) == 2
+    assert "only runs registry names" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[" * 100_000 + "]" * 100_000,
+        '{"step": 0, "action": {"action": {}}}',
+        '{"step": 0, "action": {"action": ["x"]}}',
+    ],
+    ids=["deep", "dict-name", "list-name"],
+)
+def test_hostile_step_lines_are_trace_errors(line, tmp_path):
+    head = REGRESSION.read_text().splitlines()[3]
+    path = tmp_path / "t.jsonl"
+    path.write_text(head + "\n" + line + "\n")
+    with pytest.raises(TraceError):
+        read_trace(path)
+
+
+def test_infinity_and_odd_shapes_in_fields_are_trace_errors(tmp_path):
+    lines = REGRESSION.read_text().splitlines()
+    step = json.loads(lines[4])
+    step["observed"]["view"]["cache"] = [{"prefix": "P", "version": float("inf")}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join([lines[3], json.dumps(step)]) + "\n")
+    with pytest.raises(TraceError):
+        read_trace(path)
+    head = json.loads(lines[3])
+    head["configs"][0]["info"] = {"radix_cache_enabled": [True]}
+    path.write_text(json.dumps(head) + "\n" + lines[4] + "\n")
+    with pytest.raises(TraceError, match="scalars"):
+        read_trace(path)
+
+
+def test_a_trace_without_steps_is_not_fixed(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    path.write_text(REGRESSION.read_text().splitlines()[3] + "\n")
+    assert main(["replay", str(path), "--engine", "reference"]) == 2
+    assert main(["replay", str(path), "--model-only"]) == 2
+
+
+def test_older_spec_traces_load_and_unknown_ones_say_so(tmp_path):
+    """Traces of an older spec load (later versions only added fields with defaults); any
+    other version is refused with a message naming both versions."""
+    from pathlib import Path
+
+    from kvfence.conformance.trace import read_trace
+    from kvfence.model import READABLE_SPECS, SPEC_VERSION
+    from kvfence.model.actions import TraceError
+
+    old = Path(__file__).parent / "regressions" / "PF-01-never-flush.jsonl"
+    assert '"spec_version": "0.1"' in old.read_text() and "0.1" in READABLE_SPECS
+    assert read_trace(old).configs
+    alien = tmp_path / "alien.jsonl"
+    alien.write_text(old.read_text().replace('"spec_version": "0.1"', '"spec_version": "9.9"'))
+    with pytest.raises(TraceError, match=f"spec 9.9 .*this is spec {SPEC_VERSION}"):
+        read_trace(alien)
