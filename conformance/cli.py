@@ -354,6 +354,14 @@ def build_parser() -> Parser:
         default="auto",
         help="the trainer's cache_invalidation_mode (recorded in the trace's policy)",
     )
+    p.add_argument(
+        "--probe",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after each sync, re-send up to N prompts served before it, so stale reuse is "
+        "asked about whatever the trainer sends (0: off)",
+    )
     p.add_argument("--out", type=Path, default=Path("kvfence-results"), help="output folder")
     p.add_argument("--strict", action="store_true", help="SHOULD rules fail too")
     p.add_argument("--timeout", type=seconds, default=120.0, help="seconds per engine call")
@@ -1073,7 +1081,13 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         return EXIT_USAGE
     try:
         session = Session(
-            args.api, args.engine, CacheMode(args.mode), args.out, args.timeout, args.strict
+            args.api,
+            args.engine,
+            CacheMode(args.mode),
+            args.out,
+            args.timeout,
+            args.strict,
+            probe=args.probe,
         )
     except ValueError as e:
         console.print(f"[bold red]usage:[/] {e}")

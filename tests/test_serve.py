@@ -47,9 +47,12 @@ class Served:
 
 
 @contextmanager
-def serve(tmp_path: Path, engine: str, api: str = "sglang") -> Iterator[Served]:
+def serve(
+    tmp_path: Path, engine: str, api: str = "sglang", extra: tuple[str, ...] = ()
+) -> Iterator[Served]:
     out = tmp_path / f"out-{api}"
     cmd = [*KVFENCE, "serve", "--api", api, "--engine", engine, "--port", "0", "--out", str(out)]
+    cmd += extra
     path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": path}
     proc = subprocess.Popen(

@@ -2,8 +2,9 @@
 trace and traffic log, and on FAIL the shrunk counterexample.
 
 A rule the session's traffic never exercised is SKIP (serve judges only the calls it
-received); the run is UNKNOWN, never PASS, unless a request was served after a weight
-update (the stale-reuse question was asked); an adapter error is ERROR.
+received), except REACH-001: a session that never served a prompt cached before a weight
+update is UNKNOWN, never PASS (the stale-reuse question was never asked; ``--probe N``
+asks it after every sync); an adapter error is ERROR.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from attrs import evolve
 
 from ...adapters import registry
 from ...adapters.clients import ReferenceClient
-from ...model.actions import FinishWeightUpdate, ServeRequest, UpdateWeightChunk, UpdateWeights
+from ...model.rules import RuleId
 from ..runner import Result, RuleVerdict, _rule_verdicts
 from ..trace import header, safe_name, unique_path, write_trace
 from ..verdict import Verdict, worst
@@ -26,33 +27,43 @@ if TYPE_CHECKING:
     from .session import Session
 
 
+REACH_WHY = (
+    "the session never served a prompt cached before a weight update (REACH-001): stale "
+    "reuse could not have shown; re-send an earlier prompt after a sync, or serve with "
+    "--probe N"
+)
+"""Why a session that never reached reuse after an update is UNKNOWN."""
+
+
 def rule_verdicts(s: Session) -> tuple[tuple[RuleVerdict, ...], Verdict, str]:
-    """Rule verdicts of the session, the run's verdict, and why it is not PASS when a rule
-    could not show anything."""
+    """Rule verdicts of the session, the run's verdict, and why it is not PASS when the
+    stale-reuse question was never asked (REACH-001 unreached: UNKNOWN, never PASS)."""
     rules = _rule_verdicts(s.recorder, s.violations, s.error, s.capabilities, s.strict)
     out = []
     for rv in rules:
-        if rv.verdict is Verdict.UNKNOWN and rv.evidence == 0 and rv.rule.kind != "ADP":
-            rv = evolve(rv, verdict=Verdict.SKIP, reason="not exercised by this session")
+        if rv.rule.id == RuleId.REACH_001 and rv.verdict is Verdict.UNKNOWN:
+            rv = evolve(rv, reason=REACH_WHY)
+        elif rv.verdict is Verdict.UNKNOWN and rv.evidence == 0 and rv.rule.kind != "ADP":
+            rv = evolve(rv, verdict=Verdict.SKIP, reason=skip_reason(rv.rule.id))
         out.append(rv)
     verdict = worst([r.verdict for r in out])
     why = ""
     if s.error is not None and verdict is not Verdict.FAIL:
         verdict = Verdict.ERROR
-    updates = (UpdateWeights, UpdateWeightChunk, FinishWeightUpdate)
-    asked = any(
-        isinstance(a, ServeRequest)
-        and i > 0
-        and any(isinstance(b, updates) for b in s.lockstep.actions[:i])
-        for i, a in enumerate(s.lockstep.actions)
-    )
-    if verdict is Verdict.PASS and not asked:
-        verdict = Verdict.UNKNOWN
-        why = (
-            "the session served no request after a weight update: stale reuse could "
-            "not have shown; drive pause, update, continue and a request"
-        )
+    elif verdict is Verdict.UNKNOWN:
+        why = REACH_WHY
     return tuple(out), verdict, why
+
+
+SKIP_REASONS: dict[str, str] = {
+    RuleId.CLI_010: "no reset was refused in this session (serve --refuse-resets N draws refusals)",
+}
+"""Why a rule a session never exercised is SKIP, where more can be said than the default."""
+
+
+def skip_reason(rule: str) -> str:
+    """Why ``rule`` is SKIP in a session that never exercised it."""
+    return SKIP_REASONS.get(rule, "not exercised by this session")
 
 
 def result(s: Session, write: bool = False) -> Result:

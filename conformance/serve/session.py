@@ -34,6 +34,7 @@ from ...model.actions import (
     PublishVersion,
     ServeRequest,
     UpdateWeights,
+    WakeUp,
 )
 from ...model.checks import Violation
 from ...model.observation import Observation
@@ -150,6 +151,7 @@ class Session:
         timeout: float = 60.0,
         strict: bool = False,
         engine: EngineAdapter | None = None,
+        probe: int = 0,
     ) -> None:
         if api not in APIS:
             raise ValueError(f"--api {api!r}: one of {', '.join(APIS)}")
@@ -159,6 +161,13 @@ class Session:
         self.out_dir = Path(out_dir)
         self.timeout = timeout
         self.strict = strict
+        if probe < 0:
+            raise ValueError(f"--probe {probe}: a number of prompts, 0 or more")
+        #: ``--probe N``: after each sync, re-send up to N prompts served before it.
+        self.probe = probe
+        #: Prefix -> the installed weight version it was last served under.
+        self.served_at: dict[str, int] = {}
+        self.probing = False
         # An engine of one fixed endpoint (a real engine: ``vllm``, ``sglang``) is served
         # as it is; an in-process engine gets the API's endpoint.
         fixed = getattr(self.engine, "fixed_configs", None)
@@ -248,6 +257,7 @@ class Session:
         requests are refused with the engine's 503. The result, trace written."""
         with self.lock:
             self.closed = True
+            self.probe_stale()
             return self.result(write=True)
 
     def _error(self, status: int, message: str, path: str) -> Any:
@@ -318,6 +328,8 @@ class Session:
         obs = self.lockstep.steps[-1].observed
         assert obs is not None
         entry["step"] = self.lockstep.steps[-1].step
+        if isinstance(action, (ContinueGeneration, WakeUp)) and obs.status is Status.OK:
+            self.probe_stale()  # serving resumed: the sync is over
         return obs
 
     def update(self, funnel: Funnel, flush: Any, source: str, entry) -> Observation:
@@ -355,10 +367,48 @@ class Session:
             raise PendingRoute(
                 "a reused cache key (extra_key / cache_salt)", "ServeRequest(namespace)"
             )
+        if not self.probing:
+            self.probe_stale()
         obs = self.step(ServeRequest(0, prefix), entry)
+        self.served_at.pop(prefix, None)  # most recent last
+        self.served_at[prefix] = self.weights.installed
         if obs.response is not None and obs.response.cold is not None:
-            self.cold[(prefix, weights)] = obs.response.cold
+            self.cold[(prefix, self.weights.installed)] = obs.response.cold
         return obs, None
+
+    def probe_stale(self) -> None:
+        """``--probe N``: re-send, once per weight version, up to N prompts last served
+        under older weights (the most recent first), each a ServeRequest stepped and judged
+        like any other and logged in the traffic as ``{"probe": prefix}``. It runs only where
+        the trainer itself resumes serving (before its first request after a sync, after a
+        ContinueGeneration or a WakeUp that resumes serving, at the end of the session), so
+        it never falls between the calls of a sync; its answers go to no one. A trainer's
+        own later request for a probed prompt may find it cached at the new weights (a
+        fresh hit: the same tokens)."""
+        installed = self.weights.installed
+        if not self.probe or not self.judging or self.probing:
+            return
+        state = self._state()
+        if state is None or state.endpoint(0).phase is not Phase.SERVING:
+            return
+        older = [p for p, v in reversed(self.served_at.items()) if v < installed]
+        self.probing = True
+        try:
+            for prefix in older[: self.probe]:
+                entry: dict[str, Any] = {"probe": prefix, "version": installed}
+                self.traffic.append(entry)
+                try:
+                    self.step(ServeRequest(0, prefix), entry)
+                except HttpError as e:  # refused by the model or the engine: logged
+                    entry["status"] = int(e.status)
+                    return
+                entry["status"] = 200
+                self.served_at.pop(prefix)
+                self.served_at[prefix] = installed
+                if not self.judging:
+                    return
+        finally:
+            self.probing = False
 
     def publish(self, label: Any, abort: Any, entry) -> Observation:
         """``/update_weight_version``: PublishVersion of the version ``label`` names (see the

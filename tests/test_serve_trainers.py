@@ -1,0 +1,132 @@
+"""What a real trainer's traffic gets from ``kvfence serve``: no vacuous PASS (REACH-001 and
+the ``--probe`` that reaches it), the client rules judged over HTTP, refused resets.
+
+Most tests drive a ``Session`` in process (``Session.handle``: the same code the HTTP
+server calls per request), so each is a few milliseconds; one runs the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_serve import serve
+
+from kvfence.conformance.serve import Session
+from kvfence.conformance.verdict import Verdict
+
+
+def call(s: Session, method: str, target: str, body: Any = None) -> tuple[int, Any]:
+    """One request through the session: ``(status, decoded body)``."""
+    raw = b"" if body is None else json.dumps(body).encode()
+    status, kind, out = s.handle(method, target, raw)
+    if kind == "application/json":
+        return status, json.loads(out)
+    return status, out.decode()
+
+
+def generate(s: Session, text: str) -> dict:
+    status, body = call(s, "POST", "/generate", {"text": text, "sampling_params": {}})
+    assert status == 200, body
+    return body
+
+
+def sglang_sync(s: Session, step: int, flush_cache: bool | None) -> None:
+    """pause, update from disk (``flush_cache`` omitted when ``None``), continue."""
+    assert call(s, "POST", "/pause_generation", {"mode": "abort"})[0] == 200
+    body: dict[str, Any] = {"model_path": f"/ckpt/step-{step}"}
+    if flush_cache is not None:
+        body["flush_cache"] = flush_cache
+    status, answer = call(s, "POST", "/update_weights_from_disk", body)
+    assert status == 200, answer
+    assert call(s, "POST", "/continue_generation", {})[0] == 200
+
+
+def verdicts(s: Session) -> tuple[Verdict, dict[str, Verdict]]:
+    """The session's verdict (closing it: the end-of-session probe runs) and its rules."""
+    result = s.close()
+    return result.verdict, {r.rule.id: r.verdict for r in result.rules}
+
+
+def fresh_prompts(s: Session, flush_cache: bool | None, syncs: int = 2) -> None:
+    """An RL loop: every rollout a prompt never sent before, a sync between rollouts."""
+    for k in range(syncs):
+        generate(s, f"prompt {k} a")
+        generate(s, f"prompt {k} b")
+        sglang_sync(s, k + 1, flush_cache)
+    generate(s, "prompt last")
+
+
+# ----- REACH-001: no vacuous PASS, and the probe -------------------------------------------
+
+
+def test_fresh_prompts_only_is_unknown_not_pass(tmp_path):
+    """A correct trainer whose prompts never repeat never asks whether stale KV is reused:
+    REACH-001 is UNKNOWN, and so is the session (it was PASS)."""
+    s = Session("sglang", "reference", out_dir=tmp_path)
+    fresh_prompts(s, flush_cache=True)
+    verdict, rules = verdicts(s)
+    assert rules["REACH-001"] is Verdict.UNKNOWN
+    assert verdict is Verdict.UNKNOWN
+
+
+def test_the_probe_reaches_reuse_and_the_correct_trainer_passes(tmp_path):
+    s = Session("sglang", "reference", out_dir=tmp_path, probe=2)
+    fresh_prompts(s, flush_cache=True)
+    verdict, rules = verdicts(s)
+    assert rules["REACH-001"] is Verdict.PASS
+    assert verdict is Verdict.PASS
+    probes = [e for e in s.traffic if "probe" in e]
+    # after each sync, the two prompts served before it, most recent first
+    assert [e["probe"] for e in probes[:2]] == ["Q", "P"], probes
+    assert all(e["status"] == 200 for e in probes)
+
+
+@pytest.mark.parametrize(
+    ("engine", "flush_cache", "rule"),
+    [
+        ("reference", False, "INV-001"),  # a trainer that never flushes (PF-01)
+        ("update-never-flushes", True, "ENG-002"),  # the update is asked to flush (PF-08)
+    ],
+)
+def test_the_probe_shows_stale_reuse_of_fresh_prompt_traffic(tmp_path, engine, flush_cache, rule):
+    """Without the probe, stale reuse cannot show when prompts never repeat; with it, the
+    fault FAILs with its rule."""
+    s = Session("sglang", engine, out_dir=tmp_path, probe=4)
+    fresh_prompts(s, flush_cache=flush_cache)
+    verdict, _ = verdicts(s)
+    assert verdict is Verdict.FAIL
+    assert rule in {v.rule for v in s.violations}, s.violations
+
+
+def test_a_never_flushing_trainer_with_fresh_prompts_does_not_pass(tmp_path):
+    """The filed case: never flushes, never repeats a prompt: not PASS over either API."""
+    s = Session("sglang", "reference", out_dir=tmp_path)
+    fresh_prompts(s, flush_cache=False)
+    assert verdicts(s)[0] is not Verdict.PASS
+    v = Session("vllm", "reference", out_dir=tmp_path / "v")
+    for k in range(2):
+        assert call(v, "POST", "/v1/completions", {"prompt": f"p{k}", "max_tokens": 2})[0] == 200
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": f"/ckpt/{k}"}}
+        assert call(v, "POST", "/collective_rpc", rpc)[0] == 200
+    assert call(v, "POST", "/v1/completions", {"prompt": "last", "max_tokens": 2})[0] == 200
+    assert verdicts(v)[0] is not Verdict.PASS
+
+
+def test_serve_probe_option(tmp_path):
+    """``kvfence serve --probe N`` from the command line: the probe turns the fresh-prompt
+    stale session into a FAIL (exit 1) that names INV-001."""
+    with serve(tmp_path, "reference", "sglang", ("--probe", "1")) as s:
+        for k in range(2):
+            r = s.http.post("/generate", json={"text": f"fresh {k}", "sampling_params": {}})
+            assert r.status_code == 200
+            assert s.http.post("/pause_generation", json={"mode": "abort"}).status_code == 200
+            body = {"model_path": f"/ckpt/{k}", "flush_cache": False}
+            assert s.http.post("/update_weights_from_disk", json=body).status_code == 200
+            assert s.http.post("/continue_generation", json={}).status_code == 200
+        assert s.stop() == 1, s.stdout
+    assert "INV-001" in s.stdout
+    log = next(Path(s.out).glob("*.traffic.json"))
+    assert any("probe" in e for e in json.loads(log.read_text())["traffic"])
