@@ -362,6 +362,14 @@ def build_parser() -> Parser:
         help="after each sync, re-send up to N prompts served before it, so stale reuse is "
         "asked about whatever the trainer sends (0: off)",
     )
+    p.add_argument(
+        "--refuse-resets",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the first N prefix-cache resets the trainer asks are refused, as the engine "
+        "refuses one while requests hold KV (CLI-010: is the refusal acted on?)",
+    )
     p.add_argument("--out", type=Path, default=Path("kvfence-results"), help="output folder")
     p.add_argument("--strict", action="store_true", help="SHOULD rules fail too")
     p.add_argument("--timeout", type=seconds, default=120.0, help="seconds per engine call")
@@ -1088,6 +1096,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             args.timeout,
             args.strict,
             probe=args.probe,
+            refuse_resets=args.refuse_resets,
         )
     except ValueError as e:
         console.print(f"[bold red]usage:[/] {e}")

@@ -46,7 +46,7 @@ from ..model.state import Bounds, Config, Policy, State, initial_state, with_pro
 from ..model.vocabulary import Phase, Status
 from .calls import call_with_timeout, is_direct
 from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled, Refused
-from .program import is_program, resolver_sync, run_program
+from .program import CallSequence, is_program, resolver_sync, run_program
 from .record import Recorder, Run
 from .trace import ProgramRecord, Step
 
@@ -118,8 +118,13 @@ class Lockstep:
         timeout: float = 60.0,
         note: Callable[[str], None] = lambda text: None,
         focus: str | None = None,
+        calls: bool = False,
     ) -> None:
         self.engine = engine
+        #: ``calls``: the top-level actions are a client's calls (a trainer over HTTP),
+        #: judged by the client obligations (``CallSequence``), set up by ``start``.
+        self.judge_calls = calls
+        self.calls: CallSequence | None = None
         self.client = client
         self.direct = is_direct(engine)  # called in this thread, timed by a watchdog
         self.recorder = recorder
@@ -170,6 +175,7 @@ class Lockstep:
         )
         self.states = frozenset({initial_state(configs, policy)})
         self.unsettled = self.unproven = False
+        self.calls = CallSequence(self) if self.judge_calls else None
 
     def resume(self, configs: tuple[Config, ...], policy: Policy, cursor: Cursor) -> None:
         """Continue a run from ``cursor`` without starting the SUT (the caller has put the
@@ -215,6 +221,11 @@ class Lockstep:
         try:
             if isinstance(action, SyncWeights):
                 self.sync(action)
+            elif self.calls is not None:
+                before = self.calls.before(action)
+                obs = self.engine_step(action, within=None).observed
+                assert obs is not None
+                self.calls.after(before, action, obs.status, obs.flushed)
             else:
                 self.engine_step(action, within=None)
         except AdapterError as e:

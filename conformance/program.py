@@ -766,3 +766,78 @@ class RecordedProgram:
 
 class RecordedRaise(Exception):
     """The recorded program raised here (its message as recorded)."""
+
+
+# ----- a client's calls one at a time, at the top level (a trainer over HTTP) --------------
+
+NOT_HTTP_RULES = {
+    **NOT_PROGRAM_RULES,
+    RuleId.CLI_011: "a trainer's exception stays in its own process: an HTTP session shows "
+    "its calls, never a raise",
+    RuleId.CLI_012: "handing a response to the trainer is no call an HTTP session receives",
+}
+"""Client rules with no counterpart over HTTP (``kvfence serve``): N/A, never PASS. The
+plan rules are a resolver's (as for a program); CLI-011 and CLI-012 judge what the program
+does in its own process. CLI-014's other half (a sync that returns after a failed update)
+is the program's too; serving resumed after a failed update is judged."""
+
+
+class CallSequence:
+    """The top-level actions of a run taken as a client's calls, one at a time: what a
+    trainer talking HTTP to ``kvfence serve`` makes (each request that maps to a model
+    action is one call). Judged by the obligations a client program's calls are
+    (``model.obligations``): ``before`` each call settles what is owed where serving
+    resumes (a request, ContinueGeneration, a WakeUp that resumes serving), ``after``
+    observes the call's answer (CLI-007 at the call, CLI-008/009/010/014 and the rule that
+    required the reset at resumption), ``end`` settles every serving endpoint when the
+    session ends. Violations go to the lockstep's ``client_violation`` (the run goes on,
+    FAIL); evidence to its recorder."""
+
+    def __init__(self, lock: SyncHost) -> None:
+        self.lock = lock
+        self.owed = [Owed() for _ in lock.configs]
+        lock.recorder.not_at_stake.update(NOT_HTTP_RULES)
+
+    @property
+    def state(self) -> State:
+        return next(iter(self.lock.states))
+
+    def before(self, action: Action) -> State:
+        """Settle what serving ``action`` resumes; the model state the call is made in."""
+        state = self.state
+        index = getattr(action, "endpoint", None)
+        if index is not None and (
+            isinstance(action, SERVING_CALLS) or resumes_serving(state, action)
+        ):
+            self.settle(index, action.name)
+        return state
+
+    def after(self, before: State, action: Action, status: Status, flushed: Any) -> None:
+        """The engine answered ``action`` with ``status`` (``flushed``: the observation's
+        flag; a reset answered ``success: false`` is a refused reset)."""
+        index = getattr(action, "endpoint", None)
+        if index is None:
+            return
+        if isinstance(action, FlushCache) and flushed is False and status is Status.OK:
+            status = Status.REJECTED
+        if flush_asked(before, action):
+            self.lock.recorder.exercised[RuleId.CLI_007] += 1
+        self.owed[index], bad = observe(self.owed[index], before, action, status)
+        if bad:
+            self.lock.client_violation(bad)
+
+    def settle(self, index: int, how: str) -> None:
+        for rule_id in evidence(self.owed[index]):
+            self.lock.recorder.exercised[rule_id] += 1
+        self.owed[index], bad = resumes(self.owed[index], index, how)
+        if bad:
+            self.lock.client_violation(bad)
+
+    def end(self) -> None:
+        """The session ended: an endpoint serving has resumed (its obligations settle); one
+        left paused after a refused reset answered it (CLI-010's evidence)."""
+        for i, owed in enumerate(self.owed):
+            if all(s.endpoint(i).phase is Phase.SERVING for s in self.lock.states):
+                self.settle(i, "the end of the session")
+            elif owed.refusals:
+                self.lock.recorder.exercised[RuleId.CLI_010] += 1

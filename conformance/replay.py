@@ -83,12 +83,15 @@ def replay_actions(
     timeout: float = 60.0,
     recorder: Recorder | None = None,
     timing: Timing | None = None,
+    calls: bool = False,
 ) -> Replayed:
     """Run ``actions`` in lockstep from a fresh start. With ``deltas``, versioned actions
     are renumbered relative to the trainer's version at their turn (for shrinking).
     ``timing``: a run's ``Timing`` to add the replay's engine and client seconds to (when
-    no ``recorder`` is given)."""
-    lock = Lockstep(engine, client, recorder or Recorder(timing), bounds, timeout)
+    no ``recorder`` is given). ``calls``: the top-level actions are a client's calls (a
+    ``kvfence serve`` session), judged by the client obligations (``CallSequence``), the
+    last settled at the end as the session's were."""
+    lock = Lockstep(engine, client, recorder or Recorder(timing), bounds, timeout, calls=calls)
     try:
         lock.start(configs, policy)
         for i, action in enumerate(actions):
@@ -100,6 +103,8 @@ def replay_actions(
                     action = evolve(action, version=trainer + 1)
             lock.run(action)
             lock.check_model()
+        if lock.calls is not None:
+            lock.calls.end()
     except ConformanceFailure as e:
         hard = tuple(v for v in e.violations if v not in lock.pending)
         return Replayed(ReplayKind.FAIL, hard, tuple(lock.pending), lock.snapshot(e.violations))
@@ -181,6 +186,7 @@ def shrink(
     budget: int = 400,
     timing: Timing | None = None,
     contrast: tuple[EngineAdapter, ClientAdapter] | None = None,
+    calls: bool = False,
 ) -> Replayed | None:
     """The smallest run that still breaks a rule in ``targets`` (among the violations that
     stopped it if ``hard``, else among its client violations), the same one the original
@@ -192,7 +198,8 @@ def shrink(
     a target on the contrast too is rejected, since it shows no fault of the system under
     test (a standard-lane stale hit a faulty client causes on any engine, kept while the
     engine's own exact-lane fault is shrunk away). The original run is not held to it: it
-    is what the search found, and the caller says so if it does not discriminate."""
+    is what the search found, and the caller says so if it does not discriminate.
+    ``calls``: the run is a ``kvfence serve`` session (``replay_actions``)."""
 
     lead: list[str] = []  # the first target rule the original breaks: kept stable
 
@@ -204,11 +211,15 @@ def shrink(
         return rule is not None and (not lead or rule == lead[0])
 
     def attempt(cfgs, pol, acts, dts) -> Replayed | None:
-        r = replay_actions(engine, client, cfgs, pol, acts, dts, bounds, timeout, timing=timing)
+        r = replay_actions(
+            engine, client, cfgs, pol, acts, dts, bounds, timeout, timing=timing, calls=calls
+        )
         if not breaks(r):
             return None
         if contrast is not None:
-            c = replay_actions(*contrast, cfgs, pol, acts, dts, bounds, timeout, timing=timing)
+            c = replay_actions(
+                *contrast, cfgs, pol, acts, dts, bounds, timeout, timing=timing, calls=calls
+            )
             if c.kind is ReplayKind.FAIL and first(c) is not None:
                 return None
         return r
@@ -216,7 +227,16 @@ def shrink(
     configs, policy, actions = run.configs, run.policy, list(run.actions)
     deltas = _deltas(actions)
     best = replay_actions(
-        engine, client, configs, policy, actions, deltas, bounds, timeout, timing=timing
+        engine,
+        client,
+        configs,
+        policy,
+        actions,
+        deltas,
+        bounds,
+        timeout,
+        timing=timing,
+        calls=calls,
     )
     if not breaks(best):
         return None
@@ -416,7 +436,14 @@ def replay_trace(
     blind = undiscriminating(trace) if recorded is not None else ""
     try:
         out = replay_actions(
-            engine, client, trace.configs, trace.policy, actions, bounds=bounds, timeout=timeout
+            engine,
+            client,
+            trace.configs,
+            trace.policy,
+            actions,
+            bounds=bounds,
+            timeout=timeout,
+            calls=trace.header.get("profile") == "serve",  # a trainer's calls over HTTP
         )
     except TraceError as e:
         return Replayed(ReplayKind.ERROR, (), (), empty, str(e))

@@ -41,11 +41,14 @@ pytestmark = [
 
 def test_skyrl_remote_client_sync_is_judged_by_serve(tmp_path):
     """SkyRL's sync is pause(keep), a two-phase update (start, a chunk, finish), a prefix
-    reset after the finish, resume: every call is one model action, and the session is
-    judged PASS on the reference engine (the reset follows the final weights, as CLI-008
-    asks; SkyRL's own server reads ``reset_running_requests`` from the body, so the reset
-    is not refused for kept requests). ``test_skyrl_sync_without_its_reset_fails`` shows
-    the same session could have failed."""
+    reset after the finish, resume: every call is one model action. The reset follows the
+    final weights (CLI-008 PASSes, and no stale KV is served: safety PASS), but it is asked
+    while requests are kept in place: SkyRL sends ``reset_running_requests`` in the JSON
+    body, which vLLM 0.32 reads from the query string only, so against vLLM's own routes
+    the reset is one vLLM refuses while a kept request holds blocks: CLI-007, an
+    availability FAIL (SkyRL's own server reads the body field, so there the reset
+    preempts instead). ``test_skyrl_sync_without_its_reset_fails`` shows the safety half
+    could have failed."""
     with serve(tmp_path, "reference", api="vllm") as s:
         calls = _drive(s.url)
         by_name = {c["call"]: c for c in calls}
@@ -56,7 +59,11 @@ def test_skyrl_remote_client_sync_is_judged_by_serve(tmp_path):
         assert [c["ok"] for c in calls if c["call"] == "completion"] == [True, True]
         verdict = s.http.get("/kvfence/verdict").json()
         code = s.stop()
-    assert verdict["verdict"] == "PASS" and code == 0, verdict
+    assert verdict["verdict"] == "FAIL" and code == 1, verdict
+    assert {v["rule"] for v in verdict["violations"]} == {"CLI-007"}, verdict["violations"]
+    assert verdict["safety"] == "PASS", verdict
+    rules = {r["id"]: r["verdict"] for r in verdict["rules"]}
+    assert rules["CLI-008"] == "PASS", rules
     log = json.loads(Path(verdict["trace"]).with_suffix(".traffic.json").read_text())
     actions = [e["action"]["action"] for e in log["traffic"] if e.get("action")]
     assert actions == [
@@ -69,6 +76,8 @@ def test_skyrl_remote_client_sync_is_judged_by_serve(tmp_path):
         "ContinueGeneration",
         "ServeRequest",
     ], actions
+    reset = next(e for e in log["traffic"] if e["path"].startswith("/reset_prefix_cache"))
+    assert reset["ignored"] == {"reset_running_requests": True}, reset
 
 
 def test_skyrl_sync_without_its_reset_fails(tmp_path):

@@ -242,7 +242,7 @@ def test_vllm_routes(tmp_path):
         completion = {"model": "kvfence-serve", "prompt": [11, 12, 13], "max_tokens": 4}
         first = s.http.post("/v1/completions", json=completion).json()
         assert len(first["choices"][0]["token_ids"]) == 4
-        assert s.http.post("/pause", params={"mode": "keep", "clear_cache": "false"}).json() == {
+        assert s.http.post("/pause", params={"mode": "abort", "clear_cache": "false"}).json() == {
             "status": "paused"
         }
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/step-1"}}
@@ -411,10 +411,11 @@ COMPLETION = {"model": "kvfence-serve", "prompt": [11, 12, 13], "max_tokens": 4}
 def test_vllm_two_phase_update_is_judged(tmp_path, calls, reset):
     """vLLM's two-phase update (native routes, or SkyRL's /collective_rpc methods): with a
     /reset_prefix_cache after the finish the session PASSes; without one, the prompt cached
-    before the update is reused after it: INV-001 (vLLM's finish does not flush)."""
+    before the update is reused after it: INV-001 (vLLM's finish does not flush), and the
+    reset the endpoint required was never made (CLI-002)."""
     s = InProcess("vllm", tmp_path)
     assert s.post("/v1/completions", COMPLETION)[0] == 200
-    assert s.post("/pause?mode=keep&clear_cache=false") == (200, {"status": "paused"})
+    assert s.post("/pause?mode=abort&clear_cache=false") == (200, {"status": "paused"})
     for path, body in calls:
         status, answer = s.post(path, body)
         assert status == 200, answer
@@ -441,6 +442,26 @@ def test_vllm_two_phase_update_is_judged(tmp_path, calls, reset):
             assert s.get("/weight_info")[1] == {"weight_version": "v1"}
     else:
         assert result.verdict == "FAIL" and "INV-001" in result.caught(), result.violations
+        assert "CLI-002" in result.caught(), result.violations
+
+
+def test_vllm_reset_under_a_keep_pause_fails_cli_007(tmp_path):
+    """SkyRL's order: ``/pause?mode=keep`` (requests frozen with their KV), update, reset,
+    resume. vLLM refuses a reset while running requests hold blocks unless
+    ``reset_running_requests=true`` is in the query string: the reset under an in-place
+    pause is PF-06's order, CLI-007."""
+    s = InProcess("vllm", tmp_path)
+    assert s.post("/v1/completions", COMPLETION)[0] == 200
+    assert s.post("/pause?mode=keep&clear_cache=false") == (200, {"status": "paused"})
+    for path, body in TWO_PHASE_NATIVE:
+        assert s.post(path, body)[0] == 200
+    assert s.post("/reset_prefix_cache") == (200, {"success": True})
+    assert s.post("/resume")[0] == 200
+    result = s.verdict()
+    assert result.verdict == "FAIL" and result.caught() == ("CLI-007",), result.violations
+    # the preempting reset is a form serve does not judge yet: 501, never a verdict
+    status, body = s.post("/reset_prefix_cache?reset_running_requests=true")
+    assert status == 501, body
 
 
 def test_vllm_pause_that_clears_then_reload_passes_and_sleep_wake_with_tags(tmp_path):

@@ -130,3 +130,152 @@ def test_serve_probe_option(tmp_path):
     assert "INV-001" in s.stdout
     log = next(Path(s.out).glob("*.traffic.json"))
     assert any("probe" in e for e in json.loads(log.read_text())["traffic"])
+
+
+# ----- the client rules over HTTP ---------------------------------------------------------
+
+
+def cli(rules: dict[str, Verdict]) -> dict[str, str]:
+    return {k: v.value for k, v in rules.items() if k.startswith("CLI-")}
+
+
+def test_reset_before_update_fails_cli_008_as_check_does(tmp_path):
+    """SkyRL 0.4.0's delta backend and OpenRLHF's Ray path: reset, then update, then resume
+    (vLLM ``/reset_prefix_cache`` before ``/collective_rpc reload_weights``). ``kvfence
+    check`` FAILs this order with CLI-008; so does serve, whatever prompts follow."""
+    s = Session("vllm", "reference", out_dir=tmp_path)
+    assert call(s, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
+    assert call(s, "POST", "/pause?mode=abort&clear_cache=false")[0] == 200
+    assert call(s, "POST", "/reset_prefix_cache")[1] == {"success": True}
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/1"}}
+    assert call(s, "POST", "/collective_rpc", rpc)[0] == 200
+    assert call(s, "POST", "/resume")[0] == 200
+    verdict, rules = verdicts(s)
+    assert verdict is Verdict.FAIL
+    assert rules["CLI-008"] is Verdict.FAIL
+    assert [v.rule for v in s.violations] == ["CLI-008"]
+    assert "reset only before the update" in str(s.violations[0])
+
+
+def test_the_right_order_passes_each_cli_rule_with_evidence(tmp_path):
+    """pause, reload, reset, resume: CLI-008 and the rule that required the reset (CLI-002:
+    vLLM's server info says nothing the spec reads about the radix cache, so it is taken as
+    on) PASS with evidence; the rules an HTTP session
+    cannot show are N/A, never PASS."""
+    s = Session("vllm", "reference", out_dir=tmp_path, probe=1)
+    assert call(s, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
+    assert call(s, "POST", "/pause?mode=abort&clear_cache=false")[0] == 200
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/1"}}
+    assert call(s, "POST", "/collective_rpc", rpc)[0] == 200
+    assert call(s, "POST", "/reset_prefix_cache")[1] == {"success": True}
+    assert call(s, "POST", "/resume")[0] == 200
+    result = s.close()
+    assert result.verdict is Verdict.PASS, [str(v) for v in result.violations]
+    by_id = {r.rule.id: r for r in result.rules}
+    for rule in ("CLI-002", "CLI-007", "CLI-008"):
+        assert by_id[rule].verdict is Verdict.PASS and by_id[rule].evidence > 0, by_id[rule]
+    for rule in ("CLI-003", "CLI-005", "CLI-006", "CLI-011", "CLI-012", "CLI-013"):
+        assert by_id[rule].verdict is Verdict.NA, by_id[rule]
+
+
+def test_a_trainer_that_never_resets_fails_cli_002_without_a_repeated_prompt(tmp_path):
+    """The reset the endpoint's report requires (silent on the radix cache: taken as on) is
+    owed at resumption: missing, the trainer FAILs CLI-002 even when no old prompt comes
+    back (INV-001 could not show)."""
+    s = Session("vllm", "reference", out_dir=tmp_path)
+    assert call(s, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/1"}}
+    assert call(s, "POST", "/collective_rpc", rpc)[0] == 200
+    assert call(s, "POST", "/v1/completions", {"prompt": "q", "max_tokens": 2})[0] == 200
+    verdict, rules = verdicts(s)
+    assert verdict is Verdict.FAIL
+    assert rules["CLI-002"] is Verdict.FAIL
+    assert "INV-001" not in {v.rule for v in s.violations}
+
+
+def test_cli_fail_over_serve_replays_to_the_same_rule(tmp_path):
+    """The session trace replays (against the engine, and on the spec alone) to CLI-008,
+    and the counterexample was shrunk on it."""
+    from kvfence.conformance.replay import ReplayKind, replay_trace
+    from kvfence.conformance.trace import read_trace
+
+    s = Session("vllm", "reference", out_dir=tmp_path)
+    assert call(s, "POST", "/pause?mode=abort&clear_cache=false")[0] == 200
+    assert call(s, "POST", "/reset_prefix_cache")[0] == 200
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/1"}}
+    assert call(s, "POST", "/collective_rpc", rpc)[0] == 200
+    assert call(s, "POST", "/resume")[0] == 200
+    result = s.close()
+    assert result.verdict is Verdict.FAIL
+    assert s.trace_path is not None and s.counterexample is not None
+    from kvfence.adapters import registry
+
+    for path in (s.trace_path, s.counterexample):
+        trace = read_trace(path)
+        for engine in (registry.engine("reference"), None):
+            client = None if engine is None else registry.client("reference")
+            replayed = replay_trace(trace, engine, client)
+            assert replayed.kind is ReplayKind.FAIL, (path, replayed)
+            assert "CLI-008" in {v.rule for v in replayed.violations}
+
+
+# ----- refused resets (CLI-010) -----------------------------------------------------------
+
+
+def vllm_sync(s: Session, step: int, retries: int) -> list[dict]:
+    """pause, reload, reset (again up to ``retries`` times while refused), resume: the
+    reset bodies the trainer read."""
+    assert call(s, "POST", "/pause?mode=abort&clear_cache=false")[0] == 200
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": f"/ckpt/{step}"}}
+    assert call(s, "POST", "/collective_rpc", rpc)[0] == 200
+    answers = []
+    for _ in range(retries + 1):
+        status, body = call(s, "POST", "/reset_prefix_cache")
+        assert status == 200, body  # vLLM answers a refused reset 200 {"success": false}
+        answers.append(body)
+        if body["success"]:
+            break
+    assert call(s, "POST", "/resume")[0] == 200
+    return answers
+
+
+def test_a_drawn_refusal_ignored_fails_cli_010(tmp_path):
+    """SkyRL and TRL never read ``/reset_prefix_cache``'s body: a refused reset is resumed
+    over, CLI-010."""
+    s = Session("vllm", "reference", out_dir=tmp_path, refuse_resets=1)
+    assert call(s, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
+    assert vllm_sync(s, 1, retries=0) == [{"success": False}]
+    verdict, rules = verdicts(s)
+    assert verdict is Verdict.FAIL
+    assert rules["CLI-010"] is Verdict.FAIL
+    assert "refused, then ignored" in str(s.violations[0])
+    drawn = [e["drawn"] for e in s.traffic if "drawn" in e]
+    assert [d["action"]["action"] for d in drawn] == ["FaultRefuseFlush"]
+
+
+def test_a_trainer_that_retries_the_refused_reset_passes_cli_010(tmp_path):
+    s = Session("vllm", "reference", out_dir=tmp_path, refuse_resets=1, probe=1)
+    assert call(s, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
+    assert vllm_sync(s, 1, retries=3) == [{"success": False}, {"success": True}]
+    result = s.close()
+    assert result.verdict is Verdict.PASS, [str(v) for v in result.violations]
+    by_id = {r.rule.id: r for r in result.rules}
+    assert by_id["CLI-010"].verdict is Verdict.PASS and by_id["CLI-010"].evidence > 0
+
+
+def test_sglang_refused_flush_is_its_400_and_ignoring_it_fails_cli_010(tmp_path):
+    s = Session("sglang", "reference", out_dir=tmp_path, refuse_resets=1)
+    generate(s, "p")
+    assert call(s, "POST", "/pause_generation", {"mode": "abort"})[0] == 200
+    body = {"model_path": "/ckpt/1", "flush_cache": False}
+    assert call(s, "POST", "/update_weights_from_disk", body)[0] == 200
+    status, text = call(s, "POST", "/flush_cache")
+    assert status == 400, text
+    assert call(s, "POST", "/continue_generation", {})[0] == 200
+    verdict, rules = verdicts(s)
+    assert verdict is Verdict.FAIL and rules["CLI-010"] is Verdict.FAIL
+
+
+def test_refusals_need_an_engine_that_can_refuse():
+    with pytest.raises(ValueError, match="refuse-resets"):
+        Session("vllm", "reference", refuse_resets=-1)

@@ -149,7 +149,12 @@ def shrunk(s: Session, head: dict[str, Any]) -> Path | None:
     try:
         run = s.lockstep.snapshot(s.violations)
         targets = {v.rule for v in s.violations}
-        best = shrink(engine, ReferenceClient(), run, targets, True, SESSION_BOUNDS, s.timeout)
+        # A session broken only by the trainer's calls (CLI rules: recorded, the run goes
+        # on) is shrunk on those; one the engine's answer stopped, on that answer's rules.
+        hard = any(not v.rule.startswith("CLI-") for v in s.violations)
+        best = shrink(
+            engine, ReferenceClient(), run, targets, hard, SESSION_BOUNDS, s.timeout, calls=True
+        )
     finally:
         engine.close()
     if best is None:

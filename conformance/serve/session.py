@@ -29,13 +29,16 @@ from ...model.actions import (
     Action,
     BeginWeightUpdate,
     ContinueGeneration,
+    FaultRefuseFlush,
     FinishWeightUpdate,
+    FlushCache,
     PauseGeneration,
     PublishVersion,
     ServeRequest,
     UpdateWeights,
     WakeUp,
 )
+from ...model.capabilities import Capability
 from ...model.checks import Violation
 from ...model.observation import Observation
 from ...model.state import Config, Policy, server_info
@@ -135,9 +138,10 @@ class Session:
     """One ``kvfence serve`` session: the engine, the model in lockstep, the traffic.
 
     ``handle(method, target, body)`` answers one HTTP request: ``(status, content type,
-    body bytes)``. Requests are handled one at a time (a lock). After a FAIL or an adapter
-    ERROR the verdict is fixed: later requests still reach the engine (a trainer's run goes
-    on) but are only logged, not judged.
+    body bytes)``. Requests are handled one at a time (a lock). After a FAIL of the engine's
+    answer or an adapter ERROR the verdict is fixed: later requests still reach the engine
+    (a trainer's run goes on) but are only logged, not judged. A client rule the trainer's
+    calls break (``CallSequence``) is recorded and judging goes on, as in ``check``.
 
     Raises ``ValueError`` for an ``api`` not in ``APIS`` or an unknown ``engine_name``.
     """
@@ -152,6 +156,7 @@ class Session:
         strict: bool = False,
         engine: EngineAdapter | None = None,
         probe: int = 0,
+        refuse_resets: int = 0,
     ) -> None:
         if api not in APIS:
             raise ValueError(f"--api {api!r}: one of {', '.join(APIS)}")
@@ -168,6 +173,10 @@ class Session:
         #: Prefix -> the installed weight version it was last served under.
         self.served_at: dict[str, int] = {}
         self.probing = False
+        if refuse_resets < 0:
+            raise ValueError(f"--refuse-resets {refuse_resets}: a number of resets, 0 or more")
+        #: ``--refuse-resets N``: the first N resets the trainer asks are refused.
+        self.refusals_left = refuse_resets
         # An engine of one fixed endpoint (a real engine: ``vllm``, ``sglang``) is served
         # as it is; an in-process engine gets the API's endpoint.
         fixed = getattr(self.engine, "fixed_configs", None)
@@ -184,6 +193,10 @@ class Session:
         #: Whether the engine is paused, by its own account (the model's may be frozen).
         self.paused = False
         self.violations: list[Violation] = []
+        #: The model stopped judging: the engine's answer broke a rule (a client rule
+        #: broken by the trainer's calls is recorded and judging goes on, as in ``check``,
+        #: so the stale reuse it causes shows too).
+        self.stopped = False
         self.error: AdapterError | None = None
         self.started = time.monotonic()
         self.rids = itertools.count()
@@ -193,13 +206,23 @@ class Session:
         #: Set by ``close``: the verdict is taken, later requests are refused (503).
         self.closed = False
         self.lockstep = Lockstep(
-            self.engine, ReferenceClient(), self.recorder, SESSION_BOUNDS, timeout=timeout
+            self.engine,
+            ReferenceClient(),
+            self.recorder,
+            SESSION_BOUNDS,
+            timeout=timeout,
+            calls=True,  # the trainer's calls, judged by the client obligations
         )
         try:
             self.capabilities = check_capabilities(self.engine)
             self.lockstep.start((self.config,), self.policy)
         except AdapterError as e:
             self.error = e
+        if refuse_resets and Capability.FAULTS not in self.engine.capabilities:
+            raise ValueError(
+                f"--refuse-resets: engine {engine_name!r} cannot be made to refuse a reset "
+                "(it does not declare the faults capability)"
+            )
 
     # ----- one request ----------------------------------------------------------------
 
@@ -258,7 +281,20 @@ class Session:
         with self.lock:
             self.closed = True
             self.probe_stale()
+            self.end_calls()
             return self.result(write=True)
+
+    def end_calls(self) -> None:
+        """The session ends: the client obligations still owed on a serving endpoint are
+        settled (``CallSequence.end``), as replay settles them."""
+        if not self.judging or self.lockstep.calls is None:
+            return
+        try:
+            self.lockstep.calls.end()
+        except ConformanceFailure as e:  # a focused run only; serve has no focus
+            self.violations, self.stopped = list(e.violations), True
+        if not self.stopped:
+            self.violations = list(self.lockstep.pending)
 
     def _error(self, status: int, message: str, path: str) -> Any:
         return error_body(self.api, status, message, path in self.routes)
@@ -282,7 +318,7 @@ class Session:
     @property
     def judging(self) -> bool:
         """Whether requests are still judged (no FAIL or ERROR yet)."""
-        return not self.violations and self.error is None
+        return not self.stopped and self.error is None
 
     def _state(self):
         return next(iter(self.lockstep.states)) if self.lockstep.states else None
@@ -319,12 +355,16 @@ class Session:
                 f"endpoint is {phase}); not sent to the engine",
             ) from None
         except ConformanceFailure as e:
-            self.violations = list(e.violations)
+            self.violations, self.stopped = list(e.violations), True
             entry["violated"] = [v.rule for v in e.violations]
         except AdapterError as e:
             self.error = e
             raise HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, f"engine error: {e}") from None
-        self.violations = self.violations or list(self.lockstep.pending)
+        if not self.stopped:
+            new = [v for v in self.lockstep.pending if v not in self.violations]
+            if new:
+                entry["violated"] = [v.rule for v in new]
+            self.violations = list(self.lockstep.pending)
         obs = self.lockstep.steps[-1].observed
         assert obs is not None
         entry["step"] = self.lockstep.steps[-1].step
@@ -409,6 +449,20 @@ class Session:
                     return
         finally:
             self.probing = False
+
+    def reset(self, entry: dict[str, Any]) -> Observation:
+        """The trainer's prefix-cache reset (SGLang ``/flush_cache``, vLLM
+        ``/reset_prefix_cache``): FlushCache. While ``--refuse-resets`` has refusals left,
+        it is drawn refused: FaultRefuseFlush is stepped just before it (so no flush inside
+        an update consumes it), recorded in the trace and in the traffic entry as
+        ``drawn``, and the engine answers the reset as refused (vLLM ``{"success":
+        false}``, SGLang's 400)."""
+        if self.refusals_left > 0 and self.judging:
+            self.refusals_left -= 1
+            drawn: dict[str, Any] = {}
+            entry["drawn"] = drawn
+            self.step(FaultRefuseFlush(0), drawn)
+        return self.step(FlushCache(0), entry)
 
     def publish(self, label: Any, abort: Any, entry) -> Observation:
         """``/update_weight_version``: PublishVersion of the version ``label`` names (see the

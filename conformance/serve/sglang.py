@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from ...model.actions import (
     ContinueGeneration,
-    FlushCache,
     PauseGeneration,
     Sleep,
     WakeUp,
@@ -117,7 +116,9 @@ def update_weights_from_distributed(s: Session, data, query, entry):
 
 
 def flush_cache(s: Session, data, query, entry):
-    obs = s.step(FlushCache(0), entry)
+    """200 with ``SGLANG_FLUSHED``, or 400 with a text body when the scheduler refused
+    (running or waiting requests): ``http_server.py`` ``flush_cache`` in SGLang 0.5.23."""
+    obs = s.reset(entry)
     if obs.status is Status.OK and obs.flushed is not False:
         return 200, SGLANG_FLUSHED.encode()
     return 400, (obs.detail or "Flush cache failed.\n").encode()

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from ...model.actions import (
     ContinueGeneration,
-    FlushCache,
     PauseGeneration,
     Sleep,
     UpdateWeightChunk,
@@ -34,7 +33,7 @@ from ...model.actions import (
 from ...model.observation import Observation
 from ...model.vocabulary import Funnel, PauseMode, Status
 from .routes import Route
-from .wire import HttpError
+from .wire import HttpError, PendingRoute
 
 if TYPE_CHECKING:
     from .session import Session
@@ -100,7 +99,17 @@ def resume(s: Session, data, query, entry):
 
 
 def reset_prefix_cache(s: Session, data, query, entry):
-    obs = s.step(FlushCache(0), entry)
+    """``{"success": bool}`` with 200 either way: vLLM's route returns the engine's
+    ``reset_prefix_cache() -> bool`` as the body (a refused reset is ``false``, never an
+    HTTP error; ``vllm/entrypoints/serve/dev``, vLLM 0.32). vLLM reads
+    ``reset_running_requests`` from the query string only (SkyRL's JSON body field is
+    ignored, as vLLM ignores it); a true one preempts the running requests, a form the
+    model has no action for yet (``PENDING``: 501)."""
+    if query.get("reset_running_requests", ["false"])[-1].lower() == "true":
+        raise PendingRoute("/reset_prefix_cache?reset_running_requests=true", "FlushCache(preempt)")
+    if isinstance(data.get("reset_running_requests"), bool):
+        entry["ignored"] = {"reset_running_requests": data["reset_running_requests"]}
+    obs = s.reset(entry)
     return 200, {"success": obs.status is Status.OK and obs.flushed is not False}
 
 
@@ -231,7 +240,14 @@ ROUTES: tuple[Route, ...] = (
     Route("vllm", ("GET",), "/weight_info", "", weight_info),
     Route("vllm", ("POST",), "/pause", "PauseGeneration", pause),
     Route("vllm", ("POST",), "/resume", "ContinueGeneration", resume),
-    Route("vllm", ("POST",), "/reset_prefix_cache", "FlushCache", reset_prefix_cache),
+    Route(
+        "vllm",
+        ("POST",),
+        "/reset_prefix_cache",
+        "FlushCache",
+        reset_prefix_cache,
+        "FlushCache(preempt)",
+    ),
     Route("vllm", ("POST",), "/collective_rpc", "UpdateWeights", collective_rpc),
     Route("vllm", ("POST",), "/start_weight_update", "BeginWeightUpdate", start_weight_update),
     Route("vllm", ("POST",), "/update_weights", "UpdateWeightChunk", update_weights),
