@@ -370,6 +370,11 @@ def build_parser() -> Parser:
         help="the first N prefix-cache resets the trainer asks are refused, as the engine "
         "refuses one while requests hold KV (CLI-010: is the refusal acted on?)",
     )
+    p.add_argument(
+        "--no-prefix-cache",
+        action="store_true",
+        help="serve an endpoint with prefix caching off (its server info says so)",
+    )
     p.add_argument("--out", type=Path, default=Path("kvfence-results"), help="output folder")
     p.add_argument("--strict", action="store_true", help="SHOULD rules fail too")
     p.add_argument("--timeout", type=seconds, default=120.0, help="seconds per engine call")
@@ -1097,6 +1102,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             args.strict,
             probe=args.probe,
             refuse_resets=args.refuse_resets,
+            prefix_cache=not args.no_prefix_cache,
         )
     except ValueError as e:
         console.print(f"[bold red]usage:[/] {e}")

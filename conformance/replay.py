@@ -432,7 +432,8 @@ def replay_trace(
     # A long recorded session (``kvfence serve``) may push more versions than a search
     # draws: the bounds widen to hold the trace (they are the search's, not the spec's).
     newest = max((getattr(a, "version", 0) for a in actions), default=0)
-    bounds = evolve(MACHINE_BOUNDS, versions=max(MACHINE_BOUNDS.versions, newest))
+    keyed = any(getattr(a, "namespace", None) is not None for a in actions)
+    bounds = evolve(MACHINE_BOUNDS, versions=max(MACHINE_BOUNDS.versions, newest), namespaces=keyed)
     blind = undiscriminating(trace) if recorded is not None else ""
     try:
         out = replay_actions(

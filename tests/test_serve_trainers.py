@@ -279,3 +279,125 @@ def test_sglang_refused_flush_is_its_400_and_ignoring_it_fails_cli_010(tmp_path)
 def test_refusals_need_an_engine_that_can_refuse():
     with pytest.raises(ValueError, match="refuse-resets"):
         Session("vllm", "reference", refuse_resets=-1)
+
+
+# ----- namespaces (cache_salt / extra_key) and caching off --------------------------------
+
+
+def salted(s: Session, text: str, key: str) -> dict:
+    body = {"text": text, "sampling_params": {}, "extra_key": key}
+    status, answer = call(s, "POST", "/generate", body)
+    assert status == 200, answer
+    return answer
+
+
+def test_a_key_that_follows_the_weights_passes_without_a_flush(tmp_path):
+    """A trainer that keys every request by the weight version (SkyRL 0.4.0 salts every
+    request) and, under ``cache_invalidation_mode=none``, never flushes: the old KV is in
+    another namespace, never reused. PASS, with reuse after an update reached."""
+    from kvfence.model.vocabulary import CacheMode
+
+    s = Session("sglang", "reference", mode=CacheMode.NONE, out_dir=tmp_path)
+    salted(s, "p", "v0")
+    sglang_sync(s, 1, flush_cache=False)
+    again = salted(s, "p", "v1")
+    assert again["meta_info"]["cached_tokens"] == 0
+    verdict, rules = verdicts(s)
+    assert verdict is Verdict.PASS, s.violations
+    assert rules["REACH-001"] is Verdict.PASS
+    assert s.traffic[-1]["namespace"] == {"key": "v1", "version": 1}
+
+
+def test_a_key_pinned_to_older_weights_is_pf_24(tmp_path):
+    """SkyRL 0.4.0's fully-async mode keeps a trajectory's salt across an update: the
+    request is pinned to the older weights' namespace, whose KV it reuses (PF-24)."""
+    from kvfence.model.vocabulary import CacheMode
+
+    s = Session("sglang", "reference", mode=CacheMode.NONE, out_dir=tmp_path)
+    salted(s, "p", "trajectory-7")
+    sglang_sync(s, 1, flush_cache=False)
+    salted(s, "p", "trajectory-7")
+    verdict, _ = verdicts(s)
+    assert verdict is Verdict.FAIL
+    assert [v.rule for v in s.violations] == ["INV-001"], s.violations
+    assert s.traffic[-1]["namespace"] == {"key": "trajectory-7", "version": 0}
+
+
+@pytest.mark.parametrize("api", ["sglang", "vllm"])
+def test_no_prefix_cache_says_so_and_a_trainer_without_reset_reuses_nothing(tmp_path, api):
+    """``--no-prefix-cache``: the server info says caching is off, and a trainer that never
+    resets re-sending an old prompt reuses nothing (no INV-001) and owes no reset (the
+    obligations follow the endpoint's cache: off, nothing to reset): PASS on both APIs."""
+    s = Session(api, "reference", out_dir=tmp_path, prefix_cache=False)
+    info_path = "/get_server_info" if api == "sglang" else "/server_info"
+    status, info = call(s, "GET", info_path)
+    assert status == 200, info
+    if api == "sglang":
+        assert info["disable_radix_cache"] is True
+        generate(s, "p")
+        sglang_sync(s, 1, flush_cache=False)
+        assert generate(s, "p")["meta_info"]["cached_tokens"] == 0
+        verdict, rules = verdicts(s)
+        assert verdict is Verdict.PASS, s.violations
+        assert rules["REACH-001"] is Verdict.PASS
+        return
+    assert info["enable_prefix_caching"] is False
+    completion = {"prompt": "p", "max_tokens": 2}
+    assert call(s, "POST", "/v1/completions", completion)[0] == 200
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/1"}}
+    assert call(s, "POST", "/collective_rpc", rpc)[0] == 200
+    status, answer = call(s, "POST", "/v1/completions", completion)
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    verdict, rules = verdicts(s)
+    assert verdict is Verdict.PASS, s.violations
+    assert rules["REACH-001"] is Verdict.PASS
+
+
+# ----- routes real trainers call ----------------------------------------------------------
+
+
+def test_vllm_init_and_probe_routes_answer_as_vllm(tmp_path):
+    """SkyRL 0.4.0's, TRL's and ART's one-time init: world size, the weight-transfer init
+    (a logged no-op), server info, sleep state; then a chat completion is a ServeRequest."""
+    s = Session("vllm", "reference", out_dir=tmp_path, probe=1)
+    assert call(s, "GET", "/get_world_size") == (200, {"world_size": 1})
+    assert call(s, "POST", "/init_weight_transfer_engine", {})[0] == 400
+    init = {"init_info": {"master_address": "127.0.0.1", "master_port": 1, "world_size": 2}}
+    assert call(s, "POST", "/init_weight_transfer_engine", init) == (
+        200,
+        {"message": "Weight transfer initialized"},
+    )
+    status, info = call(s, "GET", "/server_info")
+    assert status == 200 and info["enable_prefix_caching"] is True, info
+    assert call(s, "GET", "/is_sleeping") == (200, {"is_sleeping": False})
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 3}
+    status, answer = call(s, "POST", "/v1/chat/completions", chat)
+    assert status == 200 and answer["object"] == "chat.completion", answer
+    assert call(s, "POST", "/sleep?level=1")[0] == 200
+    assert call(s, "GET", "/is_sleeping") == (200, {"is_sleeping": True})
+    assert call(s, "POST", "/wake_up")[0] == 200
+    assert [type(a).__name__ for a in s.lockstep.actions] == ["ServeRequest", "Sleep", "WakeUp"]
+    assert call(s, "GET", "/no_such_route")[0] == 404
+    assert s.traffic[-1] == {"method": "GET", "path": "/no_such_route", "status": 404}
+
+
+def test_sglang_init_and_session_routes_are_logged_no_ops(tmp_path):
+    """AReaL's distributed path (``/init_weights_update_group``), SGLang 0.5.23's update
+    session (``/begin_weight_update`` ... ``/end_weight_update``) around a distributed
+    update with its flush, and ``/abort_request``: the update alone is stepped."""
+    s = Session("sglang", "reference", out_dir=tmp_path, probe=1)
+    generate(s, "p")
+    group = {"master_address": "127.0.0.1", "master_port": 1, "rank_offset": 1, "world_size": 2}
+    assert call(s, "POST", "/init_weights_update_group", group)[1]["success"] is True
+    assert call(s, "POST", "/abort_request", {"abort_all": True}) == (200, "")
+    assert call(s, "POST", "/pause_generation", {"mode": "abort"})[0] == 200
+    assert call(s, "POST", "/begin_weight_update", {})[0] == 200
+    update = {"names": ["w"], "dtypes": ["bfloat16"], "shapes": [[2]], "flush_cache": True}
+    assert call(s, "POST", "/update_weights_from_distributed", update)[0] == 200
+    assert call(s, "POST", "/end_weight_update", {})[0] == 200
+    assert call(s, "POST", "/continue_generation", {})[0] == 200
+    verdict, _ = verdicts(s)
+    assert verdict is Verdict.PASS, s.violations
+    names = [type(a).__name__ for a in s.lockstep.actions]
+    assert names[:4] == ["ServeRequest", "PauseGeneration", "UpdateWeights", "ContinueGeneration"]
+    assert sum("noop" in e for e in s.traffic) == 4

@@ -6,9 +6,14 @@ or vLLM. Each request that maps to a model action (the ``ROUTES`` table: one rou
 action) is applied to the model and to the engine in lockstep (``Lockstep.run``) and
 recorded as a kvfence trace step; the answer is the engine's observation in the real
 engine's own JSON shape. Routes that only probe (server info, health, the model list) are
-answered from the engine and logged, not stepped. Forms of a route whose model action a
-serve endpoint cannot take yet (``PENDING``: LoRA and namespaced requests) are parsed and
-answered 501 in the engine's error shape, naming the action they wait for.
+answered from the engine and logged, not stepped; routes whose engine effect the cache
+does not depend on (an NCCL group's init, SGLang's update session, an abort with nothing
+in flight) are documented no-ops (``Route.noop``), answered as the engine does and
+logged. Forms of a route whose model action a serve endpoint cannot take yet
+(``PENDING``: LoRA requests, a preempting vLLM reset, namespaced requests on an engine
+that cannot key them) are parsed and answered 501 in the engine's error shape, naming the
+action they wait for. The trainer's calls are judged by the client obligations too
+(``CallSequence``); ``--probe N`` and ``--refuse-resets N`` are in ``Session``.
 
 The package, one module per concern:
 
@@ -31,7 +36,10 @@ How a request maps to the model (docs/clients.md, "Over HTTP: kvfence serve"):
   R, ...), in order of first appearance. Two prompts sharing only a leading part are
   distinct prefixes (the model then sees less reuse than a radix tree would: never a false
   stale-reuse FAIL).
-* The byte oracle: a ``/generate`` with an ``extra_key`` (SGLang) or a ``/v1/completions``
+* Cache keys: on an in-process engine an ``extra_key`` / ``cache_salt`` names the weight
+  version installed when it was first used, and the request is a ServeRequest in that
+  namespace (``Session.serve``). On an engine that cannot key requests, the byte oracle:
+  a ``/generate`` with an ``extra_key`` (SGLang) or a ``/v1/completions``
   with a ``cache_salt`` (vLLM) never sent before shares no cached KV on the real engines
   (SGLang scopes the radix tree's root by ``extra_key``, ``mem_cache/base_prefix_cache.py``
   ``root_node_handle``; vLLM hashes ``cache_salt`` into the first block). It is answered

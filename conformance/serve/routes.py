@@ -23,8 +23,9 @@ object, ``query`` its parsed query string, ``entry`` the traffic-log entry it fi
 @frozen
 class Route:
     """One engine route: ``api``, HTTP ``methods``, ``path``, the model ``action`` it maps
-    to (``""``: a probe, not stepped), its ``handler``, and ``pending``: the action a form of
-    it waits for (``PENDING``)."""
+    to (``""``: a probe or a no-op, not stepped), its ``handler``, ``pending``: the action a
+    form of it waits for (``PENDING``), and ``noop``: why a route that changes the engine
+    has no model action (answered as the engine would, logged)."""
 
     api: str
     methods: tuple[str, ...]
@@ -32,6 +33,7 @@ class Route:
     action: str
     handler: Handler
     pending: str = ""
+    noop: str = ""
 
 
 PENDING: dict[str, str] = {

@@ -66,7 +66,7 @@ APIS = ("sglang", "vllm")
 ROUTE_TABLES: dict[str, tuple[Route, ...]] = {"sglang": sglang.ROUTES, "vllm": vllm.ROUTES}
 """The route table of each API."""
 
-SESSION_BOUNDS = evolve(MACHINE_BOUNDS, versions=2**31)
+SESSION_BOUNDS = evolve(MACHINE_BOUNDS, versions=2**31, namespaces=True)
 """A session may push any number of versions (an attach check reloads at every example);
 ``kvfence replay`` widens its bounds to the trace's newest version."""
 
@@ -82,16 +82,17 @@ UNMODELLED_TAGS = frozenset({"cuda_graph"})
 CLOSED = "kvfence serve is stopping: the session's verdict is taken, no request is served"
 
 
-def endpoint_config(api: str) -> Config:
-    """The one endpoint ``kvfence serve`` models for ``api``: radix (prefix) cache on,
-    standard lane; SGLang reports ``disable_radix_cache: false`` in its server info and an
-    omitted ``flush_cache`` means true (``UpdateWeightFromDiskReqInput``); vLLM reports
-    ``enable_prefix_caching: true`` and has no ``flush_cache`` field (false)."""
+def endpoint_config(api: str, prefix_cache: bool = True) -> Config:
+    """The one endpoint ``kvfence serve`` models for ``api``: radix (prefix) cache on
+    (``prefix_cache``; off: ``--no-prefix-cache``), standard lane. SGLang reports
+    ``disable_radix_cache`` in its server info and an omitted ``flush_cache`` means true
+    (``UpdateWeightFromDiskReqInput``); vLLM reports ``enable_prefix_caching`` and has no
+    ``flush_cache`` field (false)."""
     if api == "sglang":
-        info = server_info(disable_radix_cache=False)
-        return Config(radix=True, lane=Lane.STANDARD, info=info, flush_default=True)
-    info = server_info(enable_prefix_caching=True)
-    return Config(radix=True, lane=Lane.STANDARD, info=info, flush_default=False)
+        info = server_info(disable_radix_cache=not prefix_cache)
+        return Config(radix=prefix_cache, lane=Lane.STANDARD, info=info, flush_default=True)
+    info = server_info(enable_prefix_caching=prefix_cache)
+    return Config(radix=prefix_cache, lane=Lane.STANDARD, info=info, flush_default=False)
 
 
 def prefix_name(i: int) -> str:
@@ -157,6 +158,7 @@ class Session:
         engine: EngineAdapter | None = None,
         probe: int = 0,
         refuse_resets: int = 0,
+        prefix_cache: bool = True,
     ) -> None:
         if api not in APIS:
             raise ValueError(f"--api {api!r}: one of {', '.join(APIS)}")
@@ -180,13 +182,26 @@ class Session:
         # An engine of one fixed endpoint (a real engine: ``vllm``, ``sglang``) is served
         # as it is; an in-process engine gets the API's endpoint.
         fixed = getattr(self.engine, "fixed_configs", None)
-        self.config = fixed[0] if fixed else endpoint_config(api)
+        if fixed and not prefix_cache:
+            raise ValueError(
+                f"--no-prefix-cache: engine {engine_name!r} serves its own fixed endpoint"
+            )
+        self.config = fixed[0] if fixed else endpoint_config(api, prefix_cache)
         self.policy = Policy(mode=mode)
         self.recorder = Recorder()
         self.lock = threading.Lock()
         self.routes = {r.path: r for r in ROUTE_TABLES[api]}
         self.prompts: dict[Any, str] = {}
         self.salts: set[str] = set()
+        #: Cache key (``extra_key`` / ``cache_salt``) -> the model's namespace: the weight
+        #: version installed when the key was first used.
+        self.namespaces: dict[str, int] = {}
+        #: Whether the engine keys requests by namespace: it declares the capability, or
+        #: it is an in-process engine (each passes a request's namespace to its endpoint;
+        #: they leave the capability undeclared only so that searches do not draw it).
+        self.keys_namespaces = Capability.NAMESPACES in self.engine.capabilities or bool(
+            getattr(self.engine, "in_process", False)
+        )
         self.cold: dict[tuple[str, int], Any] = {}
         self.traffic: list[dict[str, Any]] = []
         self.weights = Weights()
@@ -384,13 +399,25 @@ class Session:
         return obs
 
     def serve(self, prompt: Any, salt: str | None, entry) -> tuple[Observation | None, Any]:
-        """Serve ``prompt``; with a never-seen ``salt``, the cold oracle (see the package
-        doc): ``(None, cold bytes)``."""
+        """Serve ``prompt``. With a ``salt`` (a cache key), on an engine that keys requests
+        by namespace: ServeRequest in the namespace the key names (``namespaces``: the
+        weight version in force when the key was first used), judged by the spec's
+        namespace semantics (a key that follows the weights is a valid way to invalidate;
+        reusing one after an update pins the request to older weights, PF-24). On an engine
+        that cannot (``keys_namespaces``): a never-seen key is the cold oracle (see the
+        package doc, ``(None, cold bytes)``) and a reused one waits for the namespace
+        action (501)."""
         key = json.dumps(prompt)
         if key not in self.prompts:
             self.prompts[key] = prefix_name(len(self.prompts))
         prefix = self.prompts[key]
         weights = self.weights.installed
+        if salt is not None and self.keys_namespaces:
+            namespace = self.namespaces.setdefault(salt, weights)
+            entry["namespace"] = {"key": salt, "version": namespace}
+            if not self.probing:
+                self.probe_stale()
+            return self.step(ServeRequest(0, prefix, namespace=namespace), entry), None
         if salt is not None and salt not in self.salts:
             self.salts.add(salt)
             cold = self.cold.get((prefix, weights))

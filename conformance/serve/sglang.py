@@ -178,6 +178,53 @@ def generate(s: Session, data, query, entry):
     return 200, {"text": " ".join(f"t{t}" for t in ids), "output_ids": ids, "meta_info": meta}
 
 
+# ----- routes whose engine effect the cache does not depend on (documented no-ops) -------
+
+
+def abort_request(s: Session, data, query, entry):
+    """``POST /abort_request {"rid"?, "abort_all"?}`` (``AbortReq``, ``http_server.py``,
+    SGLang 0.5.23): an empty 200. Serve answers each request whole, so none is in flight
+    to abort: a logged no-op."""
+    rid, every = data.get("rid"), data.get("abort_all", False)
+    if rid is not None and not isinstance(rid, str):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"rid {rid!r} is not a string")
+    if not isinstance(every, bool):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"abort_all {every!r} is not a bool")
+    entry["noop"] = "no request in flight to abort"
+    return 200, b""
+
+
+def init_weights_update_group(s: Session, data, query, entry):
+    """``POST /init_weights_update_group`` (``InitWeightsUpdateGroupReqInput``:
+    ``master_address``, ``master_port``, ``rank_offset``, ``world_size``, ``group_name``,
+    ``backend``; SGLang 0.5.23): ``{"success": true, "message"}``. No NCCL rendezvous can
+    happen on CPU: a logged no-op; ``/update_weights_from_distributed`` then carries the
+    update's metadata (``names``, ``dtypes``, ``shapes``) and is the UpdateWeights."""
+    required = ("master_address", "master_port", "rank_offset", "world_size")
+    missing = [f for f in required if f not in data]
+    if missing:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"missing field(s): {', '.join(missing)}")
+    entry["noop"] = "weight-update group init: no rendezvous on serve"
+    return 200, {"success": True, "message": "Succeeded to initialize custom process group."}
+
+
+def begin_weight_update(s: Session, data, query, entry):
+    """``POST /begin_weight_update`` (sgl-project/sglang PR #28001, in 0.5.23): opens the
+    scheduler's weight-update session, inside which ``/update_weights_from_*`` run, each
+    still one UpdateWeights (their ``flush_cache`` as before). The session is bookkeeping
+    around the updates, not an update: a logged no-op answered ``{"success", "message"}``
+    as SGLang's other weight routes answer."""
+    entry["noop"] = "opens SGLang's weight-update session; each update inside is stepped"
+    return 200, {"success": True, "message": "Weight update session started."}
+
+
+def end_weight_update(s: Session, data, query, entry):
+    """``POST /end_weight_update`` (same PR): closes the session (post-load processing of
+    the weights already updated): a logged no-op, as ``begin_weight_update``."""
+    entry["noop"] = "closes SGLang's weight-update session"
+    return 200, {"success": True, "message": "Weight update session finished."}
+
+
 ROUTES: tuple[Route, ...] = (
     Route("sglang", ("GET",), "/get_server_info", "", get_server_info),
     Route("sglang", ("GET",), "/server_info", "", get_server_info),
@@ -211,5 +258,37 @@ ROUTES: tuple[Route, ...] = (
         "sglang", ("GET", "POST"), "/resume_memory_occupation", "WakeUp", resume_memory_occupation
     ),
     Route("sglang", ("POST",), "/generate", "ServeRequest", generate, "ServeRequest(lora)"),
+    Route(
+        "sglang",
+        ("POST",),
+        "/abort_request",
+        "",
+        abort_request,
+        noop="serve answers each request whole: none is in flight to abort",
+    ),
+    Route(
+        "sglang",
+        ("POST",),
+        "/init_weights_update_group",
+        "",
+        init_weights_update_group,
+        noop="an NCCL group's init: no rendezvous on serve, nothing the cache depends on",
+    ),
+    Route(
+        "sglang",
+        ("POST",),
+        "/begin_weight_update",
+        "",
+        begin_weight_update,
+        noop="bookkeeping around the updates it brackets, each stepped",
+    ),
+    Route(
+        "sglang",
+        ("POST",),
+        "/end_weight_update",
+        "",
+        end_weight_update,
+        noop="bookkeeping around the updates it brackets, each stepped",
+    ),
 )
 """Every route of ``--api sglang``; anything else is the engine's 404."""

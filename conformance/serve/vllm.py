@@ -31,7 +31,8 @@ from ...model.actions import (
     WakeUp,
 )
 from ...model.observation import Observation
-from ...model.vocabulary import Funnel, PauseMode, Status
+from ...model.vocabulary import Funnel, PauseMode, Phase, Status
+from ..calls import call_with_timeout
 from .routes import Route
 from .wire import HttpError, PendingRoute
 
@@ -233,6 +234,88 @@ def completions(s: Session, data, query, entry):
     }
 
 
+# ----- the one-time init and probes of real trainers (SkyRL 0.4.0, TRL, ART) -------------
+
+
+def get_world_size(s: Session, data, query, entry):
+    """``GET /get_world_size?include_dp=``: ``{"world_size": N}``, the engine's ranks a
+    trainer adds itself to for its NCCL group (``vllm/entrypoints/rl/online/
+    api_router.py``, vLLM 0.32). One scheduler here: 1."""
+    return 200, {"world_size": 1}
+
+
+def init_weight_transfer_engine(s: Session, data, query, entry):
+    """``POST /init_weight_transfer_engine {"init_info": {...}}``: ``{"message": "Weight
+    transfer initialized"}``, 400 without ``init_info`` (same file). A documented no-op:
+    no NCCL rendezvous can happen on CPU, so the init answers as the engine would and is
+    logged (``init_info`` in the traffic entry); what a transfer then carries is taken
+    from the update's metadata (``/update_weights``' ``update_info``)."""
+    info = data.get("init_info")
+    if not isinstance(info, dict):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "Missing 'init_info' in request body")
+    entry["noop"] = "weight-transfer init: no rendezvous on serve"
+    entry["init_info"] = info
+    return 200, {"message": "Weight transfer initialized"}
+
+
+def server_info(s: Session, data, query, entry):
+    """``GET /server_info``: the served endpoint's server info (its ``enable_prefix_caching``
+    says whether prefix caching is on: ``--no-prefix-cache`` turns it off), the weight
+    version label, and ``weight_transfer_config`` naming the NCCL backend the init routes
+    answer for. vLLM's own route dumps its whole config; the fields here are the ones a
+    weight-sync client reads."""
+    info = call_with_timeout(lambda: s.engine.server_info(0), s.timeout, "server_info")
+    if info is None:
+        raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "server info unavailable")
+    return 200, {
+        **dict(info),
+        "weight_version": s.weights.label(),
+        "weight_transfer_config": {"backend": "nccl"},
+        "served_model": SERVED_MODEL,
+    }
+
+
+def is_sleeping(s: Session, data, query, entry):
+    """``GET /is_sleeping``: ``{"is_sleeping": bool}`` (``vllm/entrypoints/serve/dev/sleep/
+    api_router.py``, vLLM 0.32), from the model's phase (asleep while any memory is
+    released)."""
+    state = s._state()
+    asleep = state is not None and state.endpoint(0).phase is Phase.ASLEEP
+    return 200, {"is_sleeping": asleep}
+
+
+def chat_completions(s: Session, data, query, entry):
+    """``POST /v1/chat/completions`` (``vllm/entrypoints/openai``, vLLM 0.32): ServeRequest
+    of the ``messages`` list (one prompt per distinct list), ``cache_salt`` as for
+    ``/v1/completions``; ``max_completion_tokens`` or ``max_tokens``. Answers the OpenAI
+    chat shape with ``usage.prompt_tokens_details.cached_tokens``."""
+    messages = data.get("messages")
+    if not (isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages)):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "need messages (a non-empty list of objects)")
+    n = s.max_tokens(data.get("max_completion_tokens", data.get("max_tokens")), 16)
+    ids, _, hit, _ = s.complete(messages, n, data, "cache_salt", entry)
+    n_prompt = sum(len(str(m.get("content", "")).split()) for m in messages) or 1
+    return 200, {
+        "id": f"chatcmpl-{next(s.rids)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": SERVED_MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": " ".join(f"t{t}" for t in ids)},
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": n,
+            "total_tokens": n_prompt + n,
+            "prompt_tokens_details": {"cached_tokens": n_prompt if hit else 0},
+        },
+    }
+
+
 ROUTES: tuple[Route, ...] = (
     Route("vllm", ("GET",), "/health", "", health),
     Route("vllm", ("GET",), "/v1/models", "", models),
@@ -257,6 +340,18 @@ ROUTES: tuple[Route, ...] = (
     Route("vllm", ("POST",), "/update_weight_version", "PublishVersion", update_weight_version),
     Route(
         "vllm", ("POST",), "/v1/completions", "ServeRequest", completions, "ServeRequest(namespace)"
+    ),
+    Route("vllm", ("POST",), "/v1/chat/completions", "ServeRequest", chat_completions),
+    Route("vllm", ("GET",), "/get_world_size", "", get_world_size),
+    Route("vllm", ("GET",), "/server_info", "", server_info),
+    Route("vllm", ("GET",), "/is_sleeping", "", is_sleeping),
+    Route(
+        "vllm",
+        ("POST",),
+        "/init_weight_transfer_engine",
+        "",
+        init_weight_transfer_engine,
+        noop="an NCCL group's init: no rendezvous on serve, nothing the cache depends on",
     ),
 )
 """Every route of ``--api vllm``; anything else is the engine's 404. ``/collective_rpc`` is
