@@ -15,6 +15,22 @@ from test_serve import rollout, serve
 COMPLETION = {"prompt": "The capital of France is", "max_tokens": 2}
 
 
+def reset_before_update(http, api: str) -> None:
+    """A trainer's own fault on a correct engine: reset, then update, then resume (CLI-008)."""
+    if api == "sglang":
+        assert http.post("/pause_generation", json={"mode": "abort"}).status_code == 200
+        assert http.post("/flush_cache").status_code == 200
+        body = {"model_path": "/ckpt/step-1", "flush_cache": False}
+        assert http.post("/update_weights_from_disk", json=body).status_code == 200
+        assert http.post("/continue_generation", json={}).status_code == 200
+        return
+    assert http.post("/pause?mode=abort&clear_cache=false").status_code == 200
+    assert http.post("/reset_prefix_cache").json() == {"success": True}
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/step-1"}}
+    assert http.post("/collective_rpc", json=rpc).status_code == 200
+    assert http.post("/resume").status_code == 200
+
+
 def stale_session(http, api: str) -> None:
     """Serve, sync through a flush the engine only claims (PF-22), serve again."""
     if api == "sglang":
@@ -36,9 +52,14 @@ def stale_session(http, api: str) -> None:
 
 
 @pytest.mark.parametrize("api", ["sglang", "vllm"])
-def test_the_printed_replay_line_fails_as_the_session_did(tmp_path, api):
-    with serve(tmp_path, "flush-is-a-stub", api) as s:
-        stale_session(s.http, api)
+@pytest.mark.parametrize(
+    ("engine", "session"),
+    [("flush-is-a-stub", stale_session), ("reference", reset_before_update)],
+    ids=["engine-fault", "client-rule"],
+)
+def test_the_printed_replay_line_fails_as_the_session_did(tmp_path, api, engine, session):
+    with serve(tmp_path, engine, api) as s:
+        session(s.http, api)
         assert s.stop() == 1, s.stdout
     flat = s.stdout.replace("\n", " ")
     match = re.search(r"replay it: (kvfence replay \S+(?: --\S+ \S+)*)", flat)
