@@ -332,6 +332,7 @@ def test_no_prefix_cache_says_so_and_a_trainer_without_reset_reuses_nothing(tmp_
     info_path = "/get_server_info" if api == "sglang" else "/server_info"
     status, info = call(s, "GET", info_path)
     assert status == 200, info
+    info = info.get("kvfence", info)
     if api == "sglang":
         assert info["disable_radix_cache"] is True
         generate(s, "p")
@@ -367,8 +368,10 @@ def test_vllm_init_and_probe_routes_answer_as_vllm(tmp_path):
         200,
         {"message": "Weight transfer initialized"},
     )
-    status, info = call(s, "GET", "/server_info")
-    assert status == 200 and info["enable_prefix_caching"] is True, info
+    status, info = call(s, "GET", "/server_info?config_format=json")
+    assert status == 200, info
+    assert info["vllm_config"]["cache_config"]["enable_prefix_caching"] is True, info
+    assert info["vllm_config"]["weight_transfer_config"] == {"backend": "nccl"}
     assert call(s, "GET", "/is_sleeping") == (200, {"is_sleeping": False})
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 3}
     status, answer = call(s, "POST", "/v1/chat/completions", chat)

@@ -259,19 +259,29 @@ def init_weight_transfer_engine(s: Session, data, query, entry):
 
 
 def server_info(s: Session, data, query, entry):
-    """``GET /server_info``: the served endpoint's server info (its ``enable_prefix_caching``
-    says whether prefix caching is on: ``--no-prefix-cache`` turns it off), the weight
-    version label, and ``weight_transfer_config`` naming the NCCL backend the init routes
-    answer for. vLLM's own route dumps its whole config; the fields here are the ones a
-    weight-sync client reads."""
+    """``GET /server_info?config_format=text|json``: ``{"vllm_config", "vllm_env",
+    "system_env"}`` (``vllm/entrypoints/serve/dev/server_info/api_router.py``, vLLM 0.32;
+    ``vllm_config`` is the config as a string for ``text``, the default, and a JSON tree
+    for ``json``, which TRL reads). The tree holds the fields a weight-sync client reads:
+    ``cache_config.enable_prefix_caching`` (off with ``--no-prefix-cache``) and
+    ``weight_transfer_config`` (the NCCL backend the init routes answer for); the
+    endpoint's own server info and weight label sit beside them."""
     info = call_with_timeout(lambda: s.engine.server_info(0), s.timeout, "server_info")
     if info is None:
         raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "server info unavailable")
-    return 200, {
-        **dict(info),
-        "weight_version": s.weights.label(),
+    fmt = query.get("config_format", ["text"])[-1]
+    if fmt not in ("text", "json"):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"config_format {fmt!r}: text or json")
+    config = {
+        "model_config": {"model": SERVED_MODEL},
+        "cache_config": {"enable_prefix_caching": s.config.radix},
         "weight_transfer_config": {"backend": "nccl"},
-        "served_model": SERVED_MODEL,
+    }
+    return 200, {
+        "vllm_config": config if fmt == "json" else str(config),
+        "vllm_env": {},
+        "system_env": {},
+        "kvfence": {**dict(info), "weight_version": s.weights.label()},
     }
 
 
