@@ -20,6 +20,7 @@ methods (``TWO_PHASE_METHODS``) and sends ``/sleep?level=&tags=`` (tags vLLM ign
 from __future__ import annotations
 
 import time
+import zlib
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
@@ -203,35 +204,70 @@ def update_weight_version(s: Session, data, query, entry):
 
 
 def completions(s: Session, data, query, entry):
-    prompt = s.prompt(data, "prompt", "prompt")
+    """``POST /v1/completions`` (``vllm/entrypoints/openai``, vLLM 0.32): ``prompt`` a
+    string, a list of token ids, or a batch (a list of either: one ServeRequest per prompt,
+    as TRL's ``VLLMClient.generate`` sends); ``n`` choices per prompt, prompt-major;
+    ``return_tokens_as_token_ids`` writes each token as ``"token_id:<id>"``; each choice
+    has ``token_ids``, ``prompt_token_ids`` and ``logprobs`` (``tokens``,
+    ``token_logprobs``, ``top_logprobs`` one ``{token: logprob}`` per position)."""
+    prompts = _batch(s, data)
     n = s.max_tokens(data.get("max_tokens"), 16)
-    ids, logprobs, hit, n_prompt = s.complete(prompt, n, data, "cache_salt", entry)
-    choice = {
-        "index": 0,
-        "text": " ".join(f"t{t}" for t in ids),
-        "token_ids": ids,
-        "logprobs": {
-            "tokens": [f"t{t}" for t in ids],
-            "token_logprobs": logprobs,
-            "top_logprobs": None,
-            "text_offset": list(range(n)),
-        },
-        "finish_reason": "length",
-    }
+    copies = data.get("n", 1)
+    if not isinstance(copies, int) or isinstance(copies, bool) or copies < 1:
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"n {copies!r} is not a positive int")
+    as_ids = data.get("return_tokens_as_token_ids") is True
+    choices, n_prompt, n_out, cached = [], 0, 0, 0
+    for prompt in prompts:
+        ids, logprobs, hit, count = s.complete(prompt, n, data, "cache_salt", entry)
+        n_prompt += count
+        cached += count if hit else 0
+        tokens = [f"token_id:{t}" if as_ids else f"t{t}" for t in ids]
+        for _ in range(copies):
+            n_out += n
+            choices.append(
+                {
+                    "index": len(choices),
+                    "text": " ".join(f"t{t}" for t in ids),
+                    "token_ids": ids,
+                    "prompt_token_ids": _prompt_ids(prompt),
+                    "logprobs": {
+                        "tokens": tokens,
+                        "token_logprobs": logprobs,
+                        "top_logprobs": [{t: lp} for t, lp in zip(tokens, logprobs, strict=True)],
+                        "text_offset": list(range(n)),
+                    },
+                    "finish_reason": "length",
+                }
+            )
     usage = {
         "prompt_tokens": n_prompt,
-        "completion_tokens": n,
-        "total_tokens": n_prompt + n,
-        "prompt_tokens_details": {"cached_tokens": n_prompt if hit else 0},
+        "completion_tokens": n_out,
+        "total_tokens": n_prompt + n_out,
+        "prompt_tokens_details": {"cached_tokens": cached},
     }
     return 200, {
         "id": f"cmpl-{next(s.rids)}",
         "object": "text_completion",
         "created": int(time.time()),
         "model": SERVED_MODEL,
-        "choices": [choice],
+        "choices": choices,
         "usage": usage,
     }
+
+
+def _batch(s: Session, data) -> list[Any]:
+    """The prompts of a completion request: one (a string, or token ids) or a batch."""
+    prompt = data.get("prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        return [s.prompt({"prompt": p}, "prompt", "prompt") for p in prompt]
+    return [s.prompt(data, "prompt", "prompt")]
+
+
+def _prompt_ids(prompt: Any) -> list[int]:
+    """A prompt's token ids: its own, or one id per word of a text prompt (a stable hash)."""
+    if isinstance(prompt, list):
+        return list(prompt)
+    return [zlib.crc32(w.encode()) % 32000 for w in prompt.split()]
 
 
 # ----- the one-time init and probes of real trainers (SkyRL 0.4.0, TRL, ART) -------------
