@@ -223,11 +223,15 @@ def cut_to_status(src: Path, dst: Path) -> Path:
     return dst
 
 
-def test_a_status_only_trace_is_unknown_model_only_never_a_traceback(session_trace, tmp_path):
+def test_a_status_only_trace_is_judged_on_its_calls_never_a_traceback(session_trace, tmp_path):
+    """Cut to statuses, the stale reuse cannot be told (no response), but the trainer's
+    calls and their statuses are all the client rules read: the skipped flush still FAILs
+    CLI-001 (the reset the endpoint's report required)."""
     cut = cut_to_status(session_trace, tmp_path / "cut.jsonl")
     r = kvfence("replay", str(cut), "--model-only")
-    assert r.returncode == 2, r.stdout + r.stderr
-    assert r.stdout.startswith("UNKNOWN") and "without its response" in r.stdout, r.stdout
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.startswith("FAILED") and "violated CLI-001" in r.stdout, r.stdout
+    assert "INV-001" not in r.stdout.split("counterexample")[0], r.stdout
     assert "Traceback" not in r.stdout + r.stderr
 
 
