@@ -266,7 +266,8 @@ def build_parser() -> Parser:
         "--deployment",
         choices=sorted(DEPLOYMENTS),
         help="start from a deployment's setup instead (ranks: one endpoint of two "
-        "data-parallel ranks); replaces --endpoints",
+        "data-parallel ranks; store: two endpoints of another lineage and KV format on one "
+        "shared KV store); replaces --endpoints",
     )
     p.add_argument(
         "--no-symmetry",
