@@ -686,6 +686,10 @@ def _config_text(c: Config) -> str:
     words += [f for f in ("draft", "encoder", "fp8_kv", "lora", "derived") if getattr(c, f)]
     if c.tiers != frozenset({Tier.DEVICE}):
         words.append("tiers " + "+".join(sorted(t.value for t in c.tiers)))
+    if c.ranks > 1:
+        words.append(f"{c.ranks} ranks")
+    if c.store:
+        words.append(f"shared store, lineage {c.lineage}, {c.kv_format} KV")
     return "(" + ", ".join(words) + ")"
 
 
