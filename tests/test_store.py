@@ -191,3 +191,29 @@ def test_the_explorer_kills_the_token_keyed_store_with_sto_001():
     )
     assert RuleId.STO_001 in {v.rule for v in x.violation}
     assert len(x.trace) == 2  # endpoint 0 stores P, endpoint 1 (fp8, sft-b) loads it
+
+
+def test_the_store_semantics_are_equivariant_under_renaming():
+    """Renaming prefixes (which store entries carry) and swapping two endpoints of one
+    config maps every successor onto a successor: the explorer's orbits stay sound with a
+    store (states whose store holds entries, the fullest first). Lineages and KV formats are never
+    prefix or request names here."""
+    from kvfence.model.candidates import actions
+    from kvfence.model.state import Bounds
+    from kvfence.model.symmetry import canonical, images
+
+    two = Bounds(prefixes=("P", "Q"), rids=("r1", "r2"))
+    seen, todo = {initial_state((BF16, BF16))}, [initial_state((BF16, BF16))]
+    for _ in range(2):
+        todo = [n.without_ledger() for s in todo for a in actions(s, two) for n, _ in step(s, a)]
+        todo = [s for s in todo if s not in seen and not seen.add(s)]
+    states = sorted((s for s in seen if s.store), key=lambda s: -len(s.store))[:8]
+    assert len(states) == 8 and len(states[0].store) > 1
+
+    def successors(s):
+        return {canonical(n.without_ledger(), two) for a in actions(s, two) for n, _ in step(s, a)}
+
+    for s in states:
+        want = successors(s)
+        for image in images(s, two):
+            assert successors(image) == want
