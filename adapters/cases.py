@@ -4,7 +4,7 @@ Each ``Case`` is one report from ``shared/cases/public-faults.md`` (PF-01..PF-18
 ``shared/cases/more-faults.md`` (PF-19..PF-24, PF-22 in two variants; PF-23 is a client
 program's call sequence) or ``shared/cases/deployments-and-failures.md`` (PF-25, PF-26 in
 two variants: data-parallel ranks; PF-27, PF-28, PF-32: failed updates and KV of no
-version): the endpoint configs and client policy, the
+version; PF-31: a KV store shared by several endpoints): the endpoint configs and client policy, the
 smallest action list
 that shows the fault, the mutant that makes the general mistake, and the rule a checker
 must name. The regression
@@ -476,10 +476,25 @@ CASES += (
     ),
 )
 
+# shared/cases/deployments-and-failures.md: a KV store shared by several endpoints
+CASES += (
+    Case(
+        "PF-31",
+        "A shared KV store whose keys omit weight lineage and KV format",
+        "InternLM/lmdeploy issue #4930 (before PR #4932)",
+        "store-keyed-by-tokens",
+        RuleId.STO_001,
+        (Config(store=True), Config(store=True, kv_format="fp8")),
+        AUTO,
+        # endpoint 0 stores P's KV at v0, updates and flushes its own tree; the store keeps
+        # the entry, and a key of the tokens alone matches it under v1
+        (ServeRequest(0, "P"), UpdateWeights(0, 1, Funnel.DISK, True), ServeRequest(0, "P")),
+    ),
+)
+
 DEFERRED: dict[str, int] = {
     "PF-29": 25,  # prefill and decode engines on different versions: needs roles
     "PF-30": 25,  # a flush that frees KV a live transfer holds: needs roles and a router
-    "PF-31": 25,  # a shared KV store keyed without lineage: needs a shared store
 }
 """Public cases of the shared case files not expressed yet, each with the number of the
 tracker issue that will express it: the deployment vocabulary these cases need

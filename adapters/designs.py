@@ -27,6 +27,7 @@ from ..model.state import Config, Use
 from ..model.vocabulary import MIXED, Funnel, Kind, MemoryTag, PauseMode, Phase
 from .ranks import RankedEndpoint
 from .reference import ClosingEndpoint, Key, ReferenceEndpoint, Reply, Request
+from .store import SharedStore, StoreEndpoint
 
 # ----- CD-01 ------------------------------------------------------------------------------
 
@@ -683,6 +684,52 @@ class EncoderLeftToClient(ReferenceEndpoint):
             del self.cache[k]
 
 
+# ----- a KV store shared by several endpoints (STO-001) ------------------------------------
+
+
+class KeysStoreByWeights(StoreEndpoint):
+    """Keeps: STO-001.
+
+    The reference store endpoint as the public design: the store's key carries the prompt,
+    the weight lineage, the weight version and the KV format (``StoreEndpoint._store_key``),
+    so entries of older weights, of another model or of another KV layout are never matched
+    again, across endpoints and restarts, and no flush of the store is needed: old entries
+    stay, unreachable, until evicted (CD-20; InternLM/lmdeploy PR #4932). SGLang's L3
+    backends (sgl-project/sglang ``python/sglang/srt/mem_cache/hicache_storage.py``,
+    ``HiCacheStorage``) key a page by a hash chain of its token ids: this design puts the
+    weights' identity in front of that chain.
+    """
+
+
+class RotatesStoreNamespace(StoreEndpoint):
+    """Keeps: STO-001.
+
+    A shared store whose keys carry the prompt and a namespace that rotates: every load
+    of weights (start, update, restart) takes a namespace the store never handed out
+    before, so no entry written under earlier weights, or by another endpoint, ever matches
+    again. Keys carry no lineage, version or format, and need none. Costs: no entry is
+    shared across endpoints or restarts (the hit rate, never the safety). The shape of a
+    key prefix changed on every update in front of the token-hash key of an L3 backend
+    (sgl-project/sglang ``python/sglang/srt/mem_cache/hicache_storage.py``; InternLM/lmdeploy
+    PR #4932's fix of PF-31)."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.namespace: int | None = None
+
+    def attach(self, store: SharedStore | None) -> None:
+        super().attach(store)
+        self.namespace = None if store is None else store.fresh_namespace()
+
+    def _install(self, version: int, funnel: Funnel) -> None:
+        super()._install(version, funnel)
+        if self.store is not None:
+            self.namespace = self.store.fresh_namespace()
+
+    def _store_key(self, prefix: str) -> tuple[int | None, str]:
+        return (self.namespace, prefix)
+
+
 def _engine(name: str, case: str | None, cls: type[ReferenceEndpoint]) -> Design:
     return Design(name, case, "engine", lambda: cls)
 
@@ -739,6 +786,10 @@ DESIGNS: tuple[Design, ...] = (
     _engine("merges-every-flush-reply", "CD-16", MergesEveryFlushReply),  # type: ignore[arg-type]
     _engine("closes-on-any-rank-failure", "CD-17", ClosesOnAnyRankFailure),  # type: ignore[arg-type]
     _engine("rolls-back-moved-ranks", None, RollsBackMovedRanks),  # type: ignore[arg-type]
+    # a KV store shared by several endpoints (checked on store.STORE_CONFIGS, explored on
+    # the store deployment; on an endpoint without the store each is the reference)
+    _engine("keys-store-by-weights", "CD-20", KeysStoreByWeights),
+    _engine("rotates-store-namespace", None, RotatesStoreNamespace),
     # (RefusesUpdatesWhileRequestsExist is correct but never updates with a request in
     # flight, so INV-002 cannot be exercised on it: its passes are shown by its own test)
     # client programs and the engine profile they are checked on (docs/clients.md)
@@ -763,6 +814,7 @@ __all__ = [
     "DrainsOverlapBeforeWrite",
     "EncoderFollowsWeights",
     "EncoderLeftToClient",
+    "KeysStoreByWeights",
     "LabelsOnlyWithUpdates",
     "MergesEveryFlushReply",
     "OmittedFlushMeansFlush",
@@ -773,6 +825,7 @@ __all__ = [
     "RefusesInsideWindow",
     "RefusesUpdatesWhileRequestsExist",
     "RollsBackMovedRanks",
+    "RotatesStoreNamespace",
     "SleepFlushesEveryTier",
     "StagesChunksAside",
     "StopsOnRefusedFlush",

@@ -25,6 +25,7 @@ from .designs import (
 )
 from .ranks import RankedEndpoint
 from .reference import Key, ReferenceEndpoint, Reply, Request
+from .store import StoreEndpoint
 
 # ----- clients ---------------------------------------------------------------------------
 
@@ -781,6 +782,22 @@ class FailedRankUpdateKeepsServing(RankedEndpoint):
         return False
 
 
+# ----- a KV store shared by several endpoints ----------------------------------------------
+
+
+class StoreKeyedByTokens(StoreEndpoint):
+    """Violates: STO-001.
+
+    Keys the shared store by the prompt's tokens alone (an empty key prefix): an endpoint
+    updated to new weights, restarted or not, loads the KV it stored under the old ones,
+    and endpoints of another lineage or KV format read each other's entries.
+    InternLM/lmdeploy issue #4930, before PR #4932 (PF-31).
+    """
+
+    def _store_key(self, prefix: str) -> str:
+        return prefix
+
+
 @frozen
 class Mutant:
     """One catalogued mutant: ``name``, the ``rule`` it must be killed by, whether it is a
@@ -888,6 +905,8 @@ MUTANTS: tuple[Mutant, ...] = (
         RuleId.RNK_003,
         "PF-26",
     ),
+    # a KV store shared by several endpoints
+    _engine("store-keyed-by-tokens", StoreKeyedByTokens, RuleId.STO_001, "PF-31"),  # type: ignore[arg-type]
 )
 
 

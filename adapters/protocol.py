@@ -39,6 +39,9 @@ adapter lacks is SKIP with that reason, never PASS:
                           with FlushEncoderCache (profile ``encoder_reset_separate``)
 ``ranks``                 endpoints with data-parallel ranks (``Config.ranks``): a request
                           placed on a rank, replies merged, FaultRankUpdateFails
+``store``                 endpoints on a shared KV store (``Config.store``):
+                          ``Response.stored``, the store entry a prefill loaded, with the
+                          lineage, version and KV format that computed it
 ========================  ===============================================================
 
 Without ``pause``, a SyncWeights drives only UpdateWeights on each endpoint. An engine

@@ -50,7 +50,7 @@ from ..model.actions import (
 )
 from ..model.capabilities import Capability
 from ..model.observation import Observation, Response, View
-from ..model.state import Config, Entry, Use
+from ..model.state import Config, Entry, StoreEntry, Use
 from ..model.vocabulary import (
     ALL_MEMORY,
     MIXED,
@@ -117,6 +117,7 @@ class Reply:
     lost: bool = False
     output: tuple[object, ...] | None = None
     stopped: bool = False
+    stored: StoreEntry | None = None
 
 
 class ReferenceEndpoint:
@@ -627,6 +628,7 @@ class InProcessAdapter:
         Capability.NAMESPACES,
         Capability.ENCODER_RESET,
         Capability.RANKS,  # the ranked endpoint classes declare it (``ranks.RankedEndpoint``)
+        Capability.STORE,  # the store endpoint classes declare it (``store.StoreEndpoint``)
     }
     fixed_configs = None
     in_process = True
@@ -653,14 +655,26 @@ class InProcessAdapter:
 
     def start(self, configs: tuple[Config, ...]) -> None:
         self.endpoints = [self._endpoint(c) for c in configs]
+        attached = [ep for ep in self.endpoints if ep.config.store]
+        if attached:  # one KV store shared by every endpoint with Config.store
+            from .store import SharedStore
+
+            shared = SharedStore()
+            for ep in attached:
+                ep.attach(shared)  # type: ignore[attr-defined]
 
     def _endpoint(self, config: Config) -> ReferenceEndpoint:
         """One endpoint of ``config``. With data-parallel ranks (``Config.ranks`` > 1) and a
         single-scheduler class, the reference DP controller (``ranks.RankedEndpoint``)
         over ranks of that class; a class that is itself a ranked endpoint runs as it is,
-        and on a config of one rank it is its ``rank_cls`` (one scheduler)."""
+        and on a config of one rank it is its ``rank_cls`` (one scheduler). On the shared KV
+        store (``Config.store``), a class that is not a store endpoint runs as the
+        reference store endpoint (``store.StoreEndpoint``)."""
         from .ranks import RankedEndpoint
+        from .store import StoreEndpoint
 
+        if config.store and not issubclass(self.endpoint_cls, StoreEndpoint):
+            return StoreEndpoint(config)  # the reference scheduler on the shared store
         ranked = issubclass(self.endpoint_cls, RankedEndpoint)  # type: ignore[arg-type]
         if config.ranks > 1 and not ranked:
             return RankedEndpoint(config, self.endpoint_cls)  # type: ignore[return-value]
@@ -717,7 +731,9 @@ class InProcessAdapter:
         if isinstance(action, ServeRequest) and reply.ok:
             cold = ep.cold_output(action.prefix, action.lora)
             fresh = self.fresh_output(ep, action.prefix, action.lora)
-            response = Response(reply.hit, reply.uses, reply.sampled, reply.output, cold, fresh)
+            response = Response(
+                reply.hit, reply.uses, reply.sampled, reply.output, cold, fresh, reply.stored
+            )
         elif isinstance(action, FinishRequest) and reply.ok:
             response = Response(hit=reply.hit, uses=reply.uses, sampled=reply.sampled)
         # an update may abort to flush (CD-08), through either funnel shape

@@ -266,7 +266,8 @@ def build_parser() -> Parser:
         "--deployment",
         choices=sorted(DEPLOYMENTS),
         help="start from a deployment's setup instead (ranks: one endpoint of two "
-        "data-parallel ranks); replaces --endpoints",
+        "data-parallel ranks; store: two endpoints of another lineage and KV format on one "
+        "shared KV store); replaces --endpoints",
     )
     p.add_argument(
         "--no-symmetry",
@@ -706,6 +707,10 @@ def _config_text(c: Config) -> str:
     words += [f for f in ("draft", "encoder", "fp8_kv", "lora", "derived") if getattr(c, f)]
     if c.tiers != frozenset({Tier.DEVICE}):
         words.append("tiers " + "+".join(sorted(t.value for t in c.tiers)))
+    if c.ranks > 1:
+        words.append(f"{c.ranks} ranks")
+    if c.store:
+        words.append(f"shared store, lineage {c.lineage}, {c.kv_format} KV")
     return "(" + ", ".join(words) + ")"
 
 

@@ -204,6 +204,17 @@ DEPLOYMENTS: dict[str, tuple[Setup, ...]] = {
             _rules(RuleId.RNK_001, RuleId.RNK_002, RuleId.RNK_003),
         ),
     ),
+    # Two standard endpoints on one shared KV store, of another lineage and KV format each:
+    # an entry stored by one is offered to the other, and to itself after an update or a
+    # restart (PF-31).
+    "store": (
+        Setup(
+            "store",
+            (Config(store=True), Config(store=True, lineage="sft-b", kv_format="fp8")),
+            Policy(),
+            _rules(RuleId.STO_001),
+        ),
+    ),
 }
 """Deployment setups (``kvfence explore --deployment NAME``): opt-in, never among the
 default ``SETUPS``, so the default search and its counts stay those of single schedulers;

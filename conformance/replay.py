@@ -363,6 +363,8 @@ def recorded_capabilities(steps: list[Step]) -> frozenset[Capability]:
         caps.add(C.FLUSH_RESULT)
     if any(r.fresh is not None for r in responses):
         caps.add(C.RESTART_ORACLE)
+    if any(r.stored is not None for r in responses):
+        caps.add(C.STORE)  # a load from the shared store, shown with what computed it
     return frozenset(caps)
 
 

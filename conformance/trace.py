@@ -41,7 +41,7 @@ from ..model.observation import (
     entry_from_json,
     entry_json,
 )
-from ..model.state import Config, Policy, Use
+from ..model.state import Config, Policy, StoreEntry, Use
 from ..model.vocabulary import CacheMode, Lane, PauseMode, Status, Tier
 from .verdict import Verdict
 
@@ -126,6 +126,7 @@ def config_json(c: Config) -> dict[str, Any]:
         "derived": c.derived,
         **({"encoder_reset_separate": True} if c.encoder_reset_separate else {}),
         **({"ranks": c.ranks} if c.ranks != 1 else {}),
+        **({"store": True, "lineage": c.lineage, "kv_format": c.kv_format} if c.store else {}),
     }
 
 
@@ -174,6 +175,8 @@ def observation_json(o: Observation, base: frozenset[Entry] | None = None) -> di
         }
         if r.fresh is not None:  # the restart oracle (older traces lack the field)
             out["response"]["fresh"] = _jsonable(r.fresh)
+        if r.stored is not None:  # a load from the shared store (older traces lack it)
+            out["response"]["stored"] = store_entry_json(r.stored)
     if o.flushed is not None:
         out["flushed"] = o.flushed
     if o.aborted is not None:
@@ -400,8 +403,17 @@ def config_from_json(obj: Any, where: str) -> Config:
     ranks = obj.get("ranks", 1)  # written only for an endpoint with data-parallel ranks
     if not isinstance(ranks, int) or isinstance(ranks, bool) or ranks < 1:
         raise TraceError(f"{where}: field 'ranks' must be an int of at least 1, got {ranks!r}")
+    store = obj.get("store", False)  # written only for an endpoint on a shared KV store
+    if not isinstance(store, bool):
+        raise TraceError(f"{where}: field 'store' must be bool, got {store!r}")
+    tags = {k: obj.get(k, d) for k, d in (("lineage", "base"), ("kv_format", "bf16"))}
+    for k, v in tags.items():
+        if not isinstance(v, str):
+            raise TraceError(f"{where}: field {k!r} must be a string, got {v!r}")
     try:
         return Config(
+            store=store,
+            **tags,
             radix=_need(obj, "radix", bool, where),
             lane=_enum(Lane, obj.get("lane", "standard"), f"{where}.lane"),
             info=None if info is None else tuple(sorted(info.items())),
@@ -436,6 +448,23 @@ def plan_from_json(obj: Any, where: str) -> Plan:
         _need(obj, "flush", bool, where),
         _enum(PauseMode, obj.get("pause_mode"), f"{where}.pause_mode"),
     )
+
+
+def store_entry_json(e: StoreEntry) -> dict[str, Any]:
+    """A shared store's entry as a trace field."""
+    return {"prefix": e.prefix, "lineage": e.lineage, "version": e.version, "format": e.kv_format}
+
+
+def _store_entry(obj: Any, where: str) -> StoreEntry | None:
+    """``Response.stored`` from its trace field (``None``: absent or null)."""
+    if obj is None:
+        return None
+    try:
+        return StoreEntry(
+            str(obj["prefix"]), str(obj["lineage"]), int(obj["version"]), str(obj["format"])
+        )
+    except (TypeError, KeyError, ValueError):
+        raise TraceError(f"{where}: expected prefix, lineage, version and format") from None
 
 
 def _tuplify(value: Any) -> Any:
@@ -474,6 +503,7 @@ def observation_from_json(
             output=_tuplify(r.get("output")),
             cold=_tuplify(r.get("cold")),
             fresh=_tuplify(r.get("fresh")),
+            stored=_store_entry(r.get("stored"), f"{w}.stored"),
         )
     view = None
     if obj.get("view") is not None:

@@ -53,6 +53,7 @@ class Capability(str, Enum):
     ENCODER_RESET = "encoder_reset"
     # deployments
     RANKS = "ranks"
+    STORE = "store"
 
 
 @frozen
@@ -154,6 +155,11 @@ TABLE: dict[Capability, Unlocks] = {
         "FaultRankUpdateFails",
         actions=("FaultRankUpdateFails",),
     ),
+    C.STORE: Unlocks(
+        "endpoints attached to a KV store shared across endpoints and restarts "
+        "(Config.store): Response.stored, the store entry a prefill loaded, with the "
+        "lineage, version and KV format that computed it"
+    ),
 }
 """Capability -> what it unlocks: the single source."""
 
@@ -163,7 +169,10 @@ and only they: a rule whose evidence needs one is an obligation only on such eng
 elsewhere it is N/A (not at stake), no gap in the run and no MUST-SKIP warning. An engine
 whose profile sets the field must declare the capability (ADP-002 otherwise)."""
 
-DEPLOYMENT_CAPABILITIES: dict[Capability, str] = {C.RANKS: "endpoints with data-parallel ranks"}
+DEPLOYMENT_CAPABILITIES: dict[Capability, str] = {
+    C.RANKS: "endpoints with data-parallel ranks",
+    C.STORE: "endpoints sharing a KV store",
+}
 """Capability -> the deployment shape of the engines that declare it, and only they: a rule
 whose evidence needs one binds only such engines, so elsewhere it is N/A (not at stake), as
 for ``PROFILE_CAPABILITIES``."""
@@ -246,6 +255,8 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     RuleId.RNK_001: (C.RANKS, C.FLUSH_RESULT, C.INFLIGHT),
     RuleId.RNK_002: (C.RANKS, C.FAULTS, C.WEIGHTS_PROBE),
     RuleId.RNK_003: (C.RANKS, C.FAULTS, C.INFLIGHT),
+    # a shared store: the entry a prefill loaded, shown with what computed it
+    RuleId.STO_001: (C.STORE,),
 }
 """Rule ID -> the capabilities its evidence needs; an adapter lacking one gets SKIP."""
 

@@ -272,6 +272,10 @@ def _compare_response(
         return out
     if exact and outcome.dropped:
         out.append(Violation(RuleId.ENG_011, "a hit on KV it held", "a miss", where))
+    if got.stored is not None and Capability.STORE in capabilities and got.stored != exp.stored:
+        allowed = "no load from the store" if exp.stored is None else f"a load of {exp.stored}"
+        where_ = f"{where} response.stored".strip()
+        out.append(Violation(RuleId.STO_001, f"{allowed} or none", str(got.stored), where_))
     if got.uses is not None and Capability.PROVENANCE in capabilities:
         out += check_served(evolve(served, uses=got.uses, hit=got.hit))
     if (
@@ -466,6 +470,8 @@ def evidence(
         and Capability.WEIGHTS_PROBE in capabilities
         and exp.view.derived is not None
         and obs.view.derived == exp.view.derived,  # a lag allowed by _derived_lags is none
+        # a load from the shared store could have shown an entry of other weights
+        "response.stored": obs.response is not None and Capability.STORE in capabilities,
         "response.sampled": obs.response is not None
         and obs.response.sampled is not None
         and Capability.ATTRIBUTION in capabilities

@@ -12,7 +12,7 @@ from typing import Any
 
 from attrs import frozen
 
-from .state import Entry, Served, Use
+from .state import Entry, Served, StoreEntry, Use
 from .vocabulary import Kind, Status, Tier
 
 
@@ -55,6 +55,10 @@ class Response:
     """The restart oracle (capability ``restart_oracle``): the output of the same prompt from an
     engine freshly started at the version the endpoint claims (its label), shaped as ``output``;
     ``None`` when it claims none or there is no oracle."""
+    stored: StoreEntry | None = None
+    """The shared store's entry whose KV the prefill loaded, with what computed it (capability
+    ``store``); ``None``: it loaded none, or the system cannot say. In an expected outcome:
+    the only entry a load may show there (STO-001)."""
 
 
 @frozen
@@ -109,6 +113,9 @@ class Blame:
     """The rule a mismatch on ``view.derived`` breaks."""
     fresh: str | None = None
     """The rule a mismatch on ``response.fresh`` breaks."""
+    stored: str | None = None
+    """The rule a load from the shared store (``response.stored``) is judged by, set only
+    where the store held an entry a wrong key would have matched."""
 
     def __iter__(self):
         for name, dotted in _FIELD_NAMES.items():
@@ -134,6 +141,7 @@ _FIELD_NAMES = {
     "sampled": "response.sampled",
     "derived": "view.derived",
     "fresh": "response.fresh",
+    "stored": "response.stored",
 }
 _ATTRIBUTE = {dotted: name for name, dotted in _FIELD_NAMES.items()}
 
@@ -217,6 +225,8 @@ def malformed(obs: object) -> str | None:
             x = getattr(r, name)
             if x is not None and not isinstance(x, tuple):
                 return f"response.{name} {x!r:.80} is not a tuple"
+        if r.stored is not None and not isinstance(r.stored, StoreEntry):
+            return f"response.stored {r.stored!r:.80} is not a StoreEntry or None"
     return None
 
 

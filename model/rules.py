@@ -14,6 +14,7 @@ An ID is ``KIND-NNN``; it never changes meaning once published. Kinds:
 * WIN: two-phase update windows (begin, chunks, finish, abort).
 * DER: state derived from the weights at load time.
 * RNK: data-parallel ranks behind one endpoint (the merge of their replies, their versions).
+* STO: a KV store shared by several endpoints and surviving restarts (which entry may be reused).
 
 Levels follow RFC 2119: a MUST violation is FAIL; a SHOULD violation is FAIL only under
 ``--strict`` and is otherwise reported as a warning.
@@ -623,6 +624,22 @@ RULES: tuple[Rule, ...] = (
         "Reporting the failure is not enough if both ranks keep serving: the same prompt "
         "then gets tokens of two policies depending on where the router put it.",
         "sgl-project/sglang PR #39534, after the fix (PF-26)",
+    ),
+    # ----- a KV store shared by several endpoints ---------------------------------------
+    Rule(
+        "STO-001",
+        "StoreEntryReusedBySameWeights",
+        "MUST",
+        "An entry of a KV store shared by several endpoints is reused (loaded into a "
+        "request's prefill) only by an engine of the same weight lineage, the same weight "
+        "version and the same KV format as the engine that stored it, on any endpoint and "
+        "after any restart.",
+        "A store outlives the engines that fill it and is shared by engines of other "
+        "checkpoints, versions and KV layouts. No flush of an engine reaches it, so what its "
+        "key carries (or a namespace that rotates on every update) is the only guard: a key "
+        "of the prompt's tokens alone lets an engine load KV of the weights before its "
+        "update, of another model, or bytes of another KV format.",
+        "InternLM/lmdeploy issue #4930, PR #4932 (PF-31)",
     ),
     # ----- reachability -----------------------------------------------------------------
     Rule(

@@ -68,7 +68,18 @@ from .client import Plan, resolve_plan
 from .fast import evolve
 from .observation import Blame, Observation, Outcome, Response, View
 from .rules import RuleId
-from .state import Bounds, Endpoint, Entry, OpenUpdate, Policy, Request, Served, ServerInfo, State
+from .state import (
+    Bounds,
+    Endpoint,
+    Entry,
+    OpenUpdate,
+    Policy,
+    Request,
+    Served,
+    ServerInfo,
+    State,
+    StoreEntry,
+)
 from .vocabulary import MIXED, Kind, MemoryTag, PauseMode, Phase, Status, Tier
 
 Branch = tuple[State, Outcome]
@@ -1025,6 +1036,8 @@ def _placed(ep: Endpoint, a: Action) -> bool:
     ``RANKED_ACTIONS``, and a request's ``rank`` names one of the endpoint's ranks."""
     if ep.ranks and (type(a) not in RANKED_ACTIONS or getattr(a, "clear_cache", False)):
         return False
+    if ep.config.store and not _on_store(a):
+        return False
     return 0 <= getattr(a, "rank", 0) < ep.config.ranks
 
 
@@ -1241,6 +1254,65 @@ def fault_rank_update_fails(s: State, a: FaultRankUpdateFails) -> Branches:
     return ((s.with_endpoint(a.endpoint, ep2), ok(ep2)),)
 
 
+# ----- a KV store shared by several endpoints (STO-001) ------------------------------------
+#
+# An endpoint with ``Config.store`` is one scheduler whose requests also write and read the
+# deployment's shared store (``State.store``; LMCache, Mooncake, HiCache's L3 backend,
+# lmdeploy's cache server). Every response it serves stores the KV of its prefix, tagged
+# with the lineage, version and KV format that computed it; a prefill that misses the
+# endpoint's own radix cache may load an entry instead, and the spec allows only one of the
+# same lineage, version and format (STO-001). A restart, flush or update of an endpoint
+# leaves the store as it is: old entries may stay, unreachable, until evicted (CD-20). Only
+# ``STORE_ACTIONS`` are enabled on such an endpoint.
+
+STORE_ACTIONS: frozenset[type[Action]] = frozenset(
+    {ServeRequest, FlushCache, UpdateWeights, PauseGeneration, ContinueGeneration, Restart}
+)
+"""The actions enabled on an endpoint attached to the shared store (a client's SyncWeights
+drives pauses, updates and continues)."""
+
+
+def _on_store(a: Action) -> bool:
+    """``a`` is modelled on an endpoint attached to the shared store: one of
+    ``STORE_ACTIONS``, with no namespace and no clearing pause."""
+    plain = getattr(a, "namespace", None) is None and not getattr(a, "clear_cache", False)
+    return type(a) in STORE_ACTIONS and plain
+
+
+def store_key(ep: Endpoint, prefix: str) -> StoreEntry:
+    """The one store entry ``ep`` may load for ``prefix``, and the one it writes after
+    serving it: its own lineage, weight version and KV format."""
+    return StoreEntry(prefix, ep.config.lineage, ep.weights, ep.config.kv_format)
+
+
+def stored_request(s: State, a: ServeRequest) -> Branches:
+    """A request on an endpoint attached to the shared store: a single scheduler's
+    branches, each showing the only entry a load may show (``Response.stored``) and each
+    writing the prefix's KV to the store; plus, where the endpoint's own prefill missed and
+    the store may hold the entry of its lineage, version and format, a hit loaded from it.
+    A load is judged by STO-001 when the store may also hold an entry of the prefix that a
+    key without those fields would have matched."""
+    ep = s.endpoint(a.endpoint)
+    key = store_key(ep, a.prefix)
+    risky = any(e.prefix == a.prefix and e != key for e in s.store)
+    out: list[Branch] = []
+    for s2, o in serve_request(s, a):
+        if o.served is None:  # refused: nothing prefilled, nothing stored
+            out.append((s2, o))
+            continue
+        response = evolve(o.observation.response, stored=key)
+        shown = seen(o, response=response)
+        if risky:
+            shown = evolve(shown, because=evolve(shown.because, stored=RuleId.STO_001))
+        s3 = evolve(s2, store=s2.store | {key})
+        out.append((s3, shown))
+        if not o.served.hit and ep.config.radix and key in s.store:
+            served = evolve(o.served, hit=True)
+            loaded = evolve(seen(shown, response=evolve(response, hit=True)), served=served)
+            out.append((evolve(s3, ledger=(*s2.ledger[:-1], served)), loaded))
+    return tuple(out)
+
+
 # ----- the next-state relation ------------------------------------------------------------
 
 
@@ -1269,6 +1341,8 @@ def step(state: State, action: Action) -> Branches:
     index = getattr(action, "endpoint", None)
     if index is not None and state.endpoint(index).ranks and type(action) in RANKED:
         return RANKED[type(action)](state, action)
+    if index is not None and state.endpoint(index).config.store and type(action) is ServeRequest:
+        return stored_request(state, action)  # type: ignore[arg-type]
     _, effect = SPEC[type(action)]
     return effect(state, action)
 

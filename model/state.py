@@ -59,6 +59,22 @@ def _at_least_one_rank(instance: Config, attribute: object, value: object) -> No
         )
 
 
+def _plain_store_endpoint(instance: Config, attribute: object, value: object) -> None:
+    """An endpoint attached to the shared store is modelled with the radix cache and lanes
+    alone, as one scheduler; ``ValueError`` names the feature it does not combine with."""
+    if not value:
+        return
+    features = ("draft", "encoder", "fp8_kv", "lora", "derived", "encoder_reset_separate")
+    on = [f for f in features if getattr(instance, f)]
+    on += ["tiers"] if instance.tiers != frozenset({Tier.DEVICE}) else []
+    on += ["ranks"] if instance.ranks != 1 else []
+    if on:
+        raise ValueError(
+            f"Config.store with {', '.join(on)}: an endpoint on the shared store is "
+            "modelled as one scheduler with the radix cache, lanes and profile flags only"
+        )
+
+
 @frozen(cache_hash=True)
 class Config:
     """What an endpoint is; fixed for a run. The fields that say "Profile" (``PROFILE_FIELDS``)
@@ -104,6 +120,17 @@ class Config:
     ``--dp-size`` under its DP controller): each has its own weights, radix cache, in-flight
     requests and reply to a flush or an update, and the endpoint's reply is the merge of
     theirs (RNK-001/002). 1: a single scheduler, as every other config."""
+    store: bool = field(default=False, validator=_plain_store_endpoint)
+    """It is attached to the deployment's shared KV store (``State.store``: Mooncake,
+    LMCache, SGLang HiCache's L3 backend, lmdeploy's cache server): every prefix it serves
+    is stored there, and a prefill that misses its own radix cache may load an entry from
+    it, across endpoints and restarts (STO-001). Off: no store, as every other config."""
+    lineage: str = "base"
+    """The weight lineage it serves (the checkpoint family its versions descend from: the
+    model path and the training run); matters only with ``store``."""
+    kv_format: str = "bf16"
+    """The layout of its KV bytes (dtype, page size, heads per rank); matters only with
+    ``store``."""
 
     @property
     def guarded(self) -> bool:
@@ -157,6 +184,28 @@ class Entry:
         lora = "" if self.lora is None else f" (LoRA revision {self.lora})"
         ns = "" if self.namespace is None else f" in namespace v{self.namespace}"
         return f"{self.prefix} {self.kind.value} KV of {made} on {self.tier.value}{lora}{ns}"
+
+
+@frozen(cache_hash=True)
+class StoreEntry:
+    """One entry of the shared KV store: the KV of one prefix, with what computed it. The
+    store matches on what its keys carry (the engine's business: the prompt's tokens, and
+    the model, lineage, version, format or a namespace when it puts them in); the spec
+    allows a load only where all three of ``lineage``, ``version`` and ``kv_format`` are
+    those of the engine loading it (STO-001)."""
+
+    prefix: str
+    """The prompt prefix whose KV it holds."""
+    lineage: str
+    """The weight lineage of the engine that stored it (``Config.lineage``)."""
+    version: int
+    """The weight version that computed it."""
+    kv_format: str
+    """The KV format it was stored in (``Config.kv_format``)."""
+
+    def __str__(self) -> str:
+        """``P KV of v0 (lineage base, bf16)``."""
+        return f"{self.prefix} KV of v{self.version} (lineage {self.lineage}, {self.kv_format})"
 
 
 @frozen(cache_hash=True)
@@ -430,6 +479,10 @@ class State:
     """The newest weight version the trainer has pushed anywhere."""
     ledger: tuple[Served, ...] = ()
     """Every response served, in order (``Served``)."""
+    store: frozenset[StoreEntry] = frozenset()
+    """Every entry the shared KV store MAY hold (an upper bound, as an endpoint's cache):
+    written by every endpoint with ``Config.store``, read by any of them, kept across their
+    restarts, flushes and updates. Empty in every deployment without one."""
 
     def endpoint(self, index: int) -> Endpoint:
         return self.endpoints[index]
@@ -470,6 +523,7 @@ __all__ = [
     "Served",
     "ServerInfo",
     "State",
+    "StoreEntry",
     "Use",
     "initial_endpoint",
     "initial_state",

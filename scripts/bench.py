@@ -26,6 +26,8 @@ Figures:
 * ``check-ci``: a ci-profile ``kvfence check`` of the reference: examples/s.
 * ``kill``: the kill matrix (every mutant, focused on its rule, on every core): wall time
   and the slowest single time-to-kill.
+* ``deployment-kills``: each deployment mutant (data-parallel ranks, a shared KV store)
+  killed alone, focused on its rule, on one worker: its seconds to kill.
 * ``serve``: ``kvfence serve`` under load (127.0.0.1 only; ``wrk`` where installed, else
   Python clients over several processes): requests/s and p50/p99 latency at 1 and 50
   keep-alive clients; the session trace's bytes per request
@@ -213,6 +215,31 @@ def kill(quick: bool) -> dict[str, float]:
         # the children's peak, not this process's (``main`` reads RUSAGE_CHILDREN for it)
         "worker_peak_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     }
+
+
+def deployment_kills(quick: bool) -> dict[str, float]:
+    """Each deployment mutant's time to kill (an engine declaring a deployment capability:
+    ranks, a shared store), focused on its rule, one at a time on one worker, so each
+    figure is its own search: ``<mutant>_seconds``."""
+    from kvfence.adapters import registry
+    from kvfence.adapters.mutants import MUTANTS
+    from kvfence.conformance.matrix import killed, run_matrices
+    from kvfence.model.capabilities import DEPLOYMENT_CAPABILITIES
+
+    shaped = [
+        m
+        for m in MUTANTS
+        if m.side == "engine"
+        and registry.engine(m.name).capabilities & set(DEPLOYMENT_CAPABILITIES)
+    ]
+    out: dict[str, float] = {}
+    for m in shaped[:1] if quick else shaped:
+        with TemporaryDirectory() as tmp:
+            x = run_matrices(designs=(), mutants=(m,), out=Path(tmp), jobs=1)
+        ((_, r),) = x.mutants
+        assert killed(m, r), m.name
+        out[f"{m.name}_seconds"] = r.seconds
+    return out
 
 
 def vllm(quick: bool) -> dict[str, float | str]:
@@ -424,6 +451,7 @@ FIGURES = {
     "product": product,
     "check-ci": check_ci,
     "kill": kill,
+    "deployment-kills": deployment_kills,
     "vllm": vllm,
     "serve": serve,
 }
@@ -521,6 +549,15 @@ def targets(f: dict[str, dict]) -> list[str]:
             "the slowest kills are four steps deep (a window opened, a chunk set to fail, "
             "sent, the finish), and the product explorer visits every shorter path of its "
             "setup first, at the product throughput above",
+        )
+    dk = {k: v for k, v in f.get("deployment-kills", {}).items() if k.endswith("_seconds")}
+    if dk:
+        slow = {k.removesuffix("_seconds"): v for k, v in dk.items() if v >= 1}
+        line(
+            "every deployment mutant (ranks, shared store) killed in under 1 s",
+            not slow,
+            ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in dk.items()),
+            f"over 1 s: {', '.join(slow)}",
         )
     sv = f.get("serve", {})
     by = "wrk" if sv.get("generator") else "Python clients (wrk not installed)"

@@ -24,6 +24,7 @@ KINDS = {
     "WIN": "Two-phase update windows",
     "DER": "Derived weight state",
     "RNK": "Data-parallel ranks behind one endpoint",
+    "STO": "A KV store shared by several endpoints",
 }
 
 KIND_NOTES = {

@@ -80,6 +80,10 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_relabel_without_loading_passes_a_whole_check_without_the_restart_oracle"
     },
     "test_verdicts.py": {"test_reference_passes_with_exact_cache_too"},
+    "test_store.py": {
+        "test_the_keyed_store_passes_at_ci_with_evidence_for_sto_001",
+        "test_store_designs_pass_under_the_explorer",
+    },
 }
 """Slow tests of otherwise fast modules (module file name -> test function names, or one
 parametrized case as ``name[id]``): whole checks at the full ci budget that PASS or find

@@ -146,17 +146,22 @@ def test_matrices_agree_with_their_verdict(matrices):
     assert len(matrices.designs) == len(DESIGNS) and len(matrices.mutants) == len(MUTANTS)
 
 
-def _ranked(name: str) -> bool:
-    """A design of endpoints with data-parallel ranks: explored on the ranks deployment."""
-    return BY_NAME[name].side == "engine" and Capability.RANKS in registry.engine(name).capabilities
+def _deployment(name: str) -> str | None:
+    """The deployment a design is explored on: ``ranks`` for one of endpoints with
+    data-parallel ranks, ``store`` for one of endpoints on a shared KV store; ``None``."""
+    if BY_NAME[name].side != "engine":
+        return None
+    caps = registry.engine(name).capabilities
+    shapes = {Capability.RANKS: "ranks", Capability.STORE: "store"}
+    return next((shape for cap, shape in shapes.items() if cap in caps), None)
 
 
 def _explore(name: str) -> tuple[str, object]:
     side = BY_NAME[name].side  # a client program is explored against the reference engine
     engine = registry.engine(name if side == "engine" else "reference")
     client = registry.client(name if side == "client" else "reference")
-    if _ranked(name):
-        setups = deployment("ranks")
+    if _deployment(name):
+        setups = deployment(_deployment(name))
         x = explore_adapter(engine, client, depth=EXPLORE_DEPTH, out_dir=None, setups=setups)
         return name, x
     x = explore_adapter(engine, client, depth=EXPLORE_DEPTH, depths=SHALLOW, out_dir=None)
@@ -179,7 +184,7 @@ def test_design_passes_under_the_explorer(design, explorations):
     assert not x.violation, [str(v) for v in x.violation]
     assert not x.other, ([str(v) for v in x.other], x.other_trace)
     assert x.complete and x.depth_reached == EXPLORE_DEPTH
-    setups = deployment("ranks") if _ranked(design.name) else SETUPS
+    setups = deployment(_deployment(design.name)) if _deployment(design.name) else SETUPS
     assert x.setups == tuple(s.name for s in setups)
     assert x.depths == tuple(SHALLOW.get(s.name, EXPLORE_DEPTH) for s in setups)
     # every setup was explored, not one corner of one: on the reference the smallest
@@ -195,7 +200,7 @@ def test_every_design_documents_what_it_keeps():
         assert d.keeps and all(r in BY_ID for r in d.keeps), (d.name, d.keeps)
         assert any(w in d.doc for w in ("vllm", "sglang", "xorl")), f"{d.name} cites no source"
     assert [d.case for d in DESIGNS[:2]] == [None, None]
-    assert sorted(BY_CASE) == [*(f"CD-{i:02d}" for i in range(1, 20))]
+    assert sorted(BY_CASE) == [*(f"CD-{i:02d}" for i in range(1, 21))]
 
 
 # ----- witnesses: the run reaches what makes each design differ ---------------------------
@@ -393,6 +398,15 @@ WITNESSES = (
             UpdateWeights(0, 1, Funnel.DISK, True),
             ServeRequest(0, "P"),
         ),
+    ),
+    # a shared KV store: on store configs the reference engine is the reference store
+    # endpoint (store.StoreEndpoint), which loads what it stored before a restart
+    _case_witness("keys-store-by-weights", "PF-31"),  # the v0 entry is never matched at v1
+    Witness(
+        "rotates-store-namespace",  # a restart takes a fresh namespace: a miss, not a load
+        (Config(store=True),),
+        Policy(),
+        (ServeRequest(0, "P"), Restart(0), ServeRequest(0, "P")),
     ),
 )
 

@@ -215,6 +215,9 @@ SHORTEST: dict[str, int] = {
     "flush-first-rank-reply": 2,
     "update-first-rank-reply": 2,
     "failed-rank-update-keeps-serving": 3,
+    # a shared KV store (the store deployment setup): endpoint 0 stores P, endpoint 1 (of
+    # another lineage and KV format) loads it
+    "store-keyed-by-tokens": 2,
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 

@@ -217,9 +217,9 @@ def test_the_reference_ranks_engine_passes_at_ci(out_dir):
 def test_the_ranks_deployment_is_opt_in():
     (ranks,) = deployment("ranks")
     assert ranks not in SETUPS and ranks.configs == (RANKED,)
-    with pytest.raises(ValueError, match="unknown deployment 'pd'; known: ranks"):
-        deployment("pd")
-    assert set(DEPLOYMENTS) == {"ranks"}
+    with pytest.raises(ValueError, match="unknown deployment 'mesh'; known: ranks"):
+        deployment("mesh")
+    assert {"ranks", "store"} <= set(DEPLOYMENTS)
 
 
 def test_the_ranks_model_state_count_is_pinned():

@@ -1,0 +1,219 @@
+"""A KV store shared by several endpoints: the vocabulary (``Config.store``, ``lineage``,
+``kv_format``, ``State.store``, ``Response.stored``), what the spec lets a prefill load
+(STO-001), the reference store endpoint (``adapters/store.py``), and the store deployment
+of the explorer. The catalog's store mutant and designs are also in the catalog-wide
+tests (tests/test_mutants.py, tests/test_designs.py, tests/test_cases.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvfence.adapters import registry
+from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
+from kvfence.adapters.store import STORE_CONFIGS, StoreEndpoint
+from kvfence.conformance.cli import main_explore
+from kvfence.conformance.explore import SETUPS, deployment, explore_adapter
+from kvfence.conformance.runner import run_check
+from kvfence.conformance.trace import config_from_json, config_json
+from kvfence.model.actions import (
+    FlushCache,
+    Restart,
+    ServeRequest,
+    Sleep,
+    StartRequest,
+    SyncWeights,
+    UpdateWeights,
+)
+from kvfence.model.capabilities import Capability
+from kvfence.model.checks import compare
+from kvfence.model.fast import evolve
+from kvfence.model.rules import RuleId
+from kvfence.model.semantics import enabled, step
+from kvfence.model.state import Config, StoreEntry, initial_state
+from kvfence.model.vocabulary import Funnel
+
+BF16 = Config(store=True)
+FP8 = Config(store=True, kv_format="fp8")
+OTHER = Config(store=True, lineage="sft-b")
+DISK = Funnel.DISK
+
+
+def _after(state, *acts):
+    """``state`` after ``acts``, each taking its first branch (and enabled)."""
+    for a in acts:
+        branches = step(state, a)
+        assert branches, f"{a} is not enabled"
+        state = branches[0][0]
+    return state
+
+
+# ----- vocabulary ---------------------------------------------------------------------------
+
+
+def test_a_store_endpoint_is_one_plain_scheduler():
+    with pytest.raises(ValueError, match=r"Config\.store with ranks"):
+        Config(store=True, ranks=2)
+    with pytest.raises(ValueError, match=r"Config\.store with draft"):
+        Config(store=True, draft=True)
+    s = initial_state((BF16,))
+    assert s.store == frozenset() and initial_state((Config(),)).store == frozenset()
+    assert not enabled(s, Sleep(0)) and not enabled(s, StartRequest(0, "r1", "P"))
+    assert enabled(s, Restart(0)) and enabled(s, SyncWeights(1, DISK))
+
+
+def test_config_fields_round_trip_and_stay_out_of_plain_traces():
+    assert "store" not in config_json(Config())
+    for c in (BF16, FP8, OTHER):
+        assert config_from_json(config_json(c), "c") == c
+
+
+# ----- the spec: what a prefill may load ----------------------------------------------------
+
+
+def test_every_response_writes_its_entry_and_the_store_survives_restart_flush_update():
+    s = _after(initial_state((BF16, FP8)), ServeRequest(0, "P"))
+    mine = StoreEntry("P", "base", 0, "bf16")
+    assert s.store == {mine}
+    s = _after(s, Restart(0), FlushCache(0), UpdateWeights(0, 1, DISK, True))
+    assert s.store == {mine}
+
+
+def test_a_miss_may_load_only_the_entry_of_its_lineage_version_and_format():
+    s = _after(initial_state((BF16, FP8)), ServeRequest(0, "P"), Restart(0))
+    branches = step(s, ServeRequest(0, "P"))
+    loads = [o for _, o in branches if o.observation.response.hit]
+    assert len(loads) == 1 and loads[0].served.hit  # the store's hit after the restart
+    assert {o.observation.response.stored for _, o in branches} == {
+        StoreEntry("P", "base", 0, "bf16")
+    }
+    # the fp8 endpoint may not load the bf16 entry: its only branch is a miss
+    other = step(s, ServeRequest(1, "P"))
+    assert [o.observation.response.hit for _, o in other] == [False]
+    assert other[0][1].because.stored == RuleId.STO_001  # a wrong key would have matched
+    # after an update, the v0 entry is no longer the endpoint's
+    s2 = _after(s, UpdateWeights(0, 1, DISK, True))
+    assert [o.observation.response.hit for _, o in step(s2, ServeRequest(0, "P"))] == [False]
+
+
+def test_a_load_of_another_entry_is_sto_001_and_only_with_the_capability():
+    s = _after(initial_state((BF16, FP8)), ServeRequest(0, "P"))
+    _, outcome = step(s, ServeRequest(1, "P"))[0]
+    wrong = StoreEntry("P", "base", 0, "bf16")
+    got = evolve(
+        outcome.observation,
+        response=evolve(outcome.observation.response, hit=True, stored=wrong),
+    )
+    caps = frozenset({Capability.STORE})
+    assert [v.rule for v in compare(outcome, got, caps)] == [RuleId.STO_001]
+    assert compare(outcome, got, frozenset()) == []  # not shown: never judged
+    right = evolve(got, response=evolve(got.response, stored=outcome.observation.response.stored))
+    assert compare(outcome, right, caps) == []
+
+
+# ----- the reference store endpoint ---------------------------------------------------------
+
+
+def test_the_reference_engine_on_store_configs_shares_one_store_across_restarts():
+    engine = InProcessAdapter(ReferenceEndpoint, "reference")
+    engine.start((BF16, FP8))
+    assert all(isinstance(ep, StoreEndpoint) for ep in engine.endpoints)
+    assert engine.endpoints[0].store is engine.endpoints[1].store
+    engine.apply(ServeRequest(0, "P"))
+    engine.apply(Restart(0))
+    again = engine.apply(ServeRequest(0, "P")).response
+    assert again.hit and again.stored == StoreEntry("P", "base", 0, "bf16")
+    other = engine.apply(ServeRequest(1, "P")).response
+    assert not other.hit and other.stored is None  # another format: never matched
+
+
+def test_the_keyed_store_passes_at_ci_with_evidence_for_sto_001(out_dir):
+    engine = registry.engine("keys-store-by-weights")
+    assert engine.fixed_configs == STORE_CONFIGS
+    result = run_check(engine, registry.client("reference"), out_dir=out_dir)
+    assert result.verdict == "PASS", [(r.rule.id, r.verdict, r.reason) for r in result.rules]
+    verdicts = {r.rule.id: r for r in result.rules}
+    assert verdicts["STO-001"].verdict == "PASS" and verdicts["STO-001"].evidence > 0
+
+
+def test_sto_001_is_not_at_stake_on_an_engine_without_a_store(out_dir):
+    engine, client = registry.engine("reference"), registry.client("reference")
+    result = run_check(engine, client, out_dir=out_dir, max_examples=20)
+    verdicts = {r.rule.id: r.verdict for r in result.rules}
+    assert verdicts["STO-001"] == "N/A"
+
+
+# ----- the explorer's store deployment ------------------------------------------------------
+
+
+def test_the_store_deployment_is_opt_in():
+    (store,) = deployment("store")
+    assert store not in SETUPS and store.configs == (
+        BF16,
+        Config(store=True, lineage="sft-b", kv_format="fp8"),
+    )
+    assert not any(c.store for s in SETUPS for c in s.configs)
+
+
+def test_the_store_model_state_count_is_pinned():
+    """``kvfence explore --deployment store --depth 4`` at the CLI's other default bounds
+    (one prefix, one request ID, versions <= 2, symmetry on): two standard endpoints of
+    another lineage and KV format on one store. 4,532 orbits: requests on either endpoint,
+    their updates, flushes, pauses and restarts, and the entries the store may hold; the
+    count moves only with the store semantics."""
+    code, text = main_explore(depth=4, workers=1, deployment_name="store")
+    assert code == 0, text
+    assert "distinct states: 4,532 up to symmetry" in text and "transitions: 26,744" in text
+    assert "PASS" in text
+
+
+@pytest.mark.parametrize("name", ["keys-store-by-weights", "rotates-store-namespace"])
+def test_store_designs_pass_under_the_explorer(name):
+    x = explore_adapter(
+        registry.engine(name),
+        registry.client("reference"),
+        depth=4,
+        out_dir=None,
+        setups=deployment("store"),
+    )
+    assert not x.error and not x.violation and not x.other, (x.error, x.violation, x.other)
+    assert x.complete and x.depth_reached == 4 and x.setups == ("store",)
+    assert x.states > 500  # the search went past the first steps
+
+
+def test_the_explorer_kills_the_token_keyed_store_with_sto_001():
+    x = explore_adapter(
+        registry.engine("store-keyed-by-tokens"),
+        registry.client("reference"),
+        focus=RuleId.STO_001,
+        depth=4,
+        out_dir=None,
+        setups=deployment("store"),
+    )
+    assert RuleId.STO_001 in {v.rule for v in x.violation}
+    assert len(x.trace) == 2  # endpoint 0 stores P, endpoint 1 (fp8, sft-b) loads it
+
+
+def test_the_store_semantics_are_equivariant_under_renaming():
+    """Renaming prefixes (which store entries carry) and swapping two endpoints of one
+    config maps every successor onto a successor: the explorer's orbits stay sound with a
+    store (states whose store holds entries, the fullest first). Lineages and KV formats are never
+    prefix or request names here."""
+    from kvfence.model.candidates import actions
+    from kvfence.model.state import Bounds
+    from kvfence.model.symmetry import canonical, images
+
+    two = Bounds(prefixes=("P", "Q"), rids=("r1", "r2"))
+    seen, todo = {initial_state((BF16, BF16))}, [initial_state((BF16, BF16))]
+    for _ in range(2):
+        todo = [n.without_ledger() for s in todo for a in actions(s, two) for n, _ in step(s, a)]
+        todo = [s for s in todo if s not in seen and not seen.add(s)]
+    states = sorted((s for s in seen if s.store), key=lambda s: -len(s.store))[:8]
+    assert len(states) == 8 and len(states[0].store) > 1
+
+    def successors(s):
+        return {canonical(n.without_ledger(), two) for a in actions(s, two) for n, _ in step(s, a)}
+
+    for s in states:
+        want = successors(s)
+        for image in images(s, two):
+            assert successors(image) == want
