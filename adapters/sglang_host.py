@@ -65,6 +65,11 @@ class Broken(Exception):
     """The harness no longer fits this SGLang version: ADP-001, never a verdict."""
 
 
+class SglangRaised(Exception):
+    """An exception of a harness-error kind (``KeyError``) that SGLang's own handler raised
+    on its own state: what the scheduler process dies of, not a harness mismatch."""
+
+
 def prompt_tokens(prefix: str) -> tuple[int, ...]:
     """The prompt ids a request for ``prefix`` sends: seeded by the name's SHA-256,
     distinct from the first token on, so two prefixes never share a tree branch."""
@@ -159,10 +164,7 @@ class Endpoint:
         return f"SGLang {self.version}: {what}: {type(e).__name__}: {e}{_where(e)}"
 
     def _import(self) -> None:
-        stubs.install_torchvision_stub()
-        stubs.tolerate_config_reregistration()
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
+        apply_shims()
         import sglang
 
         self.version = getattr(sglang, "__version__", None) or _dist_version()
@@ -276,6 +278,7 @@ class Endpoint:
 
     def _build(self, weights: int) -> None:
         self.weights = weights
+        self.whole = weights
         self.stopped = ""
         self.tm_paused = False
         self.tm_label = 0 if weights == 0 else weights
@@ -329,6 +332,9 @@ class Endpoint:
         s.max_queued_requests = None
         s.enable_hicache_storage = False
         s.processed_tokens_counter = 0
+        self.refuse_next_flush = False
+        self.holding_fault = False
+        s.flush_cache = self._faulty_flush(s.flush_cache)
         s.init_weight_updater()
         if self.FlushWrapper is not None:
             wrapper_kwargs = _kwargs_for(
@@ -348,6 +354,23 @@ class Endpoint:
         # Retraction frees a request's KV slots (a memory-pool operation): stubbed, the
         # scheduler's choice of what to retract and where it re-queues it stay real.
         self.scheduler_module.retract_all = self._release_for_retract
+
+    def _faulty_flush(self, flush: Any) -> Any:
+        """``Scheduler.flush_cache`` with kvfence's injected refusal (``FaultRefuseFlush``):
+        while armed, the next flush attempt answers ``False`` and changes nothing, as the
+        real method does when ``is_fully_idle`` is false (KV pinned). Installed before
+        ``init_weight_updater`` and the flush wrapper read the method, so the manager's
+        post-update flush and ``/flush_cache`` both see it. A release of KV memory asserts
+        idleness first (``release_memory_occupation``) and is no flush attempt of the
+        spec's: the fault is held across it (``holding_fault``)."""
+
+        def flush_cache(*args: Any, **kwargs: Any) -> bool:
+            if self.refuse_next_flush and not self.holding_fault:
+                self.refuse_next_flush = False
+                return False
+            return flush(*args, **kwargs)
+
+        return flush_cache
 
     def _release_for_retract(self, *, reqs, **pools: Any) -> None:
         """What ``schedule_batch.release_req`` does to a retracted request's KV: frees its
@@ -425,7 +448,10 @@ class Endpoint:
         return out
 
     def probe(self) -> dict[str, Any]:
-        return {"weights": self.runner.version, "label": self.label(), "cache": self.cache_view()}
+        """Weights (``None`` while torn: a load failed after some tensors landed), label,
+        cache listing."""
+        weights = None if self.runner.version == stubs.MIXED else self.runner.version
+        return {"weights": weights, "label": self.label(), "cache": self.cache_view()}
 
     # ----- actions ----------------------------------------------------------------------
 
@@ -446,7 +472,7 @@ class Endpoint:
 
     def serve(self, prefix: str) -> dict[str, Any]:
         hit, versions = self.prefill(prefix)
-        return {"status": "ok", "hit": hit, "uses": sorted(versions), "weights": self.weights}
+        return {"status": "ok", "hit": hit, "uses": sorted(versions)}
 
     def start_request(self, rid: str, prefix: str) -> dict[str, Any]:
         _, versions = self.prefill(prefix)
@@ -466,12 +492,17 @@ class Endpoint:
         cls = getattr(self.io, cls_name)
         return cls(**_kwargs_for(cls, **fields))
 
-    def update(self, version: int, funnel: str, flush_cache: bool | None) -> dict[str, Any]:
+    def update(
+        self, version: int, funnel: str, flush_cache: bool | None, fail_midway: bool = False
+    ) -> dict[str, Any]:
         """One update through the real dispatcher: disk, tensor (inside begin/end where
         the session exists, 0.5.20+), distributed (the same), ipc. Upstream has no
         two_phase or sparse_delta funnel: they take the disk and tensor paths; bucketed is
-        two tensor calls in one session."""
+        two tensor calls in one session. ``fail_midway``: the (first) load fails after some
+        tensors landed, and the stub runner answers as upstream's does for that funnel
+        (``stubs.FUNNEL_FAILURES``)."""
         self.runner.pending = version
+        self.runner.fail_midway = fail_midway
         fields: dict[str, Any] = {"weight_version": stubs.version_label(version)}
         if flush_cache is not None:
             fields["flush_cache"] = flush_cache
@@ -513,10 +544,7 @@ class Endpoint:
         success = all(getattr(o, "success", None) is True for o in outs)
         message = "; ".join(str(getattr(o, "message", "")) for o in outs)
         if success:
-            self.weights = self.runner.version
             self.tm_label = version
-        else:
-            self.weights = self.runner.version
         return {"status": "ok" if success else "rejected", "detail": message}
 
     def _dispatch(self, req: Any) -> Any:
@@ -561,18 +589,35 @@ class Endpoint:
                 s.running_batch.reqs.append(req)
         return {"status": "ok"}
 
-    def sleep(self) -> dict[str, Any]:
-        self._dispatch(self._request("ReleaseMemoryOccupationReqInput", tags=None))
+    def sleep(self, tags: list[str]) -> dict[str, Any]:
+        """``ReleaseMemoryOccupationReqInput(tags=...)``: the tags as given (``kv_cache``,
+        ``weights``), through the real manager (``release_memory_occupation``: it asserts
+        idleness, pauses the memory saver, and for ``kv_cache`` flushes, ignoring the
+        result). An injected flush refusal is held across it (``_faulty_flush``)."""
+        self.holding_fault = True
+        try:
+            self._dispatch(self._request("ReleaseMemoryOccupationReqInput", tags=list(tags)))
+        finally:
+            self.holding_fault = False
         return {"status": "ok"}
 
-    def wake_up(self) -> dict[str, Any]:
-        self._dispatch(self._request("ResumeMemoryOccupationReqInput", tags=None))
+    def wake_up(self, tags: list[str]) -> dict[str, Any]:
+        """``ResumeMemoryOccupationReqInput(tags=...)``. SGLang removes each tag from its
+        offload set (``offload_tags.remove``): a tag that was not released raises
+        ``KeyError`` inside the handler, which is SGLang's own failure (the scheduler
+        exits), not the harness's."""
+        try:
+            self._dispatch(self._request("ResumeMemoryOccupationReqInput", tags=list(tags)))
+        except KeyError as e:
+            if "weight_updater.py" not in _where(e):
+                raise
+            raise SglangRaised(f"KeyError: {e}{_where(e)}") from e
         return {"status": "ok"}
 
     def restart(self) -> dict[str, Any]:
         """A new process from the last completely loaded checkpoint: new ServerArgs whose
         launch ``weight_version`` names it, a new scheduler, an empty tree."""
-        weights = self.runner.version
+        weights = self.whole  # the last version loaded whole (torn weights are not one)
         label = None if weights == 0 else stubs.version_label(weights)
         try:
             self.server_args = self._server_args(weight_version=label)
@@ -597,16 +642,20 @@ class Endpoint:
         """Run one action; the answer carries a probe of the endpoint afterwards."""
         if self.stopped and op not in ("restart", "reset"):
             return {"status": "stopped", "detail": self.stopped}
+        ok = {"status": "ok"}
         handlers = {
             "serve": lambda: self.serve(args["prefix"]),
             "start": lambda: self.start_request(args["rid"], args["prefix"]),
             "finish": lambda: self.finish_request(args["rid"]),
-            "update": lambda: self.update(args["version"], args["funnel"], args["flush_cache"]),
+            "update": lambda: self.update(
+                args["version"], args["funnel"], args["flush_cache"], args.get("fail_midway", False)
+            ),
+            "fault_refuse_flush": lambda: (setattr(self, "refuse_next_flush", True), ok)[1],
             "flush": self.flush,
             "pause": lambda: self.pause(args["mode"]),
             "resume": self.resume,
-            "sleep": self.sleep,
-            "wake_up": self.wake_up,
+            "sleep": lambda: self.sleep(args["tags"]),
+            "wake_up": lambda: self.wake_up(args["tags"]),
             "restart": self.restart,
             "reset": lambda: (self.restart_fresh(), {"status": "ok"})[1],
         }
@@ -621,6 +670,9 @@ class Endpoint:
             # run_scheduler_process logs it and the whole server exits.
             self.stopped = f"{type(e).__name__}: {e}{_where(e)}"
             return {"status": "stopped", "detail": self.stopped}
+        finally:
+            if self.runner.version != stubs.MIXED:
+                self.whole = self.runner.version
         out["view"] = self.probe()
         return out
 
@@ -631,6 +683,19 @@ class Endpoint:
             self._publish(self.server_args)
         self.prefixes = {}
         self.build(0)
+
+
+def apply_shims() -> None:
+    """The host's compatibility shims, each about the shared CPU environment and none about
+    SGLang's logic: an empty ``torchvision`` (:func:`stubs.install_torchvision_stub`),
+    transformers' config registry tolerating an older SGLang's own registration
+    (:func:`stubs.tolerate_config_reregistration`; 0.5.17 registers ``qwen3_asr``), and an
+    offline Hugging Face hub. Applied before any SGLang module is imported, upstream's or an
+    overlay's (an overlay imports its package's parents as it loads). Idempotent."""
+    stubs.install_torchvision_stub()
+    stubs.tolerate_config_reregistration()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
 
 
 def _dist_version() -> str:
@@ -714,15 +779,16 @@ def main(conn: Any, spec: dict[str, Any]) -> None:
     sys.path.insert(0, spec["sglang_path"])
     workdir = spec.get("workdir") or tempfile.mkdtemp(prefix="kvfence-sglang-")
     try:
+        apply_shims()
         if spec.get("overlay"):
-            stubs.install_torchvision_stub()
             try:
                 install_overlay(spec["overlay"])
             except HARNESS_ERRORS as e:
                 what = f"overlay {spec['overlay']}: {type(e).__name__}: {e}{_where(e)}"
                 raise Broken(what) from e
         ep = Endpoint(spec["lane"], workdir)
-        conn.send(("ok", {"version": ep.version, "tree": type(ep.s.tree_cache).__name__}))
+        started = {"version": ep.version, "tree": type(ep.s.tree_cache).__name__}
+        conn.send(("ok", {**started, "optimize": sys.flags.optimize}))
     except Broken as e:
         conn.send(("broken", str(e)))
         return

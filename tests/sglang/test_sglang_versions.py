@@ -56,6 +56,27 @@ def test_where_versions_differ_on_a_refused_flush(version_adapter):
         assert retract == "FAIL LIV-001 (stopped)"
 
 
+OVERLAYS = Path(__file__).parent / "overlays"
+
+
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+def test_an_overlay_runs_on_a_fresh_host(version):
+    """The host applies its compatibility shims (transformers' config registry, the
+    torchvision stub) before it loads an overlay, whose parent packages import SGLang:
+    0.5.17 registers its own ``qwen3_asr`` config, which transformers 5.x refuses unless
+    shimmed (``ValueError: 'qwen3_asr' is already used by a Transformers config``). Each
+    host is a fresh spawned interpreter. With the guard overlaid, ENG-001 holds."""
+    need(version)
+    adapter = SglangAdapter(version, overlay=OVERLAYS / "exact_guard", lanes=("exact",))
+    try:
+        adapter.start(adapter.fixed_configs)
+        assert adapter.loaded["version"] == version
+        bad = judge(adapter, ROW[GUARD])
+    finally:
+        adapter.close()
+    assert bad == "ok"
+
+
 def test_older_layout_is_an_error_naming_the_reason(tmp_path):
     need("0.5.10")
     result = run_check(
