@@ -5,6 +5,7 @@ these pin what docs/engines.md's version table says about the others."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -75,6 +76,25 @@ def test_an_overlay_runs_on_a_fresh_host(version):
     finally:
         adapter.close()
     assert bad == "ok"
+
+
+def test_guard_on_0_5_17_kills_the_scheduler_after_a_retract_pause(tmp_path):
+    """docs/findings.md, SGL-A1: the exact-lane guard on 0.5.17's scheduler (the seed
+    fork's base). The reference client's sync pauses with retract and updates with a flush;
+    0.5.17's ``is_fully_idle`` counts the retracted requests, re-queued without KV, so the
+    forced flush is refused and the guard raises: the scheduler process exits. Nothing stale
+    is served (no safety rule breaks); the endpoint is lost (LIV-001, availability), in the
+    two steps ``StartRequest``, ``SyncWeights``. On 0.5.23 the same pause and update flush."""
+    need("0.5.17")
+    adapter = SglangAdapter("0.5.17", overlay=OVERLAYS / "exact_guard", lanes=("exact",))
+    result = run_check(adapter, ReferenceClient(), out_dir=tmp_path, focus="LIV-001")
+    assert result.verdict == "FAIL" and result.caught() == ("LIV-001",), result.violations
+    assert result.availability == "FAIL" and result.safety != "FAIL"
+    assert result.steps == 2
+    steps = [json.loads(line) for line in result.counterexample.read_text().splitlines()]
+    actions = [s["action"]["action"] for s in steps if "action" in s]
+    assert actions == ["StartRequest", "SyncWeights", "PauseGeneration", "UpdateWeights"]
+    assert steps[4]["observed"]["status"] == "stopped"
 
 
 def test_older_layout_is_an_error_naming_the_reason(tmp_path):
