@@ -106,7 +106,7 @@ from ..model.actions import (
 from ..model.capabilities import Capability as C
 from ..model.observation import Observation, Response, View
 from ..model.state import Config, Entry, Use, server_info
-from ..model.vocabulary import Lane, Status
+from ..model.vocabulary import Funnel, Lane, Status
 from .protocol import AdapterFailure, Unsupported
 
 DEFAULT_VERSION = "0.5.23"
@@ -226,6 +226,14 @@ class SglangAdapter:
         """What the hosts reported at start: SGLang ``version`` and ``tree`` class."""
 
     # ----- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def funnels(self) -> tuple[Funnel, ...] | None:
+        """The update funnels the hosts' scheduler code has (``sglang_host.FUNNELS``), as
+        the hosts reported them at start; ``None`` before. The checker draws updates only
+        through these; any other is N/A here."""
+        names = self.loaded.get("funnels")
+        return None if names is None else tuple(Funnel(n) for n in names)
 
     def sglang_path(self) -> str:
         """The folder holding this version's ``sglang`` package; ``AdapterFailure`` with
@@ -369,6 +377,10 @@ class SglangAdapter:
             return "start", {"rid": a.rid, "prefix": a.prefix}
         if isinstance(a, FinishRequest):
             return "finish", {"rid": a.rid}
+        own = self.funnels
+        if isinstance(a, UpdateWeights) and own is not None and a.funnel not in own:
+            have = ", ".join(f.value for f in own)
+            raise Unsupported(f"{self.name} has no {a.funnel.value} funnel (it has {have})")
         if isinstance(a, UpdateWeights):
             return "update", {
                 "version": a.version,

@@ -124,6 +124,37 @@ def tiny_model_dir(root: str) -> str:
     return path
 
 
+FUNNELS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "disk": (("UpdateWeightFromDiskReqInput",), ("update_weights_from_disk",)),
+    "tensor": (("UpdateWeightsFromTensorReqInput",), ("update_weights_from_tensor",)),
+    "distributed": (
+        ("UpdateWeightsFromDistributedReqInput",),
+        ("update_weights_from_distributed",),
+    ),
+    "ipc": (("UpdateWeightsFromIPCReqInput",), ("update_weights_from_ipc",)),
+    "bucketed": (
+        ("BeginWeightUpdateReqInput", "UpdateWeightsFromTensorReqInput", "EndWeightUpdateReqInput"),
+        ("begin_weight_update", "update_weights_from_tensor", "end_weight_update"),
+    ),
+    "two_phase": (
+        ("PrepareWeightsUpdateReqInput", "CompleteWeightsUpdateReqInput"),
+        ("prepare_weights_update", "complete_weights_update"),
+    ),
+    "sparse_delta": (
+        ("UpdateWeightsFromSparseDeltaReqInput",),
+        ("update_weights_from_sparse_delta",),
+    ),
+}
+"""kvfence funnel -> the ``io_struct`` request types and the weight-updater manager
+methods that make it up, as upstream SGLang (disk, tensor, distributed, ipc; bucketed =
+tensor calls inside a ``begin/end_weight_update`` session, 0.5.20+) and the seed fork
+(togethercomputer/xorl-sglang ``weight_updater.py``: two-phase
+``prepare_weights_update`` / ``complete_weights_update``, ``update_weights_from_sparse_
+delta``) name them. A funnel exists on an endpoint when every type is a real class (not an
+overlay placeholder) and every method is on the manager the scheduler built; a funnel
+that does not is N/A there, never mapped onto another."""
+
+
 class Tracked:
     """kvfence's bookkeeping beside a real in-flight ``Req``: its prefix name and the
     weight versions its KV depends on (what the spec calls the request's uses)."""
@@ -355,6 +386,20 @@ class Endpoint:
         # scheduler's choice of what to retract and where it re-queues it stay real.
         self.scheduler_module.retract_all = self._release_for_retract
 
+    def funnels(self) -> list[str]:
+        """The funnels this scheduler's code has (``FUNNELS``), in that order."""
+        manager = getattr(self.s, "weight_updater", None)
+        out = []
+        for funnel, (types, methods) in FUNNELS.items():
+            real = all(
+                isinstance(getattr(self.io, t, None), type)
+                and not getattr(getattr(self.io, t), "_kvfence_placeholder", False)
+                for t in types
+            )
+            if real and all(callable(getattr(manager, m, None)) for m in methods):
+                out.append(funnel)
+        return out
+
     def _faulty_flush(self, flush: Any) -> Any:
         """``Scheduler.flush_cache`` with kvfence's injected refusal (``FaultRefuseFlush``):
         while armed, the next flush attempt answers ``False`` and changes nothing, as the
@@ -495,21 +540,25 @@ class Endpoint:
     def update(
         self, version: int, funnel: str, flush_cache: bool | None, fail_midway: bool = False
     ) -> dict[str, Any]:
-        """One update through the real dispatcher: disk, tensor (inside begin/end where
-        the session exists, 0.5.20+), distributed (the same), ipc. Upstream has no
-        two_phase or sparse_delta funnel: they take the disk and tensor paths; bucketed is
-        two tensor calls in one session. ``fail_midway``: the (first) load fails after some
-        tensors landed, and the stub runner answers as upstream's does for that funnel
-        (``stubs.FUNNEL_FAILURES``)."""
+        """One update through the funnel's own request types (``FUNNELS``): disk; tensor
+        and distributed, inside a ``begin/end_weight_update`` session where this version has
+        one (0.5.20+ refuses them outside); bucketed, two tensor calls in one session;
+        ipc; a fork's two-phase prepare then complete, and its sparse delta. A funnel this
+        scheduler lacks is ``Broken`` (the adapter never sends one). ``fail_midway``: the
+        (first) load fails after some tensors landed, and the stub runner answers as
+        upstream's does for that funnel (``stubs.FUNNEL_FAILURES``)."""
         self.runner.pending = version
         self.runner.fail_midway = fail_midway
         fields: dict[str, Any] = {"weight_version": stubs.version_label(version)}
         if flush_cache is not None:
             fields["flush_cache"] = flush_cache
+        if funnel not in self.funnels():
+            raise Broken(f"SGLang {self.version}: this scheduler has no {funnel!r} funnel")
+        session = funnel in ("tensor", "bucketed", "distributed") and "bucketed" in self.funnels()
         calls: list[Any]
-        if funnel in ("disk", "two_phase"):
+        if funnel == "disk":
             calls = [self._request("UpdateWeightFromDiskReqInput", model_path="/ckpt", **fields)]
-        elif funnel in ("tensor", "sparse_delta", "bucketed"):
+        elif funnel in ("tensor", "bucketed"):
             one = self._request(
                 "UpdateWeightsFromTensorReqInput", serialized_named_tensors=[b"x"], **fields
             )
@@ -527,17 +576,21 @@ class Endpoint:
             ]
         elif funnel == "ipc":
             calls = [self._request("UpdateWeightsFromIPCReqInput", zmq_handles={}, **fields)]
-        else:
-            raise Broken(f"SGLang {self.version}: no mapping for funnel {funnel!r}")
-        session = funnel in ("tensor", "sparse_delta", "bucketed", "distributed") and hasattr(
-            self.io, "BeginWeightUpdateReqInput"
-        )
+        elif funnel == "two_phase":
+            calls = [
+                self._request("PrepareWeightsUpdateReqInput", group_name="kvfence", **fields),
+                self._request("CompleteWeightsUpdateReqInput", group_name="kvfence", **fields),
+            ]
+        else:  # sparse_delta
+            calls = [self._request("UpdateWeightsFromSparseDeltaReqInput", **fields)]
         outs = []
         if session:
             self._dispatch(self._request("BeginWeightUpdateReqInput"))
         try:
             for call in calls:
                 outs.append(self._dispatch(call))
+                if getattr(outs[-1], "success", None) is not True:
+                    break  # a failed prepare is not followed by its complete
         finally:
             if session and not self.stopped:
                 self._dispatch(self._request("EndWeightUpdateReqInput"))
@@ -548,6 +601,16 @@ class Endpoint:
         return {"status": "ok" if success else "rejected", "detail": message}
 
     def _dispatch(self, req: Any) -> Any:
+        """Through the scheduler's real request dispatcher; a request type it does not
+        route (a fork's own, when only its weight updater is overlaid) goes to the
+        manager method ``FUNNELS`` names for it, as the fork's dispatcher would."""
+        routes = getattr(self.s._request_dispatcher, "_mapping", None)
+        if routes is None or type(req) in routes:
+            return self.s._request_dispatcher(req)
+        for types, methods in FUNNELS.values():
+            if type(req).__name__ in types:
+                method = methods[types.index(type(req).__name__)]
+                return getattr(self.s.weight_updater, method)(req)
         return self.s._request_dispatcher(req)
 
     def flush(self) -> dict[str, Any]:
@@ -767,7 +830,8 @@ def _add_fork_io_names(path: str) -> None:
             def __init__(self, *a: Any, _name: str = name, **k: Any) -> None:
                 raise NotImplementedError(f"{_name}: a fork-only io_struct type (placeholder)")
 
-            setattr(io_struct, name, type(name, (), {"__init__": __init__}))
+            body = {"__init__": __init__, "_kvfence_placeholder": True}
+            setattr(io_struct, name, type(name, (), body))
 
 
 def main(conn: Any, spec: dict[str, Any]) -> None:
@@ -787,7 +851,11 @@ def main(conn: Any, spec: dict[str, Any]) -> None:
                 what = f"overlay {spec['overlay']}: {type(e).__name__}: {e}{_where(e)}"
                 raise Broken(what) from e
         ep = Endpoint(spec["lane"], workdir)
-        started = {"version": ep.version, "tree": type(ep.s.tree_cache).__name__}
+        started = {
+            "version": ep.version,
+            "tree": type(ep.s.tree_cache).__name__,
+            "funnels": ep.funnels(),
+        }
         conn.send(("ok", {**started, "optimize": sys.flags.optimize}))
     except Broken as e:
         conn.send(("broken", str(e)))

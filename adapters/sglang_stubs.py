@@ -59,6 +59,8 @@ FUNNEL_FAILURES = {
     "distributed": "torn",
     "ipc": "torn",
     "tensor": "raise",
+    "two_phase": "torn",
+    "sparse_delta": "torn",
 }
 """What upstream's model-runner weight updater does when a load fails after some tensors
 landed (``python/sglang/srt/model_executor/model_runner_components/weight_updater.py``,
@@ -164,6 +166,16 @@ class StubTpWorker:
 
     def update_weights_from_ipc(self, recv_req):
         return self._load("ipc")
+
+    # the seed fork's tp_worker API (togethercomputer/xorl-sglang): two-phase, sparse delta
+    def prepare_weights_update(self, recv_req):
+        return True, "stub runner: receivers armed"
+
+    def complete_weights_update(self, recv_req):
+        return self._load("two_phase")
+
+    def update_weights_from_sparse_delta(self, recv_req, validate_only=False):
+        return (True, "stub runner: delta valid") if validate_only else self._load("sparse_delta")
 
 
 class KvPool:

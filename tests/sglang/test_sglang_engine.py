@@ -191,7 +191,28 @@ def test_server_info_is_the_real_build_server_info(sglang):
     sglang.start(sglang.fixed_configs)
     assert sglang.server_info(0) == {"disable_radix_cache": False, "rl_on_policy_target": "fsdp"}
     assert sglang.server_info(1) == {"disable_radix_cache": False, "rl_on_policy_target": None}
-    assert sglang.loaded == {"version": "0.5.23", "tree": "UnifiedRadixCache", "optimize": 0}
+    assert {k: sglang.loaded[k] for k in ("version", "tree", "optimize")} == {
+        "version": "0.5.23",
+        "tree": "UnifiedRadixCache",
+        "optimize": 0,
+    }
+
+
+def test_funnels_are_those_the_code_has(sglang):
+    """0.5.23's manager has disk, tensor, distributed and ipc, and bucketed (tensor calls in
+    a begin/end session); no two-phase and no sparse delta: those are N/A, never sent down
+    another path, and the checker draws no update through them."""
+    sglang.start(sglang.fixed_configs)
+    upstream = (Funnel.DISK, Funnel.TENSOR, Funnel.DISTRIBUTED, Funnel.IPC, Funnel.BUCKETED)
+    assert sglang.funnels == upstream
+    from kvfence.adapters.protocol import Unsupported
+
+    with pytest.raises(Unsupported, match="no two_phase funnel"):
+        sglang.apply(UpdateWeights(0, 1, Funnel.TWO_PHASE, False))
+    steps = Lockstep(sglang, ReferenceClient(), Recorder())
+    steps.start(sglang.fixed_configs, Policy())
+    drawn = {a.funnel for a in steps.enabled_actions() if hasattr(a, "funnel")}
+    assert drawn and drawn <= set(upstream)
 
 
 # ----- faults through the real code paths -------------------------------------------------

@@ -4,6 +4,8 @@
   assertions on (the refused forced flush stops the scheduler); under ``python -O``
   (``SglangAdapter(optimize=True)``, ``kvfence check --optimize``) the check is gone, the
   refused flush is ignored and the update reports success over the old tree (ENG-001).
+* ``fork_funnels``: the seed fork's own funnels (two-phase prepare/complete, sparse
+  delta), found on the overlaid manager and driven through their own request types.
 * ``torn_resumes``: a tensor update whose load fails midway answers a clean failure and
   the scheduler keeps serving on torn weights (FC-004), where upstream's process exits.
 
@@ -57,6 +59,26 @@ def test_assert_guard_still_flushes_an_idle_exact_lane(assert_guard):
     actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, Funnel.DISK, False)]
     bad, steps = script(assert_guard, actions)
     assert bad == [] and observed(steps)["view"]["cache"] == []
+
+
+def test_fork_funnels_run_through_their_own_methods():
+    need("0.5.23")
+    adapter = SglangAdapter("0.5.23", overlay=OVERLAYS / "fork_funnels", lanes=("exact",))
+    try:
+        adapter.start(adapter.fixed_configs)
+        assert Funnel.TWO_PHASE in adapter.funnels and Funnel.SPARSE_DELTA in adapter.funnels
+        for funnel in (Funnel.TWO_PHASE, Funnel.SPARSE_DELTA):
+            bad, steps = script(adapter, [ServeRequest(0, "P"), UpdateWeights(0, 1, funnel, False)])
+            assert rules(bad) == {"ENG-001"}, (funnel, bad)  # no guard on the fork's funnels
+            bad, steps = script(adapter, [ServeRequest(0, "P"), UpdateWeights(0, 1, funnel, True)])
+            assert bad == [] and observed(steps)["view"]["cache"] == []
+        # the two-phase update ran the fork's prepare (receivers armed), then its complete
+        bad, steps = script(
+            adapter, [ServeRequest(0, "P"), UpdateWeights(0, 1, Funnel.TWO_PHASE, True)]
+        )
+        assert observed(steps)["detail"].startswith("stub runner: receivers armed;")
+    finally:
+        adapter.close()
 
 
 def test_torn_update_that_resumes_serving_fails_fc_004(tmp_path):
