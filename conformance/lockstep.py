@@ -194,7 +194,7 @@ class Lockstep:
             # An engine that says which update funnels its code has (``funnels``) is sent
             # updates through those only: another funnel is N/A there, never aliased.
             own = getattr(self.engine, "funnels", None)
-            if own is not None:
+            if isinstance(own, tuple):
                 bounds = evolve(bounds, funnels=tuple(f for f in bounds.funnels if f in own))
             states = list(self.states)
             if not states:
