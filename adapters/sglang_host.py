@@ -880,3 +880,54 @@ def main(conn: Any, spec: dict[str, Any]) -> None:
             conn.send(("broken", str(e)))
         except BaseException as e:
             conn.send(("broken", f"SGLang {ep.version}: {op}: {type(e).__name__}: {e}{_where(e)}"))
+
+
+def dp_flush(spec: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's data-parallel flush fan-in, run for real over two real schedulers.
+
+    Two endpoints (standard lane) stand for DP ranks 0 and 1 in this process. The real
+    ``FanOutCommunicator`` (``managers/communicator.py``) with ``fan_out=2`` sends the real
+    ``FlushCacheReqInput`` to both schedulers' request dispatchers and collects both
+    replies, and the real ``TokenizerControlMixin.flush_cache`` (``managers/
+    tokenizer_control_mixin.py``) answers the caller with what it makes of them. Only the
+    ZMQ hop is replaced: each reply is handed to ``handle_recv`` on the event loop, as the
+    tokenizer manager's receive loop does. Before the flush both ranks served ``P`` and a
+    request runs on rank 1 (``spec["busy_rank"]``), so rank 1 refuses.
+
+    Returns ``{"merged": success the caller gets, "ranks": [each rank's success],
+    "cached": [whether each rank still matches P]}``."""
+    import asyncio
+
+    sys.path.insert(0, spec["sglang_path"])
+    apply_shims()
+    ranks = [Endpoint("standard", os.path.join(spec["workdir"], f"rank{k}")) for k in range(2)]
+    from sglang.srt.managers.communicator import FanOutCommunicator
+    from sglang.srt.managers.tokenizer_control_mixin import TokenizerControlMixin
+
+    for ep in ranks:
+        ep.serve("P")
+    ranks[spec["busy_rank"]].start_request("r1", "P")
+    replies: list[Any] = []
+
+    async def flush() -> Any:
+        loop = asyncio.get_running_loop()
+
+        def send(req: Any) -> None:
+            for ep in ranks:
+                out = ep._dispatch(req)
+                replies.append(out)
+                loop.call_soon(comm.handle_recv, out)
+
+        comm = FanOutCommunicator(send, 2)
+        manager = SimpleNamespace(
+            auto_create_handle_loop=lambda: None, flush_cache_communicator=comm, mm_processor=None
+        )
+        return await TokenizerControlMixin.flush_cache(manager)
+
+    merged = asyncio.run(flush())
+    cached = [ep.match(ep.prefixes["P"])[0] == PROMPT_TOKENS for ep in ranks]
+    return {
+        "merged": bool(merged.success),
+        "ranks": [bool(r.success) for r in replies],
+        "cached": cached,
+    }
