@@ -160,6 +160,11 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         "--allow-remote", action="store_true", help="allow a --url host that is not loopback"
     )
     parser.add_argument("--overlay", help="sglang engines: a folder of fork files over SGLang's")
+    parser.add_argument(
+        "--optimize",
+        action="store_true",
+        help="sglang engines: run the scheduler hosts under python -O (asserts removed)",
+    )
 
 
 def parse_checkpoints(items: list[str]) -> dict[int, Path]:
@@ -190,6 +195,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         options["allow_remote"] = True
     if getattr(args, "overlay", None):
         options["overlay"] = args.overlay
+    if getattr(args, "optimize", False):
+        options["optimize"] = True
     return options
 
 
@@ -209,7 +216,8 @@ def system(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """How to reach the engine ``name`` built with ``options`` again, as a trace header
     records it (``system``): ``engine`` as given (a ``module:factory`` verbatim), and
     when set ``url`` (no user, password or query), ``checkpoints`` (``{"v0": PATH}``),
-    ``served_model``, ``overlay`` and ``sglang_version``. Nothing secret is kept."""
+    ``served_model``, ``overlay``, ``optimize`` and ``sglang_version``. Nothing secret is
+    kept."""
     out: dict[str, Any] = {"engine": name}
     if options.get("url") is not None:
         out["url"] = _public_url(str(options["url"]))
@@ -219,6 +227,8 @@ def system(name: str, options: dict[str, Any]) -> dict[str, Any]:
         out["served_model"] = str(options["served_model"])
     if options.get("overlay"):
         out["overlay"] = str(options["overlay"])
+    if options.get("optimize"):
+        out["optimize"] = True
     bare = _bare(name)
     if bare == "sglang" or bare.startswith("sglang@"):
         from .sglang_engine import DEFAULT_VERSION
@@ -241,6 +251,10 @@ def system_options(recorded: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(items, dict) or not all(isinstance(v, str) for v in items.values()):
             raise ValueError("the trace header's system.checkpoints is not {vN: PATH}")
         out["checkpoints"] = parse_checkpoints([f"{k}={v}" for k, v in items.items()])
+    if "optimize" in recorded:
+        if not isinstance(recorded["optimize"], bool):
+            raise ValueError("the trace header's system.optimize is not true or false")
+        out["optimize"] = recorded["optimize"]
     return out
 
 
@@ -264,9 +278,11 @@ def build_engine(name: str, **options: Any) -> EngineAdapter:
     ignored by others; ``url``, ``checkpoints``, ``served_model``, ``allow_remote`` attach
     ``vllm-http`` or ``sglang-http`` to a running server and are a usage error for any
     other engine (``sglang-http`` needs them);
-    ``overlay`` (a folder of fork files) is only for ``sglang`` / ``sglang@VERSION``."""
+    ``overlay`` (a folder of fork files) and ``optimize`` (the hosts under ``python -O``)
+    are only for ``sglang`` / ``sglang@VERSION``."""
     log_dir = options.pop("log_dir", None)
     overlay = options.pop("overlay", None)
+    optimize = bool(options.pop("optimize", False))
     options = {k: v for k, v in options.items() if v is not None}
     if name.partition(":")[0] in KIND_PREFIXES:
         name = _kind_name(name, "engine")
@@ -279,7 +295,7 @@ def build_engine(name: str, **options: Any) -> EngineAdapter:
         version = name.partition("@")[2] if "@" in name else DEFAULT_VERSION
         if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", version):
             raise ValueError(f"engine {name!r}: {version!r} is not an SGLang version number")
-        adapter = SglangAdapter(version=version, overlay=overlay)
+        adapter = SglangAdapter(version=version, overlay=overlay, optimize=optimize)
         try:
             adapter.sglang_path()  # not installed: a usage error naming the install command
         except Exception as e:
@@ -287,6 +303,8 @@ def build_engine(name: str, **options: Any) -> EngineAdapter:
         return adapter
     if overlay:
         raise ValueError(f"--overlay applies to the sglang engines, not {name!r}")
+    if optimize:
+        raise ValueError(f"--optimize applies to the sglang engines, not {name!r}")
     if options and name not in ATTACH_ENGINES:
         flags = ", ".join("--" + k.replace("_", "-").rstrip("s") for k in options)
         raise ValueError(f"{flags}: only for --engine vllm-http or sglang-http, not {name!r}")

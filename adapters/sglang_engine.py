@@ -39,7 +39,15 @@ sent through the scheduler's real ``_request_dispatcher``; files are SGLang's
                                 manager's (every request aborted, the scheduler not paused).
 ``ContinueGeneration(i)``       ``ContinueGenerationReqInput``; then retracted requests are
                                 scheduled again (their prefix recomputed against the tree).
-``Sleep`` / ``WakeUp``          ``Release/ResumeMemoryOccupationReqInput(tags=None)``.
+``Sleep(i, tags)`` /            ``Release/ResumeMemoryOccupationReqInput(tags=[...])``, the
+``WakeUp(i, tags)``             tags as given (``kv_cache``, ``weights``); SGLang's own
+                                ``release/resume_memory_occupation``.
+``FaultRefuseFlush(i)``         the next flush attempt (``Scheduler.flush_cache``, as the
+                                manager and the flush wrapper call it) answers ``False``
+                                and changes nothing, as when ``is_fully_idle`` is false.
+``FaultUpdateFailsMidway``      an update through ``fault_funnel`` whose load fails after
+``(i, v)``                      some tensors landed; the stub runner answers as upstream's
+                                model runner does for that funnel, the rest is upstream's.
 ``Restart(i)``                  a new scheduler and ServerArgs from the last loaded version.
 ==============================  =============================================================
 
@@ -47,16 +55,20 @@ Capabilities: ``weights_probe`` (the stub runner's version; the label where SGLa
 it: ``Scheduler.record_weight_version_change``), ``cache_probe`` and ``exact_cache`` (every
 served prefix matched against the real tree, which never evicts here), ``provenance``
 (the weight version stored in each KV slot the tree returned), ``flush_result``,
-``inflight``, ``pause``, ``sleep``, ``restart``, ``exact_lane``. Not ``byte_oracle`` (no
-model runs), not ``attribution`` (response versions would come from the stub), no
-``faults`` (a refused flush comes from real queued or running requests instead), and no
-tiers, draft, encoder, FP8 or LoRA.
+``inflight``, ``pause``, ``sleep``, ``memory_tags``, ``faults``, ``restart``,
+``exact_lane``. Not ``byte_oracle`` (no model runs), not ``attribution`` (response versions
+would come from the stub), and no tiers, draft, encoder, FP8 or LoRA. A refused flush
+comes from real running requests as well as from the injected fault.
 
 Versions side by side: ``version`` names a folder ``$KVFENCE_SGLANG_HOME/VERSION`` (default
 ``.sglang/VERSION`` in the current directory) filled by ``scripts/install-sglang.sh
 VERSION``; if it is missing and the environment's own ``sglang`` has that version, that
 one runs. ``overlay``: a folder of a fork's SGLang files served in place of upstream's
-modules (see :func:`adapters.sglang_host.install_overlay`).
+modules (see :func:`adapters.sglang_host.install_overlay`). ``optimize``: each host runs
+under ``python -O`` (``PYTHONOPTIMIZE=1``): every bare ``assert`` in SGLang or the overlay
+is gone, as on a server started with ``python -O -m sglang.launch_server``; a fork whose
+fail-closed is an ``assert`` is checked as it would run there. The host reports
+``sys.flags.optimize`` and a mismatch is an ``AdapterFailure``.
 
 Errors: anything that means the harness does not fit the SGLang version (import error,
 missing attribute, changed signature) is an ``AdapterFailure`` naming the version and the
@@ -66,18 +78,21 @@ stops that endpoint's process, as ``run_scheduler_process`` would: ``Status.STOP
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import multiprocessing
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..model.actions import (
     Action,
     ContinueGeneration,
+    FaultRefuseFlush,
+    FaultUpdateFailsMidway,
     FinishRequest,
     FlushCache,
     PauseGeneration,
@@ -91,7 +106,7 @@ from ..model.actions import (
 from ..model.capabilities import Capability as C
 from ..model.observation import Observation, Response, View
 from ..model.state import Config, Entry, Use, server_info
-from ..model.vocabulary import Lane, Status
+from ..model.vocabulary import Funnel, Lane, Status
 from .protocol import AdapterFailure, Unsupported
 
 DEFAULT_VERSION = "0.5.23"
@@ -103,11 +118,36 @@ the adapter answers with these fields of the real ``build_server_info`` body."""
 
 LANES = ("exact", "standard")
 
+FAULT_FUNNELS = ("distributed", "tensor", "disk", "ipc")
+"""Funnels ``FaultUpdateFailsMidway`` can go through: the load fails after some tensors
+landed, and the stub runner answers as upstream's model runner does for that funnel
+(``sglang_stubs.FUNNEL_FAILURES``). The default, ``distributed``, is the trainer's
+NCCL broadcast path, where upstream says the weights are "partially updated"."""
+
 
 def sglang_home() -> Path:
     """Where ``scripts/install-sglang.sh`` puts versions: ``$KVFENCE_SGLANG_HOME`` or
     ``.sglang`` in the current directory."""
     return Path(os.environ.get("KVFENCE_SGLANG_HOME", ".sglang"))
+
+
+@contextlib.contextmanager
+def _optimized(on: bool) -> Iterator[None]:
+    """``PYTHONOPTIMIZE=1`` in the environment a spawned host inherits, while ``on``
+    (multiprocessing's spawn passes the parent's own flags only, so ``-O`` for the host
+    alone goes through the environment); restored afterwards."""
+    if not on:
+        yield
+        return
+    before = os.environ.get("PYTHONOPTIMIZE")
+    os.environ["PYTHONOPTIMIZE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONOPTIMIZE"]
+        else:
+            os.environ["PYTHONOPTIMIZE"] = before
 
 
 def _config(lane: str) -> Config:
@@ -127,7 +167,8 @@ class SglangAdapter:
     """Two SGLang endpoints (exact lane, standard lane); see the module docstring.
 
     ``version``: the SGLang release. ``overlay``: a folder of fork files, or ``None``.
-    ``lanes``: the endpoints' lanes, in order. Construction is cheap; the first ``start``
+    ``lanes``: the endpoints' lanes, in order. ``optimize``: the hosts run under
+    ``python -O``. Construction is cheap; the first ``start``
     launches the host processes (about 15 s each: importing SGLang), later starts rebuild
     each scheduler in place (milliseconds).
     """
@@ -144,6 +185,8 @@ class SglangAdapter:
             C.SLEEP.value,
             C.RESTART.value,
             C.EXACT_LANE.value,
+            C.FAULTS.value,
+            C.MEMORY_TAGS.value,
         }
     )
     start_timeout: float = 600.0
@@ -156,6 +199,8 @@ class SglangAdapter:
         version: str = DEFAULT_VERSION,
         overlay: str | Path | None = None,
         lanes: tuple[str, ...] = LANES,
+        optimize: bool = False,
+        fault_funnel: str = "distributed",
     ) -> None:
         bad = [lane for lane in lanes if lane not in LANES]
         if bad or not lanes:
@@ -165,7 +210,15 @@ class SglangAdapter:
         if self.overlay is not None and not self.overlay.is_dir():
             raise ValueError(f"overlay {str(overlay)!r} is not a folder")
         self.lanes = tuple(lanes)
-        self.name = f"sglang@{version}" + ("+overlay" if overlay is not None else "")
+        self.optimize = optimize
+        if fault_funnel not in FAULT_FUNNELS:
+            raise ValueError(f"fault_funnel must be one of {FAULT_FUNNELS}, got {fault_funnel!r}")
+        self.fault_funnel = fault_funnel
+        self.name = (
+            f"sglang@{version}"
+            + ("+overlay" if overlay is not None else "")
+            + (" (python -O)" if optimize else "")
+        )
         self.fixed_configs: tuple[Config, ...] = tuple(_config(lane) for lane in self.lanes)
         self._hosts: list[tuple[Any, Any]] = []
         self._workdir: str | None = None
@@ -173,6 +226,14 @@ class SglangAdapter:
         """What the hosts reported at start: SGLang ``version`` and ``tree`` class."""
 
     # ----- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def funnels(self) -> tuple[Funnel, ...] | None:
+        """The update funnels the hosts' scheduler code has (``sglang_host.FUNNELS``), as
+        the hosts reported them at start; ``None`` before. The checker draws updates only
+        through these; any other is N/A here."""
+        names = self.loaded.get("funnels")
+        return None if names is None else tuple(Funnel(n) for n in names)
 
     def sglang_path(self) -> str:
         """The folder holding this version's ``sglang`` package; ``AdapterFailure`` with
@@ -220,7 +281,8 @@ class SglangAdapter:
                 "overlay": None if self.overlay is None else str(self.overlay.resolve()),
             }
             proc = ctx.Process(target=sglang_host.main, args=(child, spec), daemon=True)
-            proc.start()
+            with _optimized(self.optimize):
+                proc.start()
             child.close()
             self._hosts.append((proc, parent))
         try:
@@ -233,6 +295,13 @@ class SglangAdapter:
             found = self.loaded.get("version")
             self.close()
             raise AdapterFailure(f"asked for SGLang {self.version}, the host imported {found}")
+        if bool(self.loaded.get("optimize")) != self.optimize:
+            flag = self.loaded.get("optimize")
+            self.close()
+            raise AdapterFailure(
+                f"asked for hosts with optimize={self.optimize}, the host runs with "
+                f"sys.flags.optimize={flag}"
+            )
 
     def _log_tail(self, i: int) -> str:
         if self._workdir is None:
@@ -308,18 +377,31 @@ class SglangAdapter:
             return "start", {"rid": a.rid, "prefix": a.prefix}
         if isinstance(a, FinishRequest):
             return "finish", {"rid": a.rid}
+        own = self.funnels
+        if isinstance(a, UpdateWeights) and own is not None and a.funnel not in own:
+            have = ", ".join(f.value for f in own)
+            raise Unsupported(f"{self.name} has no {a.funnel.value} funnel (it has {have})")
         if isinstance(a, UpdateWeights):
             return "update", {
                 "version": a.version,
                 "funnel": a.funnel.value,
                 "flush_cache": a.flush_cache,
             }
+        if isinstance(a, FaultUpdateFailsMidway):
+            return "update", {
+                "version": a.version,
+                "funnel": self.fault_funnel,
+                "flush_cache": None,
+                "fail_midway": True,
+            }
+        if isinstance(a, (Sleep, WakeUp)):
+            tags = sorted(t.value for t in a.tags)
+            return ("sleep" if isinstance(a, Sleep) else "wake_up"), {"tags": tags}
         simple = {
             FlushCache: "flush",
             ContinueGeneration: "resume",
-            Sleep: "sleep",
-            WakeUp: "wake_up",
             Restart: "restart",
+            FaultRefuseFlush: "fault_refuse_flush",
         }
         if type(a) in simple:
             return simple[type(a)], {}

@@ -65,6 +65,11 @@ class Broken(Exception):
     """The harness no longer fits this SGLang version: ADP-001, never a verdict."""
 
 
+class SglangRaised(Exception):
+    """An exception of a harness-error kind (``KeyError``) that SGLang's own handler raised
+    on its own state: what the scheduler process dies of, not a harness mismatch."""
+
+
 def prompt_tokens(prefix: str) -> tuple[int, ...]:
     """The prompt ids a request for ``prefix`` sends: seeded by the name's SHA-256,
     distinct from the first token on, so two prefixes never share a tree branch."""
@@ -119,6 +124,37 @@ def tiny_model_dir(root: str) -> str:
     return path
 
 
+FUNNELS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "disk": (("UpdateWeightFromDiskReqInput",), ("update_weights_from_disk",)),
+    "tensor": (("UpdateWeightsFromTensorReqInput",), ("update_weights_from_tensor",)),
+    "distributed": (
+        ("UpdateWeightsFromDistributedReqInput",),
+        ("update_weights_from_distributed",),
+    ),
+    "ipc": (("UpdateWeightsFromIPCReqInput",), ("update_weights_from_ipc",)),
+    "bucketed": (
+        ("BeginWeightUpdateReqInput", "UpdateWeightsFromTensorReqInput", "EndWeightUpdateReqInput"),
+        ("begin_weight_update", "update_weights_from_tensor", "end_weight_update"),
+    ),
+    "two_phase": (
+        ("PrepareWeightsUpdateReqInput", "CompleteWeightsUpdateReqInput"),
+        ("prepare_weights_update", "complete_weights_update"),
+    ),
+    "sparse_delta": (
+        ("UpdateWeightsFromSparseDeltaReqInput",),
+        ("update_weights_from_sparse_delta",),
+    ),
+}
+"""kvfence funnel -> the ``io_struct`` request types and the weight-updater manager
+methods that make it up, as upstream SGLang (disk, tensor, distributed, ipc; bucketed =
+tensor calls inside a ``begin/end_weight_update`` session, 0.5.20+) and the seed fork
+(togethercomputer/xorl-sglang ``weight_updater.py``: two-phase
+``prepare_weights_update`` / ``complete_weights_update``, ``update_weights_from_sparse_
+delta``) name them. A funnel exists on an endpoint when every type is a real class (not an
+overlay placeholder) and every method is on the manager the scheduler built; a funnel
+that does not is N/A there, never mapped onto another."""
+
+
 class Tracked:
     """kvfence's bookkeeping beside a real in-flight ``Req``: its prefix name and the
     weight versions its KV depends on (what the spec calls the request's uses)."""
@@ -159,10 +195,7 @@ class Endpoint:
         return f"SGLang {self.version}: {what}: {type(e).__name__}: {e}{_where(e)}"
 
     def _import(self) -> None:
-        stubs.install_torchvision_stub()
-        stubs.tolerate_config_reregistration()
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
+        apply_shims()
         import sglang
 
         self.version = getattr(sglang, "__version__", None) or _dist_version()
@@ -276,6 +309,7 @@ class Endpoint:
 
     def _build(self, weights: int) -> None:
         self.weights = weights
+        self.whole = weights
         self.stopped = ""
         self.tm_paused = False
         self.tm_label = 0 if weights == 0 else weights
@@ -329,6 +363,9 @@ class Endpoint:
         s.max_queued_requests = None
         s.enable_hicache_storage = False
         s.processed_tokens_counter = 0
+        self.refuse_next_flush = False
+        self.holding_fault = False
+        s.flush_cache = self._faulty_flush(s.flush_cache)
         s.init_weight_updater()
         if self.FlushWrapper is not None:
             wrapper_kwargs = _kwargs_for(
@@ -348,6 +385,37 @@ class Endpoint:
         # Retraction frees a request's KV slots (a memory-pool operation): stubbed, the
         # scheduler's choice of what to retract and where it re-queues it stay real.
         self.scheduler_module.retract_all = self._release_for_retract
+
+    def funnels(self) -> list[str]:
+        """The funnels this scheduler's code has (``FUNNELS``), in that order."""
+        manager = getattr(self.s, "weight_updater", None)
+        out = []
+        for funnel, (types, methods) in FUNNELS.items():
+            real = all(
+                isinstance(getattr(self.io, t, None), type)
+                and not getattr(getattr(self.io, t), "_kvfence_placeholder", False)
+                for t in types
+            )
+            if real and all(callable(getattr(manager, m, None)) for m in methods):
+                out.append(funnel)
+        return out
+
+    def _faulty_flush(self, flush: Any) -> Any:
+        """``Scheduler.flush_cache`` with kvfence's injected refusal (``FaultRefuseFlush``):
+        while armed, the next flush attempt answers ``False`` and changes nothing, as the
+        real method does when ``is_fully_idle`` is false (KV pinned). Installed before
+        ``init_weight_updater`` and the flush wrapper read the method, so the manager's
+        post-update flush and ``/flush_cache`` both see it. A release of KV memory asserts
+        idleness first (``release_memory_occupation``) and is no flush attempt of the
+        spec's: the fault is held across it (``holding_fault``)."""
+
+        def flush_cache(*args: Any, **kwargs: Any) -> bool:
+            if self.refuse_next_flush and not self.holding_fault:
+                self.refuse_next_flush = False
+                return False
+            return flush(*args, **kwargs)
+
+        return flush_cache
 
     def _release_for_retract(self, *, reqs, **pools: Any) -> None:
         """What ``schedule_batch.release_req`` does to a retracted request's KV: frees its
@@ -425,7 +493,10 @@ class Endpoint:
         return out
 
     def probe(self) -> dict[str, Any]:
-        return {"weights": self.runner.version, "label": self.label(), "cache": self.cache_view()}
+        """Weights (``None`` while torn: a load failed after some tensors landed), label,
+        cache listing."""
+        weights = None if self.runner.version == stubs.MIXED else self.runner.version
+        return {"weights": weights, "label": self.label(), "cache": self.cache_view()}
 
     # ----- actions ----------------------------------------------------------------------
 
@@ -446,7 +517,7 @@ class Endpoint:
 
     def serve(self, prefix: str) -> dict[str, Any]:
         hit, versions = self.prefill(prefix)
-        return {"status": "ok", "hit": hit, "uses": sorted(versions), "weights": self.weights}
+        return {"status": "ok", "hit": hit, "uses": sorted(versions)}
 
     def start_request(self, rid: str, prefix: str) -> dict[str, Any]:
         _, versions = self.prefill(prefix)
@@ -466,19 +537,28 @@ class Endpoint:
         cls = getattr(self.io, cls_name)
         return cls(**_kwargs_for(cls, **fields))
 
-    def update(self, version: int, funnel: str, flush_cache: bool | None) -> dict[str, Any]:
-        """One update through the real dispatcher: disk, tensor (inside begin/end where
-        the session exists, 0.5.20+), distributed (the same), ipc. Upstream has no
-        two_phase or sparse_delta funnel: they take the disk and tensor paths; bucketed is
-        two tensor calls in one session."""
+    def update(
+        self, version: int, funnel: str, flush_cache: bool | None, fail_midway: bool = False
+    ) -> dict[str, Any]:
+        """One update through the funnel's own request types (``FUNNELS``): disk; tensor
+        and distributed, inside a ``begin/end_weight_update`` session where this version has
+        one (0.5.20+ refuses them outside); bucketed, two tensor calls in one session;
+        ipc; a fork's two-phase prepare then complete, and its sparse delta. A funnel this
+        scheduler lacks is ``Broken`` (the adapter never sends one). ``fail_midway``: the
+        (first) load fails after some tensors landed, and the stub runner answers as
+        upstream's does for that funnel (``stubs.FUNNEL_FAILURES``)."""
         self.runner.pending = version
+        self.runner.fail_midway = fail_midway
         fields: dict[str, Any] = {"weight_version": stubs.version_label(version)}
         if flush_cache is not None:
             fields["flush_cache"] = flush_cache
+        if funnel not in self.funnels():
+            raise Broken(f"SGLang {self.version}: this scheduler has no {funnel!r} funnel")
+        session = funnel in ("tensor", "bucketed", "distributed") and "bucketed" in self.funnels()
         calls: list[Any]
-        if funnel in ("disk", "two_phase"):
+        if funnel == "disk":
             calls = [self._request("UpdateWeightFromDiskReqInput", model_path="/ckpt", **fields)]
-        elif funnel in ("tensor", "sparse_delta", "bucketed"):
+        elif funnel in ("tensor", "bucketed"):
             one = self._request(
                 "UpdateWeightsFromTensorReqInput", serialized_named_tensors=[b"x"], **fields
             )
@@ -496,30 +576,41 @@ class Endpoint:
             ]
         elif funnel == "ipc":
             calls = [self._request("UpdateWeightsFromIPCReqInput", zmq_handles={}, **fields)]
-        else:
-            raise Broken(f"SGLang {self.version}: no mapping for funnel {funnel!r}")
-        session = funnel in ("tensor", "sparse_delta", "bucketed", "distributed") and hasattr(
-            self.io, "BeginWeightUpdateReqInput"
-        )
+        elif funnel == "two_phase":
+            calls = [
+                self._request("PrepareWeightsUpdateReqInput", group_name="kvfence", **fields),
+                self._request("CompleteWeightsUpdateReqInput", group_name="kvfence", **fields),
+            ]
+        else:  # sparse_delta
+            calls = [self._request("UpdateWeightsFromSparseDeltaReqInput", **fields)]
         outs = []
         if session:
             self._dispatch(self._request("BeginWeightUpdateReqInput"))
         try:
             for call in calls:
                 outs.append(self._dispatch(call))
+                if getattr(outs[-1], "success", None) is not True:
+                    break  # a failed prepare is not followed by its complete
         finally:
             if session and not self.stopped:
                 self._dispatch(self._request("EndWeightUpdateReqInput"))
         success = all(getattr(o, "success", None) is True for o in outs)
         message = "; ".join(str(getattr(o, "message", "")) for o in outs)
         if success:
-            self.weights = self.runner.version
             self.tm_label = version
-        else:
-            self.weights = self.runner.version
         return {"status": "ok" if success else "rejected", "detail": message}
 
     def _dispatch(self, req: Any) -> Any:
+        """Through the scheduler's real request dispatcher; a request type it does not
+        route (a fork's own, when only its weight updater is overlaid) goes to the
+        manager method ``FUNNELS`` names for it, as the fork's dispatcher would."""
+        routes = getattr(self.s._request_dispatcher, "_mapping", None)
+        if routes is None or type(req) in routes:
+            return self.s._request_dispatcher(req)
+        for types, methods in FUNNELS.values():
+            if type(req).__name__ in types:
+                method = methods[types.index(type(req).__name__)]
+                return getattr(self.s.weight_updater, method)(req)
         return self.s._request_dispatcher(req)
 
     def flush(self) -> dict[str, Any]:
@@ -561,18 +652,35 @@ class Endpoint:
                 s.running_batch.reqs.append(req)
         return {"status": "ok"}
 
-    def sleep(self) -> dict[str, Any]:
-        self._dispatch(self._request("ReleaseMemoryOccupationReqInput", tags=None))
+    def sleep(self, tags: list[str]) -> dict[str, Any]:
+        """``ReleaseMemoryOccupationReqInput(tags=...)``: the tags as given (``kv_cache``,
+        ``weights``), through the real manager (``release_memory_occupation``: it asserts
+        idleness, pauses the memory saver, and for ``kv_cache`` flushes, ignoring the
+        result). An injected flush refusal is held across it (``_faulty_flush``)."""
+        self.holding_fault = True
+        try:
+            self._dispatch(self._request("ReleaseMemoryOccupationReqInput", tags=list(tags)))
+        finally:
+            self.holding_fault = False
         return {"status": "ok"}
 
-    def wake_up(self) -> dict[str, Any]:
-        self._dispatch(self._request("ResumeMemoryOccupationReqInput", tags=None))
+    def wake_up(self, tags: list[str]) -> dict[str, Any]:
+        """``ResumeMemoryOccupationReqInput(tags=...)``. SGLang removes each tag from its
+        offload set (``offload_tags.remove``): a tag that was not released raises
+        ``KeyError`` inside the handler, which is SGLang's own failure (the scheduler
+        exits), not the harness's."""
+        try:
+            self._dispatch(self._request("ResumeMemoryOccupationReqInput", tags=list(tags)))
+        except KeyError as e:
+            if "weight_updater.py" not in _where(e):
+                raise
+            raise SglangRaised(f"KeyError: {e}{_where(e)}") from e
         return {"status": "ok"}
 
     def restart(self) -> dict[str, Any]:
         """A new process from the last completely loaded checkpoint: new ServerArgs whose
         launch ``weight_version`` names it, a new scheduler, an empty tree."""
-        weights = self.runner.version
+        weights = self.whole  # the last version loaded whole (torn weights are not one)
         label = None if weights == 0 else stubs.version_label(weights)
         try:
             self.server_args = self._server_args(weight_version=label)
@@ -597,16 +705,20 @@ class Endpoint:
         """Run one action; the answer carries a probe of the endpoint afterwards."""
         if self.stopped and op not in ("restart", "reset"):
             return {"status": "stopped", "detail": self.stopped}
+        ok = {"status": "ok"}
         handlers = {
             "serve": lambda: self.serve(args["prefix"]),
             "start": lambda: self.start_request(args["rid"], args["prefix"]),
             "finish": lambda: self.finish_request(args["rid"]),
-            "update": lambda: self.update(args["version"], args["funnel"], args["flush_cache"]),
+            "update": lambda: self.update(
+                args["version"], args["funnel"], args["flush_cache"], args.get("fail_midway", False)
+            ),
+            "fault_refuse_flush": lambda: (setattr(self, "refuse_next_flush", True), ok)[1],
             "flush": self.flush,
             "pause": lambda: self.pause(args["mode"]),
             "resume": self.resume,
-            "sleep": self.sleep,
-            "wake_up": self.wake_up,
+            "sleep": lambda: self.sleep(args["tags"]),
+            "wake_up": lambda: self.wake_up(args["tags"]),
             "restart": self.restart,
             "reset": lambda: (self.restart_fresh(), {"status": "ok"})[1],
         }
@@ -621,6 +733,9 @@ class Endpoint:
             # run_scheduler_process logs it and the whole server exits.
             self.stopped = f"{type(e).__name__}: {e}{_where(e)}"
             return {"status": "stopped", "detail": self.stopped}
+        finally:
+            if self.runner.version != stubs.MIXED:
+                self.whole = self.runner.version
         out["view"] = self.probe()
         return out
 
@@ -631,6 +746,19 @@ class Endpoint:
             self._publish(self.server_args)
         self.prefixes = {}
         self.build(0)
+
+
+def apply_shims() -> None:
+    """The host's compatibility shims, each about the shared CPU environment and none about
+    SGLang's logic: an empty ``torchvision`` (:func:`stubs.install_torchvision_stub`),
+    transformers' config registry tolerating an older SGLang's own registration
+    (:func:`stubs.tolerate_config_reregistration`; 0.5.17 registers ``qwen3_asr``), and an
+    offline Hugging Face hub. Applied before any SGLang module is imported, upstream's or an
+    overlay's (an overlay imports its package's parents as it loads). Idempotent."""
+    stubs.install_torchvision_stub()
+    stubs.tolerate_config_reregistration()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("SGLANG_DISABLE_REQUEST_LOGGING", "1")
 
 
 def _dist_version() -> str:
@@ -702,7 +830,8 @@ def _add_fork_io_names(path: str) -> None:
             def __init__(self, *a: Any, _name: str = name, **k: Any) -> None:
                 raise NotImplementedError(f"{_name}: a fork-only io_struct type (placeholder)")
 
-            setattr(io_struct, name, type(name, (), {"__init__": __init__}))
+            body = {"__init__": __init__, "_kvfence_placeholder": True}
+            setattr(io_struct, name, type(name, (), body))
 
 
 def main(conn: Any, spec: dict[str, Any]) -> None:
@@ -714,15 +843,20 @@ def main(conn: Any, spec: dict[str, Any]) -> None:
     sys.path.insert(0, spec["sglang_path"])
     workdir = spec.get("workdir") or tempfile.mkdtemp(prefix="kvfence-sglang-")
     try:
+        apply_shims()
         if spec.get("overlay"):
-            stubs.install_torchvision_stub()
             try:
                 install_overlay(spec["overlay"])
             except HARNESS_ERRORS as e:
                 what = f"overlay {spec['overlay']}: {type(e).__name__}: {e}{_where(e)}"
                 raise Broken(what) from e
         ep = Endpoint(spec["lane"], workdir)
-        conn.send(("ok", {"version": ep.version, "tree": type(ep.s.tree_cache).__name__}))
+        started = {
+            "version": ep.version,
+            "tree": type(ep.s.tree_cache).__name__,
+            "funnels": ep.funnels(),
+        }
+        conn.send(("ok", {**started, "optimize": sys.flags.optimize}))
     except Broken as e:
         conn.send(("broken", str(e)))
         return
@@ -746,3 +880,54 @@ def main(conn: Any, spec: dict[str, Any]) -> None:
             conn.send(("broken", str(e)))
         except BaseException as e:
             conn.send(("broken", f"SGLang {ep.version}: {op}: {type(e).__name__}: {e}{_where(e)}"))
+
+
+def dp_flush(spec: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's data-parallel flush fan-in, run for real over two real schedulers.
+
+    Two endpoints (standard lane) stand for DP ranks 0 and 1 in this process. The real
+    ``FanOutCommunicator`` (``managers/communicator.py``) with ``fan_out=2`` sends the real
+    ``FlushCacheReqInput`` to both schedulers' request dispatchers and collects both
+    replies, and the real ``TokenizerControlMixin.flush_cache`` (``managers/
+    tokenizer_control_mixin.py``) answers the caller with what it makes of them. Only the
+    ZMQ hop is replaced: each reply is handed to ``handle_recv`` on the event loop, as the
+    tokenizer manager's receive loop does. Before the flush both ranks served ``P`` and a
+    request runs on rank 1 (``spec["busy_rank"]``), so rank 1 refuses.
+
+    Returns ``{"merged": success the caller gets, "ranks": [each rank's success],
+    "cached": [whether each rank still matches P]}``."""
+    import asyncio
+
+    sys.path.insert(0, spec["sglang_path"])
+    apply_shims()
+    ranks = [Endpoint("standard", os.path.join(spec["workdir"], f"rank{k}")) for k in range(2)]
+    from sglang.srt.managers.communicator import FanOutCommunicator
+    from sglang.srt.managers.tokenizer_control_mixin import TokenizerControlMixin
+
+    for ep in ranks:
+        ep.serve("P")
+    ranks[spec["busy_rank"]].start_request("r1", "P")
+    replies: list[Any] = []
+
+    async def flush() -> Any:
+        loop = asyncio.get_running_loop()
+
+        def send(req: Any) -> None:
+            for ep in ranks:
+                out = ep._dispatch(req)
+                replies.append(out)
+                loop.call_soon(comm.handle_recv, out)
+
+        comm = FanOutCommunicator(send, 2)
+        manager = SimpleNamespace(
+            auto_create_handle_loop=lambda: None, flush_cache_communicator=comm, mm_processor=None
+        )
+        return await TokenizerControlMixin.flush_cache(manager)
+
+    merged = asyncio.run(flush())
+    cached = [ep.match(ep.prefixes["P"])[0] == PROMPT_TOKENS for ep in ranks]
+    return {
+        "merged": bool(merged.success),
+        "ranks": [bool(r.success) for r in replies],
+        "cached": cached,
+    }

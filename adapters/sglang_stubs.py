@@ -10,9 +10,9 @@ control plane that decides whether a weight update flushes the radix cache (SGLa
   runner APIs SGLang has used: the 0.5.20+ one (``weight_update_runners()`` yielding
   ``(role, runner)`` with ``runner.weight_updater.update_weights_from_disk(path, fmt,
   recapture_cuda_graph=...)``) and the 0.5.17 one (``tp_worker.update_weights_from_disk
-  (recv_req)``). The version a call installs is carried in the request's
-  ``weight_version`` label (``"v3"`` installs 3), so weights and label move together
-  exactly as far as SGLang moves them.
+  (recv_req)``). The version a load installs is the one the host set as ``pending`` for
+  the request at hand. A load can be made to fail after some tensors landed; each funnel
+  then answers as upstream's model-runner code does (``FUNNEL_FAILURES``).
 * ``KvPool``: the token-to-KV allocator the radix tree frees into. Each KV slot remembers
   the weight version that "computed" it, so the cache probe reads provenance from the
   indices the real tree returns, not from a side table.
@@ -50,31 +50,69 @@ def label_version(label: object) -> int | None:
     return None
 
 
+MIXED = -2
+"""The version of a runner whose load failed after some tensors landed (torn weights), and
+of KV computed under them (kvfence's ``model.vocabulary.MIXED``)."""
+
+FUNNEL_FAILURES = {
+    "disk": "rollback",
+    "distributed": "torn",
+    "ipc": "torn",
+    "tensor": "raise",
+    "two_phase": "torn",
+    "sparse_delta": "torn",
+}
+"""What upstream's model-runner weight updater does when a load fails after some tensors
+landed (``python/sglang/srt/model_executor/model_runner_components/weight_updater.py``,
+0.5.17; the same shape in 0.5.23): ``update_weights_from_disk`` reloads the original
+checkpoint and answers ``(False, "... Rolling back to original weights.")``;
+``update_weights_from_distributed`` (and its flattened-bucket path) answers ``(False, "...
+partially updated. Please discard the whole weights.")``; ``update_weights_from_ipc``
+answers ``(False, str(e))``; ``update_weights_from_tensor`` has no ``try``: the loader's
+exception propagates out of the scheduler's handler."""
+
+
 class StubWeightUpdater:
     """The runner's ``weight_updater`` (SGLang ``model_executor/model_runner`` 0.5.20+):
-    every load succeeds and installs the version named by ``pending``."""
+    every load installs the version named by ``pending``, unless a failure is armed
+    (``StubRunner.fail_midway``): then some tensors land and the funnel answers as
+    upstream's does (``FUNNEL_FAILURES``)."""
 
     def __init__(self, runner: StubRunner) -> None:
         self._runner = runner
 
-    def _load(self) -> tuple[bool, str]:
-        self._runner.version = self._runner.pending
-        return True, "stub runner: loaded"
+    def _load(self, funnel: str) -> tuple[bool, str]:
+        runner = self._runner
+        if not runner.fail_midway:
+            runner.version = runner.pending
+            return True, "stub runner: loaded"
+        runner.fail_midway = False
+        old, runner.version = runner.version, MIXED  # some tensors landed
+        how = FUNNEL_FAILURES[funnel]
+        if how == "rollback":
+            runner.version = old
+            return False, "Failed to update weights: stub fault.\nRolling back to original weights."
+        if how == "raise":
+            raise RuntimeError("stub runner: load_weights failed after some tensors landed")
+        return False, (
+            "Failed to update parameter online: stub fault. The full weights of the "
+            "ModelRunner are partially updated. Please discard the whole weights."
+        )
 
     def update_weights_from_disk(self, model_path, load_format=None, **kwargs):
-        return self._load()
+        return self._load("disk")
 
     def update_weights_from_tensor(self, named_tensors=None, load_format=None, **kwargs):
-        return self._load()
+        return self._load("tensor")
 
     def receive_weights_from_distributed(self, **kwargs):
         return ["stub-weights"]
 
     def load_weights_from_distributed(self, weights):
-        return self._load()
+        return self._load("distributed")
 
     def update_weights_from_ipc(self, recv_req):
-        return self._load()
+        return self._load("ipc")
 
     def begin_weight_update(self, *args, **kwargs) -> None:
         pass
@@ -84,14 +122,16 @@ class StubWeightUpdater:
 
 
 class StubRunner:
-    """A model runner with one integer weight version and a torch module for SGLang's
-    static-state export on release_memory_occupation."""
+    """A model runner with one integer weight version (``MIXED`` while torn) and a torch
+    module for SGLang's static-state export on release_memory_occupation.
+    ``fail_midway``: the next load fails after some tensors landed (one shot)."""
 
     def __init__(self, version: int = 0) -> None:
         import torch
 
         self.version = version
         self.pending = version
+        self.fail_midway = False
         self.weight_updater = StubWeightUpdater(self)
         self.model = torch.nn.Linear(2, 2)
 
@@ -112,20 +152,30 @@ class StubTpWorker:
         return [("stub.weight", torch.zeros(1))]
 
     # 0.5.17: the manager calls the worker with the request
-    def _load(self) -> tuple[bool, str]:
-        return self.model_runner.weight_updater._load()
+    def _load(self, funnel: str) -> tuple[bool, str]:
+        return self.model_runner.weight_updater._load(funnel)
 
     def update_weights_from_disk(self, recv_req):
-        return self._load()
+        return self._load("disk")
 
     def update_weights_from_tensor(self, recv_req):
-        return self._load()
+        return self._load("tensor")
 
     def update_weights_from_distributed(self, recv_req):
-        return self._load()
+        return self._load("distributed")
 
     def update_weights_from_ipc(self, recv_req):
-        return self._load()
+        return self._load("ipc")
+
+    # the seed fork's tp_worker API (togethercomputer/xorl-sglang): two-phase, sparse delta
+    def prepare_weights_update(self, recv_req):
+        return True, "stub runner: receivers armed"
+
+    def complete_weights_update(self, recv_req):
+        return self._load("two_phase")
+
+    def update_weights_from_sparse_delta(self, recv_req, validate_only=False):
+        return (True, "stub runner: delta valid") if validate_only else self._load("sparse_delta")
 
 
 class KvPool:

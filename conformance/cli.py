@@ -242,6 +242,9 @@ def build_parser() -> Parser:
     g.add_argument("--served-model", help="the server's model name")
     g.add_argument("--allow-remote", action="store_true", help="allow a --url not on loopback")
     g.add_argument("--overlay", help="sglang engines: a folder of fork files over SGLang's")
+    g.add_argument(
+        "--optimize", action="store_true", help="sglang engines: the scheduler under python -O"
+    )
 
     p = sub.add_parser("explore", help="exhaustive breadth-first search within bounds")
     p.add_argument(

@@ -197,6 +197,11 @@ class Lockstep:
         if self.pool is None:
             caps = self.engine.capabilities
             bounds = evolve(self.bounds, namespaces=Capability.NAMESPACES in caps)
+            # An engine that says which update funnels its code has (``funnels``) is sent
+            # updates through those only: another funnel is N/A there, never aliased.
+            own = getattr(self.engine, "funnels", None)
+            if isinstance(own, tuple):
+                bounds = evolve(bounds, funnels=tuple(f for f in bounds.funnels if f in own))
             states = list(self.states)
             if not states:
                 return []

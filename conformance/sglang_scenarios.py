@@ -5,9 +5,10 @@ lockstep with the spec, one row per scenario and one column per version.
 counterexample; these scripts instead visit every finding the SGLang probes made (exact-lane
 guard on each funnel, the refused requested flush, pause modes, sleep, restart), so a new
 release shows at a glance which behaviour moved. Each cell is ``ok`` (the spec agrees
-with every step), the rules broken, ``stopped`` (the endpoint's process would exit: an
-exception out of a scheduler handler, judged as the spec judges ``STOPPED``) or ``ERROR``
-(the harness did not fit the version: ADP-001, never a verdict).
+with every step), ``N/A`` (the version's code has no such funnel), the rules broken,
+``stopped`` (the endpoint's process would exit: an exception out of a scheduler handler,
+judged as the spec judges ``STOPPED``) or ``ERROR`` (the harness did not fit the version:
+ADP-001, never a verdict).
 
 Run: ``python -m kvfence.conformance.sglang_scenarios 0.5.23 0.5.22 0.5.17`` prints the
 Markdown table docs/engines.md shows.
@@ -26,6 +27,7 @@ from ..adapters.protocol import AdapterFailure
 from ..model.actions import (
     Action,
     ContinueGeneration,
+    FaultUpdateFailsMidway,
     FlushCache,
     PauseGeneration,
     Restart,
@@ -36,7 +38,7 @@ from ..model.actions import (
     WakeUp,
 )
 from ..model.state import Policy
-from ..model.vocabulary import CacheMode, Funnel, PauseMode, Status
+from ..model.vocabulary import CacheMode, Funnel, MemoryTag, PauseMode, Status
 from .errors import AdapterError, ConformanceFailure
 from .lockstep import Lockstep
 from .record import Recorder
@@ -119,6 +121,29 @@ SCENARIOS: tuple[Scenario, ...] = (
         (ServeRequest(1, "P"), Sleep(1), WakeUp(1), ServeRequest(1, "P")),
     ),
     Scenario(
+        "distributed update fails after some tensors landed, serve again",
+        (ServeRequest(1, "P"), FaultUpdateFailsMidway(1, 1), ServeRequest(1, "P")),
+    ),
+    Scenario(
+        "release kv_cache, resume every tag",
+        (Sleep(1, frozenset({MemoryTag.KV_CACHE})), WakeUp(1)),
+    ),
+    Scenario(
+        "release all, resume weights, update with flush, resume kv_cache, serve",
+        (
+            ServeRequest(1, "P"),
+            Sleep(1),
+            WakeUp(1, frozenset({MemoryTag.WEIGHTS})),
+            UpdateWeights(1, 1, Funnel.TENSOR, True),
+            WakeUp(1, frozenset({MemoryTag.KV_CACHE})),
+            ServeRequest(1, "P"),
+        ),
+    ),
+    Scenario(
+        "two-phase update with flush (a fork's prepare/complete)",
+        (ServeRequest(1, "P"), UpdateWeights(1, 1, Funnel.TWO_PHASE, True)),
+    ),
+    Scenario(
         "update, restart, serve",
         (
             ServeRequest(1, "P"),
@@ -131,10 +156,15 @@ SCENARIOS: tuple[Scenario, ...] = (
 
 
 def judge(adapter: object, scenario: Scenario) -> str:
-    """One cell: ``ok``, the rules broken (``FAIL ENG-001``), ``stopped`` or ``ERROR ...``."""
+    """One cell: ``ok``, the rules broken (``FAIL ENG-001``), ``stopped``, ``N/A`` (an
+    update through a funnel this version's code lacks) or ``ERROR ...``."""
     steps = Lockstep(adapter, ReferenceClient(), Recorder())  # type: ignore[arg-type]
     try:
         steps.start(adapter.fixed_configs, scenario.policy)  # type: ignore[attr-defined]
+        own = getattr(adapter, "funnels", None)
+        used = {a.funnel for a in scenario.actions if isinstance(a, UpdateWeights)}
+        if isinstance(own, tuple) and used - set(own):
+            return "N/A (no " + ", ".join(sorted(f.value for f in used - set(own))) + ")"
         for action in scenario.actions:
             steps.run(action)
     except ConformanceFailure as failure:

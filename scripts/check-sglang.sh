@@ -6,8 +6,10 @@
 #
 # 1. installs SGLang VERSION side by side (scripts/install-sglang.sh; a no-op when it is
 #    already in .sglang/VERSION) and kvfence itself if that Python lacks it;
-# 2. kvfence check --engine sglang@VERSION --client reference -> expects FAIL (exit 1) with
-#    ExactLaneGuardFlushes (ENG-001) among the broken rules: on an exact lane
+# 2. kvfence check --engine sglang@VERSION --client reference --focus ENG-001 -> expects
+#    FAIL (exit 1) with ExactLaneGuardFlushes (ENG-001) among the broken rules (the search
+#    goes on until ENG-001 is shown; other rules broken on the way, such as FC-004 for a
+#    distributed update that fails midway, FAIL too): on an exact lane
 #    (rl_on_policy_target set) an update sent with flush_cache=false succeeds and leaves the
 #    old prefix matchable in the radix tree. Upstream has no such guard (0.5.17-0.5.23).
 # The verdict table is printed; results (table, JUnit XML, JSON, counterexample JSONL) go
@@ -36,10 +38,10 @@ mkdir -p "$OUT"
 
 echo
 echo "check-sglang: kvfence check --engine sglang@$VERSION --client reference --profile ci" \
-    "(expect FAIL with ENG-001, exit 1)"
+    "--focus ENG-001 (expect FAIL with ENG-001, exit 1)"
 rc=0
 "$PY" -m kvfence.conformance.cli check --engine "sglang@$VERSION" --client reference \
-    --profile ci --timeout "$TIMEOUT" --out "$OUT" \
+    --profile ci --focus ENG-001 --timeout "$TIMEOUT" --out "$OUT" \
     --junit "$OUT/sglang-$VERSION.xml" --json "$OUT/sglang-$VERSION.json" || rc=$?
 if [ "$rc" -ne 1 ]; then
     die "sglang@$VERSION exited $rc, expected 1 (FAIL); results in $OUT/"

@@ -35,14 +35,18 @@ from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     Action,
     ContinueGeneration,
+    FaultRefuseFlush,
+    FaultUpdateFailsMidway,
     FlushCache,
     PauseGeneration,
     ServeRequest,
+    Sleep,
     StartRequest,
     UpdateWeights,
+    WakeUp,
 )
 from kvfence.model.state import Policy, initial_state
-from kvfence.model.vocabulary import CacheMode, Funnel, PauseMode, Status
+from kvfence.model.vocabulary import CacheMode, Funnel, MemoryTag, PauseMode, Status
 
 pytestmark = pytest.mark.sglang
 
@@ -125,14 +129,20 @@ def test_refused_requested_flush_reports_failure_but_keeps_serving(sglang):
 
 
 def test_ci_run_fails_on_the_exact_lane_guard(sglang, tmp_path):
-    result = run_check(sglang, ReferenceClient(), out_dir=tmp_path)
+    """scripts/check-sglang.sh's run: searched until ENG-001 is shown; the findings met on
+    the way (FC-004 for a distributed update failing midway, FC-001/002 for a refused
+    flush, LIV-002 for a resume of memory never released) FAIL too."""
+    result = run_check(sglang, ReferenceClient(), out_dir=tmp_path, focus="ENG-001")
     assert result.verdict == "FAIL", result.error
     assert "ENG-001" in result.caught()
-    assert set(result.caught()) <= {"ENG-001", "FC-001", "FC-002"}, result.violations
+    known = {"ENG-001", "FC-001", "FC-002", "FC-004", "LIV-002"}
+    assert set(result.caught()) <= known, result.violations
     assert result.counterexample is not None and result.steps <= 3
     verdicts = {r.rule.id: r.verdict for r in result.rules}
     assert verdicts["ADP-001"] == "PASS" and verdicts["ADP-002"] == "PASS"
     assert verdicts["INV-004"] == "SKIP"  # no model runs: no byte oracle
+    # faults and memory tags reach the real scheduler code: no longer SKIP
+    assert verdicts["FC-004"] != "SKIP" and verdicts["MEM-001"] != "SKIP"
 
 
 # ----- what 0.5.23 does right -----------------------------------------------------------
@@ -181,7 +191,113 @@ def test_server_info_is_the_real_build_server_info(sglang):
     sglang.start(sglang.fixed_configs)
     assert sglang.server_info(0) == {"disable_radix_cache": False, "rl_on_policy_target": "fsdp"}
     assert sglang.server_info(1) == {"disable_radix_cache": False, "rl_on_policy_target": None}
-    assert sglang.loaded == {"version": "0.5.23", "tree": "UnifiedRadixCache"}
+    assert {k: sglang.loaded[k] for k in ("version", "tree", "optimize")} == {
+        "version": "0.5.23",
+        "tree": "UnifiedRadixCache",
+        "optimize": 0,
+    }
+
+
+def test_funnels_are_those_the_code_has(sglang):
+    """0.5.23's manager has disk, tensor, distributed and ipc, and bucketed (tensor calls in
+    a begin/end session); no two-phase and no sparse delta: those are N/A, never sent down
+    another path, and the checker draws no update through them."""
+    sglang.start(sglang.fixed_configs)
+    upstream = (Funnel.DISK, Funnel.TENSOR, Funnel.DISTRIBUTED, Funnel.IPC, Funnel.BUCKETED)
+    assert sglang.funnels == upstream
+    from kvfence.adapters.protocol import Unsupported
+
+    with pytest.raises(Unsupported, match="no two_phase funnel"):
+        sglang.apply(UpdateWeights(0, 1, Funnel.TWO_PHASE, False))
+    steps = Lockstep(sglang, ReferenceClient(), Recorder())
+    steps.start(sglang.fixed_configs, Policy())
+    drawn = {a.funnel for a in steps.enabled_actions() if hasattr(a, "funnel")}
+    assert drawn and drawn <= set(upstream)
+
+
+# ----- faults through the real code paths -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("funnel", "status", "weights", "broken"),
+    [
+        # model_runner weight_updater: "partially updated. Please discard the whole
+        # weights", and the manager answers success=False with no flush and the old label:
+        # torn weights, labelled v0, serving on from the old tree
+        ("distributed", "rejected", None, {"FC-004"}),
+        # no try around the tensor load: the exception leaves the handler, the process exits
+        ("tensor", "stopped", None, {"FC-004"}),
+        # the disk loader reloads the original checkpoint: rolled back, whole, labelled
+        ("disk", "rejected", 0, set()),
+    ],
+)
+def test_update_failing_midway_per_funnel(sglang, monkeypatch, funnel, status, weights, broken):
+    """``FaultUpdateFailsMidway`` through the real manager: the stub runner fails the load
+    after some tensors landed and answers as upstream's model runner does for that funnel
+    (``sglang_stubs.FUNNEL_FAILURES``); what follows is upstream's own handling."""
+    monkeypatch.setattr(sglang.inner, "fault_funnel", funnel)
+    bad, steps = script(sglang, [ServeRequest(1, "P"), FaultUpdateFailsMidway(1, 1)])
+    assert rules(bad) == broken, bad
+    seen = observed(steps)
+    assert seen["status"] == status
+    if status != "stopped":
+        assert seen["view"]["weights"] == weights and seen["view"]["label"] == 0
+        assert [e["version"] for e in seen["view"]["cache"]] == [0]  # the old tree stays
+
+
+def test_injected_refusal_reaches_the_real_flush(sglang):
+    """``FaultRefuseFlush`` refuses the next flush attempt at ``Scheduler.flush_cache``:
+    ``/flush_cache`` answers success=false through the real flush wrapper, then succeeds;
+    an update's requested flush is refused the same way (0.5.23: FC-002, as with a
+    running request)."""
+    bad, steps = script(sglang, [ServeRequest(1, "P"), FaultRefuseFlush(1), FlushCache(1)])
+    assert bad == [] and observed(steps)["flushed"] is False
+    assert observed(steps)["view"]["cache"] != []
+    actions = [ServeRequest(1, "P"), FaultRefuseFlush(1), UpdateWeights(1, 1, Funnel.DISK, True)]
+    bad, steps = script(sglang, [*actions, ServeRequest(1, "P")])
+    assert rules(bad) == {"FC-002"} and "not flushed" in observed(steps, 2)["detail"]
+
+
+# ----- memory release and resume with tags ----------------------------------------------
+
+KV = frozenset({MemoryTag.KV_CACHE})
+WEIGHTS = frozenset({MemoryTag.WEIGHTS})
+
+
+def test_release_kv_flushes_the_real_tree_and_resume_brings_nothing_back(sglang):
+    actions = [ServeRequest(1, "P"), Sleep(1, KV), WakeUp(1, KV), ServeRequest(1, "P")]
+    bad, steps = script(sglang, actions)
+    assert bad == []
+    assert observed(steps, 1)["view"]["cache"] == []  # ENG-006: the index went with the KV
+    assert observed(steps, 2)["view"]["cache"] == []  # MEM-002: nothing came back
+    bad, steps = script(sglang, [ServeRequest(1, "P"), Sleep(1, WEIGHTS)])
+    assert bad == [] and observed(steps)["view"]["cache"] != []  # weights only: kept
+
+
+def test_colocated_order_updates_and_flushes_with_the_kv_released(sglang):
+    """Release all, resume weights, update with flush, resume KV (MEM-001): the flush runs
+    while the KV pools are released and answers."""
+    actions = [
+        ServeRequest(1, "P"),
+        Sleep(1),
+        WakeUp(1, WEIGHTS),
+        UpdateWeights(1, 1, Funnel.TENSOR, True),
+        FlushCache(1),
+        WakeUp(1, KV),
+        ServeRequest(1, "P"),
+    ]
+    bad, steps = script(sglang, actions)
+    assert bad == [] and observed(steps, 3)["status"] == "ok"
+    assert [e["version"] for e in observed(steps)["view"]["cache"]] == [1]
+
+
+def test_resuming_memory_never_released_stops_the_scheduler(sglang):
+    """An availability finding: ``resume_memory_occupation`` removes each tag from its
+    offload set (``offload_tags.remove``), so resuming every tag after releasing only the KV
+    raises ``KeyError`` in the handler and the scheduler process exits (LIV-002)."""
+    bad, steps = script(sglang, [Sleep(1, KV), WakeUp(1)])
+    assert rules(bad) == {"LIV-002"}
+    assert observed(steps)["status"] == "stopped" and "KeyError" in observed(steps)["detail"]
 
 
 # ----- the adapter's own breakage is ERROR, never a verdict -----------------------------

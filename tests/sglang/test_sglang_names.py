@@ -48,6 +48,16 @@ def test_overlay_only_for_sglang_and_must_be_a_folder(tmp_path):
     assert adapter.name == "sglang@0.5.23+overlay"
 
 
+def test_optimize_only_for_sglang_and_recorded_in_the_trace_header():
+    with pytest.raises(ValueError, match="--optimize applies to the sglang engines"):
+        registry.engine("reference", optimize=True)
+    adapter = registry.engine("sglang", optimize=True)
+    assert adapter.optimize and adapter.name == "sglang@0.5.23 (python -O)"
+    assert adapter.kvfence_system["optimize"] is True
+    assert registry.system_options(adapter.kvfence_system) == {"optimize": True}
+    assert not registry.engine("sglang").optimize
+
+
 def test_cli_usage_errors_exit_3(tmp_path, capsys):
     assert main(["check", "--engine", "sglang@x.y", "--out", str(tmp_path)]) == 3
     assert main(["check", "--engine", "reference", "--overlay", str(tmp_path)]) == 3
