@@ -195,6 +195,13 @@ def build_parser() -> Parser:
         help="search until this rule is shown broken; rules broken on the way still FAIL",
     )
     p.add_argument(
+        "--no-battery",
+        dest="battery",
+        action="store_false",
+        help="skip the battery of scenarios derived from the model (run before the random "
+        "search by default; docs/cli.md): the random search alone",
+    )
+    p.add_argument(
         "--require",
         type=capabilities_list,
         metavar="CAP[,CAP]",
@@ -398,6 +405,7 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
             focus=args.focus,
             isolate=True,
             on_progress=lambda value: example_done(progress),
+            battery=args.battery,
         )
     print_result(result, console, args.verbosity)
     if not _write_reports([result], args, console):
