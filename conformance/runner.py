@@ -213,6 +213,7 @@ class Options:
     max_examples: int | None = None
     focus: str | None = None
     battery: bool = True
+    database: str | None = None
 
 
 @define
@@ -324,12 +325,45 @@ def _settings(engine: EngineAdapter, opts: Options) -> settings:
     if opts.max_examples is not None:
         overrides["max_examples"] = opts.max_examples
     derandomized = overrides.get("derandomize", PROFILES[opts.profile].derandomize)
-    if opts.profile != "ci" and not derandomized:
+    if opts.database is not None:
+        overrides["database"] = example_database(opts.database)
+    elif opts.profile != "ci" and not derandomized:
         examples = opts.out_dir / ".hypothesis" / "examples"
         overrides["database"] = DirectoryBasedExampleDatabase(examples)
     else:
         overrides["database"] = None
     return settings(PROFILES[opts.profile], **overrides)
+
+
+def example_database(url: str) -> Any:
+    """The Hypothesis example database at ``url``, shared by every check that names it:
+    ``redis://HOST:PORT/DB`` (or ``rediss://``, ``unix://``) is Hypothesis's
+    ``RedisExampleDatabase`` (needs ``hypothesis[redis]``: ``pip install
+    'kvfence[redis]'``), keyed under ``kvfence:``; anything else a folder
+    (``DirectoryBasedExampleDatabase``; ``file://`` is stripped), e.g. on a shared mount.
+    Fuzz workers on many machines pointed at one database replay each other's failures
+    first (Hypothesis's ``reuse`` phase). ``ValueError`` when redis is named but the
+    client library is missing. Opened lazily: an unreachable server is an adapter error
+    of the run (ERROR), not a pass."""
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError:
+            raise ValueError(
+                f"{url!r} needs the redis client: pip install 'hypothesis[redis]'"
+            ) from None
+        return RedisExampleDatabase(redis.Redis.from_url(url), key_prefix=b"kvfence:")
+    return DirectoryBasedExampleDatabase(url.removeprefix("file://"))
+
+
+def check_database(url: str | None, profile: str, seed: int | None) -> None:
+    """``ValueError`` when ``url`` is given for a derandomized run (``ci`` without a seed):
+    it draws the same examples every run and keeps no database to share."""
+    if url is not None and PROFILES[profile].derandomize and seed is None:
+        raise ValueError(
+            f"--database needs a profile that draws new examples (dev, fuzz), not {profile}"
+        )
 
 
 @contextlib.contextmanager
@@ -716,6 +750,7 @@ def run_check(
     isolate: bool = False,
     on_progress: Callable[[Any], None] | None = None,
     battery: bool = True,
+    database: str | None = None,
 ) -> Result:
     """Run the stateful machine against ``engine`` + ``client``, shrink what fails, write
     the counterexample, and judge. ``focus``: a rule ID; search until that rule is shown
@@ -727,18 +762,25 @@ def run_check(
     by ``replay.shrink`` on its action list, which is faster here than shrinking the choice
     sequence and yields the same JSONL record that ``kvfence replay`` reads.
 
+    ``battery``: run the battery first (``battery.run_battery``). ``database``: a shared
+    example database for a profile that draws new examples (``example_database``;
+    ``ValueError`` for ``ci`` without a seed).
+
     ``isolate``: an in-process engine (``is_direct``) is checked in a child process
     (``isolate.run_isolated``), so that one which exits the process or hangs past SIGALRM
     gives ERROR, never a pass or a hang; ``on_progress`` then receives, in this process,
     what the check passes to ``isolate.notify`` in the child (the CLI's progress).
     """
     check_focus(focus)
-    opts = Options(profile, seed, out_dir, strict, timeout, bounds, max_examples, focus, battery)
     PROFILES[profile]  # KeyError before anything runs
+    check_database(database, profile, seed)
+    opts = Options(
+        profile, seed, out_dir, strict, timeout, bounds, max_examples, focus, battery, database
+    )
     if isolate and is_direct(engine):
         args = (engine, client, profile, seed, out_dir, strict, timeout, bounds, max_examples)
         return run_isolated(
-            lambda: run_check(*args, focus=focus, battery=battery),
+            lambda: run_check(*args, focus=focus, battery=battery, database=database),
             lambda why: error_result(engine.name, client.name, profile, seed, why, strict),
             timeout,
             on_progress,
