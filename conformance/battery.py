@@ -369,27 +369,28 @@ def read(path: Path, fingerprint: str) -> Battery | None:
         return None
 
 
-_LOADED: dict[str, Battery] = {}
+_LOADED: list[Battery] = []
 
 
 def load(workers: int | None = None) -> Battery:
-    """This tree's battery: from this process's memory, else the cache file, else
-    generated (on ``workers`` processes, default the usable cores) and written there. A
-    cache that cannot be written is not an error: the battery is generated again next
-    time."""
+    """This process's battery: the one it loaded first (a forked worker inherits its
+    parent's: the code a process runs is the code it loaded, whatever was edited since),
+    else the cache file of this tree, else generated (on ``workers`` processes, default the
+    usable cores) and written there. A cache that cannot be written is not an error: the
+    battery is generated again next time."""
     from .fingerprint import source_fingerprint
     from .search import usable_cores
 
+    if _LOADED:
+        return _LOADED[0]
     fingerprint = source_fingerprint()
-    if fingerprint in _LOADED:
-        return _LOADED[fingerprint]
     path = battery_path(fingerprint)
     battery = read(path, fingerprint)
     if battery is None:
         battery = generate(workers or usable_cores())
         with contextlib.suppress(OSError):
             write(battery, path)
-    _LOADED[fingerprint] = battery
+    _LOADED.append(battery)
     return battery
 
 
