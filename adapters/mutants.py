@@ -24,7 +24,7 @@ from .designs import (
     VersionKeyedCache,
 )
 from .ranks import RankedEndpoint
-from .reference import Key, ReferenceEndpoint, Reply, Request
+from .reference import CachedKV, Key, ReferenceEndpoint, Reply, Request
 from .store import StoreEndpoint
 
 # ----- clients ---------------------------------------------------------------------------
@@ -284,6 +284,36 @@ class FlushForgetsStorage(ReferenceEndpoint):
     def _clear_cache(self) -> None:
         for k in [k for k, kv in self.cache.items() if kv.tier is not Tier.STORAGE]:
             del self.cache[k]
+
+
+class StorageLoadsBackStale(ReferenceEndpoint):
+    """Violates: INV-001.
+
+    The storage tier is a backend addressed by the prefix's tokens alone (HiCache's L3:
+    a file store, Mooncake, 3FS). A flush clears the radix tree, both upper tiers and the
+    tree's record of what storage holds, so the cache the engine shows is empty; but the
+    backend keeps its pages, and a later miss on the prefix finds them by hash and loads
+    the old KV back (the prefetch from storage). sgl-project/sglang #26792 (PF-09), seen
+    where the cache view cannot show it: in what is served.
+    """
+
+    def evict(self, prefix: str, tier: Tier) -> Reply:
+        reply = super().evict(prefix, tier)
+        backend = self.__dict__.setdefault("backend", {})
+        for k, kv in self.cache.items():
+            if k[0] == prefix and kv.tier is Tier.STORAGE:
+                backend[k] = CachedKV(kv.version, Tier.STORAGE, kv.lora, kv.namespace)
+        return reply
+
+    def _prefill(
+        self, prefix: str, lora: bool, namespace: int | None = None
+    ) -> tuple[set[Use], bool]:
+        backend = self.__dict__.get("backend", {})
+        for k in self._keys(prefix, lora, namespace):
+            if k not in self.cache and k in backend:
+                kv = backend[k]
+                self.cache[k] = CachedKV(kv.version, Tier.STORAGE, kv.lora, kv.namespace)
+        return super()._prefill(prefix, lora, namespace)
 
 
 class FlushSparesQueuedRequests(ReferenceEndpoint):
@@ -853,6 +883,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _engine("retract-blocks-flush", RetractBlocksFlush, RuleId.LIV_001, "PF-05"),
     _engine("flushes-around-paused-kv", FlushesAroundPausedKv, RuleId.FC_001, "PF-17"),
     _engine("flush-forgets-storage", FlushForgetsStorage, RuleId.ENG_003, "PF-09"),
+    _engine("storage-loads-back-stale", StorageLoadsBackStale, RuleId.INV_001, "PF-09"),
     _engine("flush-forgets-encoder", FlushForgetsEncoder, RuleId.ENG_003, "PF-10"),
     _engine("flush-spares-queued-requests", FlushSparesQueuedRequests, RuleId.ENG_003),
     _engine(

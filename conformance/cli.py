@@ -43,7 +43,7 @@ from .report import (
     write_json,
     write_junit,
 )
-from .runner import PROFILES, Result, run_check
+from .runner import PROFILES, Result, check_database, example_database, run_check
 from .search import MAX_SECONDS, explore, usable_cores
 from .trace import step_json, violation_json
 from .verdict import REPLAY_WORDS, ReplayKind, Verdict
@@ -193,6 +193,20 @@ def build_parser() -> Parser:
         "--focus",
         type=rule_id,
         help="search until this rule is shown broken; rules broken on the way still FAIL",
+    )
+    p.add_argument(
+        "--database",
+        metavar="URL",
+        help="a shared Hypothesis example database for --profile dev/fuzz: redis://HOST:PORT/DB "
+        "(needs hypothesis[redis]) or a folder; workers sharing it replay each other's "
+        "failures first",
+    )
+    p.add_argument(
+        "--no-battery",
+        dest="battery",
+        action="store_false",
+        help="skip the battery of scenarios derived from the model (run before the random "
+        "search by default; docs/cli.md): the random search alone",
     )
     p.add_argument(
         "--require",
@@ -397,6 +411,9 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
         if args.client_program is not None:
             name = registry.PROGRAM_PREFIX + args.client_program
         client = registry.client(name)
+        check_database(args.database, args.profile, args.seed)
+        if args.database is not None:
+            example_database(args.database)
     except ValueError as e:
         # One line, never broken: a message to read whole (and to grep in a CI log).
         console.print(f"[bold red]usage:[/] {escape(clean(e))}", soft_wrap=True)
@@ -423,6 +440,8 @@ def cmd_check(args: argparse.Namespace, console: Console) -> int:
             focus=args.focus,
             isolate=True,
             on_progress=lambda value: example_done(progress),
+            battery=args.battery,
+            database=args.database,
         )
     print_result(result, console, args.verbosity)
     if not _write_reports([result], args, console):

@@ -44,7 +44,7 @@ CLI, a test) passes the adapter objects and the focus; this module names no cata
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -551,3 +551,72 @@ def _counterexample(
         path = unique_path(out_dir, stem)  # per run, as check's: time and process ID
         path = write_trace(path, head, run.steps, verdict_line(run.steps, violations))
     return attrs.evolve(found, violation=violations, counterexample=path)
+
+
+# ----- the breadth-first kill ------------------------------------------------------------
+
+KILL_DEPTH = 5
+"""Depth of the breadth-first kill: every catalogued mutant's shortest counterexample is
+at most 5 steps (``tests/test_explore.py``'s ``SHORTEST``), except those the kill matrix
+sends straight to the stateful search (``battery.BEYOND_FIRST_KILL``)."""
+
+KILL_STATES = 20000
+"""Nodes the breadth-first kill may visit in one setup before it gives up for the stateful
+search."""
+
+KILL_SHALLOW = 2
+"""Depth of the breadth-first kill's first search, over every setup at once."""
+
+KILL_ROUNDS = (1000, 5000, KILL_STATES)
+"""The state budget of each later round of the breadth-first kill, per setup
+(``kill_search``)."""
+
+
+def kill_search(
+    engine: Callable[[], EngineAdapter],
+    client: Callable[[], ClientAdapter],
+    rule: str | None,
+    out_dir: Path | None,
+    timeout: float = 60.0,
+) -> AdapterExploration | None:
+    """The breadth-first kill of ``rule`` (the kill matrix's ``first_kill``, and the
+    battery's kills): the exploration that broke it (its ``configs``, ``policy`` and
+    ``trace`` are a shortest kill), or ``None`` when it cannot say (an adapter error, the
+    rule not shown). ``engine``/``client`` build a fresh adapter for each search; its trace
+    is written under ``out_dir``.
+
+    First every setup that makes the rule reachable (``setups_for``) is searched at once
+    to ``KILL_SHALLOW`` steps; then the setups one at a time, those with fewer endpoints
+    first, in rounds of growing state budgets (``KILL_ROUNDS``) to ``KILL_DEPTH`` steps; a
+    setup explored completely without the kill is not searched again."""
+    setups = sorted(setups_for(rule), key=lambda s: len(s.configs))
+    names = [s.name for s in setups]
+    left = list(names)
+
+    def search(depth: int, depths: dict[str, int], budget: int) -> AdapterExploration:
+        return explore_adapter(
+            engine(),
+            client(),
+            focus=rule,
+            depth=depth,
+            depths=depths,
+            max_states=budget,
+            out_dir=out_dir,
+            timeout=timeout,
+        )
+
+    x = search(KILL_SHALLOW, {}, KILL_STATES)
+    if x.error:
+        return None
+    if rule in x.caught() and x.counterexample is not None:
+        return x
+    for budget in KILL_ROUNDS:
+        for name in list(left):
+            x = search(KILL_DEPTH, {n: 0 for n in names if n != name}, budget)
+            if x.error:
+                return None
+            if rule in x.caught() and x.counterexample is not None:
+                return x
+            if x.complete:
+                left.remove(name)
+    return None

@@ -20,6 +20,9 @@ from ..model import semantics as spec
 from ..model.actions import (
     ACTION_TYPES,
     Action,
+    BeginWeightUpdate,
+    ServeRequest,
+    StartRequest,
     SyncWeights,
     UpdateWeights,
 )
@@ -49,6 +52,9 @@ from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled, Refu
 from .program import CallSequence, is_program, resolver_sync, run_program
 from .record import Recorder, Run
 from .trace import ProgramRecord, Step
+
+UPDATES = (SyncWeights, UpdateWeights, BeginWeightUpdate)
+"""The actions counted as weight updates in ``Recorder.covered``."""
 
 MACHINE_BOUNDS = Bounds(versions=64, lora_revisions=16)
 """Wider than the explorer's: a stateful run must never run out of versions to push."""
@@ -143,6 +149,8 @@ class Lockstep:
         self.off_contract = False
         self.unsettled = False
         self.unproven = False  # a fail-closed branch settled, not yet by what was installed
+        self.updates = self.serves = 0  # counted for ``Recorder.covered``
+        self.prompts: set[str] = set()
 
     # ----- setup and drawing ----------------------------------------------------------
 
@@ -176,6 +184,8 @@ class Lockstep:
         self.states = frozenset({initial_state(configs, policy)})
         self.unsettled = self.unproven = False
         self.calls = CallSequence(self) if self.judge_calls else None
+        self.updates = self.serves = 0
+        self.prompts = set()
 
     def resume(self, configs: tuple[Config, ...], policy: Policy, cursor: Cursor) -> None:
         """Continue a run from ``cursor`` without starting the SUT (the caller has put the
@@ -223,6 +233,7 @@ class Lockstep:
         self.actions.append(action)
         self.pool = None
         self.recorder.steps += 1
+        self._cover(action)
         try:
             if isinstance(action, SyncWeights):
                 self.sync(action)
@@ -242,6 +253,22 @@ class Lockstep:
                 stopped = AdapterError(RuleId.ADP_001, f"stopped by a signal during {action!r}")
                 self.recorder.error = (self.snapshot([]), stopped)
             raise
+
+    def _cover(self, action: Action) -> None:
+        """Count ``action`` towards the bounds this run covers (``Recorder.covered``)."""
+        if isinstance(action, UPDATES):
+            self.updates += 1
+        if isinstance(action, (ServeRequest, StartRequest)):
+            self.serves += 1
+            self.prompts.add(action.prefix)
+        in_flight = max((sum(len(e.requests) for e in s.endpoints) for s in self.states), default=0)
+        self.recorder.covered = self.recorder.covered.widest(
+            endpoints=len(self.configs),
+            prompts=len(self.prompts),
+            in_flight=in_flight + isinstance(action, StartRequest),
+            updates=self.updates,
+            serves=self.serves,
+        )
 
     def sync(self, action: SyncWeights) -> None:
         """Run the client's sync: a client program (``conformance.program``) makes its own

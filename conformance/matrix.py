@@ -40,8 +40,14 @@ from ..adapters.mutants import MUTANTS, Mutant
 from ..adapters.protocol import EngineAdapter
 from ..model.rules import BY_ID as RULES_BY_ID
 from . import runner
+from .battery import BEYOND_FIRST_KILL
 from .calls import check_capabilities
-from .explore import AdapterExploration, explore_adapter, setups_for
+from .explore import (
+    KILL_DEPTH,
+    AdapterExploration,
+    kill_search,
+)
+from .fingerprint import source_fingerprint
 from .record import Recorder
 from .runner import Result, _rule_verdicts, run_check
 from .verdict import Verdict
@@ -67,24 +73,6 @@ class Job:
     explore: bool = True
 
 
-KILL_DEPTH = 5
-"""Depth of the breadth-first kill: every catalogued mutant's shortest counterexample is
-at most 5 steps (``tests/test_explore.py``'s ``SHORTEST``), except those below."""
-
-BEYOND_FIRST_KILL: dict[str, str] = {
-    "serves-after-raised-flush": "its fault (a flush that raises after the weights moved) "
-    "shows only at the request after a failed update, beyond the breadth-first kill's "
-    "setups at depth 5 (measured: no kill in 350 s); the stateful search kills it with "
-    "FC-002 in a few examples",
-    "identity-true": "its rule (CLI-013) is judged on server-info shapes no engine emits, in "
-    "the client table alone; an explored endpoint always reports a producer shape",
-    "in-place-pause-races-weight-write": "its KV of no version needs a request paused in "
-    "place across an update and served after it, beyond the breadth-first kill's setups at "
-    "depth 5 (measured: no kill in 350 s); the stateful search kills it with INV-001",
-}
-"""Mutants the breadth-first kill cannot reach at its setups, each with the reason; the
-kill matrix goes straight to the stateful search for them (``run_job``)."""
-
 BEYOND_STATEFUL_BUDGET: dict[str, str] = {}
 """Mutants the stateful search alone misses at the focused ci budget, each with the reason;
 each must be killed by the breadth-first kill (``first_kill``), the kill matrix's default;
@@ -92,17 +80,6 @@ each must be killed by the breadth-first kill (``first_kill``), the kill matrix'
 Empty since the machine steers its draw to an endpoint holding lower-tier KV
 (``machine.tier_steered``): ``kv-resumed-stale-after-weights-only-update`` (serve, evict to
 host, release the KV, flush) is now reached at the ci budget."""
-
-KILL_STATES = 20000
-"""Nodes the breadth-first kill may visit in one setup before it gives up for the stateful
-search."""
-
-KILL_SHALLOW = 2
-"""Depth of the breadth-first kill's first search, over every setup at once."""
-
-KILL_ROUNDS = (1000, 5000, KILL_STATES)
-"""The state budget of each later round of the breadth-first kill, per setup
-(``first_kill``)."""
 
 
 def first_kill(job: Job) -> Result | None:
@@ -134,38 +111,19 @@ def first_kill(job: Job) -> Result | None:
 
 def _first_kill(job: Job, engine: EngineAdapter) -> Result | None:
     started = time.monotonic()
-    setups = sorted(setups_for(job.rule), key=lambda s: len(s.configs))
-    names = [s.name for s in setups]
-    left = list(names)
-    x = _kill_search(job, KILL_SHALLOW, {}, KILL_STATES)
-    if x.error:
-        return None
-    if job.rule in x.caught() and x.counterexample is not None:
-        return _killed(job, engine, x, started)
-    for budget in KILL_ROUNDS:
-        for name in list(left):
-            x = _kill_search(job, KILL_DEPTH, {n: 0 for n in names if n != name}, budget)
-            if x.error:
-                return None
-            if job.rule in x.caught() and x.counterexample is not None:
-                return _killed(job, engine, x, started)
-            if x.complete:
-                left.remove(name)
-    return None
+    x = kill_exploration(job)
+    return None if x is None else _killed(job, engine, x, started)
 
 
-def _kill_search(job: Job, depth: int, depths: dict[str, int], budget: int) -> AdapterExploration:
-    """The product explorer on a fresh ``job.engine``, focused on ``job.rule``, over the
-    rule's setups to ``depth`` steps (``depths``: others; 0 leaves a setup out)."""
-    return explore_adapter(
-        registry.engine(job.engine),
-        registry.client(job.client),
-        focus=job.rule,
-        depth=depth,
-        depths=depths,
-        max_states=budget,
-        out_dir=job.out,
-        timeout=job.timeout,
+def kill_exploration(job: Job, out_dir: Path | None = None) -> AdapterExploration | None:
+    """``explore.kill_search`` for ``job``: its engine and client built afresh from the
+    registry for each search, its trace written under ``out_dir`` (``None``: ``job.out``)."""
+    return kill_search(
+        lambda: registry.engine(job.engine),
+        lambda: registry.client(job.client),
+        job.rule,
+        out_dir or job.out,
+        job.timeout,
     )
 
 
@@ -341,6 +299,9 @@ def run_matrices(
     todo = [design_job(d, profile, out, timeout, max_examples) for d in designs]
     todo += [mutant_job(m, profile, out, timeout, max_examples, explore) for m in mutants]
     fingerprint = source_fingerprint()  # of the files the runs load, not of later edits
+    from .battery import load
+
+    load()  # generated once here (or read), so that the runs read it from the cache
     started = time.monotonic()
     runner.STOPPED.clear()
     done = on_done or (lambda name: None)
@@ -602,27 +563,6 @@ def matrix_rows(x: Matrices) -> list[dict[str, object]]:
             }
         )
     return out
-
-
-def source_fingerprint() -> str:
-    """A digest of what a matrix run's results depend on: every Python file of the kvfence
-    package (the model, the adapters, the checker) and the versions of Python and
-    Hypothesis (whose draws the ci profile's derandomized searches are). Two runs with the
-    same fingerprint and profile compute the same matrices."""
-    import hashlib
-    import platform
-
-    import hypothesis
-
-    from .. import adapters, conformance, model
-
-    digest = hashlib.sha256(f"{platform.python_version()} {hypothesis.__version__}".encode())
-    for package in (model, adapters, conformance):
-        root = Path(package.__file__).parent
-        for path in sorted(root.rglob("*.py")):
-            digest.update(str(path.relative_to(root.parent)).encode() + b"\0")
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
 
 
 def write_matrix_json(x: Matrices, path: Path, profile: str = "ci") -> None:

@@ -6,12 +6,51 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from attrs import frozen
+
 from ..model.actions import Action
 from ..model.checks import ColdBytes, Violation
 from ..model.state import Config, Policy
 from .calls import Timing
 from .errors import AdapterError
 from .trace import Step, step_json
+
+
+@frozen
+class Covered:
+    """The bounds a check's examples covered, each the most any one example (a battery
+    scenario or a drawn example) reached: ``endpoints`` started, distinct ``prompts``
+    asked, requests ``in_flight`` at once, weight ``updates`` (syncs, direct and two-phase
+    updates) and ``serves`` (requests served or started). A bug that needs more than
+    these was out of the check's reach."""
+
+    endpoints: int = 0
+    prompts: int = 0
+    in_flight: int = 0
+    updates: int = 0
+    serves: int = 0
+
+    def words(self) -> str:
+        """``"bounds covered: 2 endpoints, 3 prompts, 3 in flight, 10 updates and 20
+        serves per example"``."""
+        return (
+            f"bounds covered: {self.endpoints} endpoints, {self.prompts} prompts, "
+            f"{self.in_flight} requests in flight, {self.updates} updates and "
+            f"{self.serves} serves per example"
+        )
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "endpoints": self.endpoints,
+            "prompts": self.prompts,
+            "in_flight": self.in_flight,
+            "updates": self.updates,
+            "serves": self.serves,
+        }
+
+    def widest(self, **seen: int) -> Covered:
+        """These bounds, each raised to what ``seen`` gives for it."""
+        return Covered(**{k: max(v, seen.get(k, 0)) for k, v in self.to_json().items()})
 
 
 class Recorder:
@@ -53,6 +92,8 @@ class Recorder:
         self.warned_run: Run | None = None
         #: rule -> why it binds only the other kind of client here (N/A, not at stake)
         self.not_at_stake: dict[str, str] = {}
+        #: the bounds the examples covered (``Covered``), raised by each lockstep run
+        self.covered = Covered()
 
 
 class Run:

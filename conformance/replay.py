@@ -10,7 +10,7 @@ breaks one of the rules the original run broke. The result is 1-minimal in steps
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from itertools import combinations
 
 from attrs import evolve, frozen
@@ -117,6 +117,22 @@ def replay_actions(
         return Replayed(ReplayKind.ERROR, (), tuple(lock.pending), lock.snapshot([]), str(e))
     kind = ReplayKind.FAIL if lock.pending else ReplayKind.PASS
     return Replayed(kind, (), tuple(lock.pending), lock.snapshot(list(lock.pending)))
+
+
+def holding(bounds: Bounds, actions: Sequence[Action]) -> Bounds:
+    """``bounds`` widened to hold ``actions``: their newest version, and every prompt and
+    request ID they name (a battery scenario's third prompt and request, a long recorded
+    session's versions). Bounds are the search's, not the spec's: a trace outside them is
+    still a run of the model."""
+    newest = max((getattr(a, "version", 0) for a in actions), default=0)
+    prefixes = [p for a in actions if isinstance(p := getattr(a, "prefix", None), str)]
+    rids = [r for a in actions if isinstance(r := getattr(a, "rid", None), str)]
+    return evolve(
+        bounds,
+        versions=max(bounds.versions, newest),
+        prefixes=tuple(dict.fromkeys((*bounds.prefixes, *prefixes))),
+        rids=tuple(dict.fromkeys((*bounds.rids, *rids))),
+    )
 
 
 def _without_fp8_dtype(info):
@@ -433,9 +449,8 @@ def replay_trace(
     assert client is not None
     # A long recorded session (``kvfence serve``) may push more versions than a search
     # draws: the bounds widen to hold the trace (they are the search's, not the spec's).
-    newest = max((getattr(a, "version", 0) for a in actions), default=0)
     keyed = any(getattr(a, "namespace", None) is not None for a in actions)
-    bounds = evolve(MACHINE_BOUNDS, versions=max(MACHINE_BOUNDS.versions, newest), namespaces=keyed)
+    bounds = evolve(holding(MACHINE_BOUNDS, actions), namespaces=keyed)
     blind = undiscriminating(trace) if recorded is not None else ""
     try:
         out = replay_actions(

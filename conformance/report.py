@@ -8,11 +8,14 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+import attrs
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from ..model.rules import BY_ID, Klass
+from .battery import BatteryRun, RuleTally
+from .record import Covered
 from .runner import Result, RuleVerdict, TimeSplit, by_class
 from .trace import violation_json, write_atomic
 from .verdict import SILENT, Verdict
@@ -238,9 +241,53 @@ def summary_line(result: Result) -> str:
     (plain text)."""
     more = f" with {result.top_ups} extra searches for evidence" if result.top_ups else ""
     timing = "" if result.timing is None else f", {overhead_words(result.timing)}"
+    covered = "" if result.bounds is None else f"; {result.bounds.words()}"
     return (
         f"verdict: {result.verdict}  {counts_words(result)}; {class_words(result)}; "
-        f"{plural(result.examples, 'example')}{more}, {result.seconds:.1f} s{timing}"
+        f"{battery_words(result)}{plural(result.examples, 'example')}{more}, "
+        f"{result.seconds:.1f} s{timing}{covered}"
+    )
+
+
+def battery_words(result: Result) -> str:
+    """``"battery 83 ran (82 passed, 1 failed), 4 skipped; "``, or ``""`` when no battery
+    ran."""
+    b = result.battery
+    if b is None:
+        return ""
+    return f"battery {b.ran} ran ({b.passed} passed, {b.failed} failed), {b.skipped} skipped; "
+
+
+def battery_json(b: BatteryRun | None) -> dict[str, Any] | None:
+    """A ``BatteryRun`` as JSON: totals, seconds, the failed scenario's name, and one
+    object per rule (``rule``, ``ran``, ``passed``, ``failed``, ``skipped``, ``reason``:
+    the first skip's)."""
+    if b is None:
+        return None
+    return {
+        "ran": b.ran,
+        "passed": b.passed,
+        "failed": b.failed,
+        "skipped": b.skipped,
+        "seconds": round(b.seconds, 3),
+        "failed_scenario": b.failed_scenario,
+        "rules": [attrs.asdict(t) for t in b.tallies],
+    }
+
+
+def battery_from_json(data: dict[str, Any] | None) -> BatteryRun | None:
+    """The ``BatteryRun`` a ``battery_json`` object describes (``None`` for none)."""
+    if data is None:
+        return None
+    tallies = tuple(RuleTally(**t) for t in data["rules"])
+    return BatteryRun(
+        tallies,
+        int(data["ran"]),
+        int(data["passed"]),
+        int(data["failed"]),
+        int(data["skipped"]),
+        float(data["seconds"]),
+        str(data["failed_scenario"]),
     )
 
 
@@ -337,6 +384,8 @@ def result_json(result: Result) -> dict[str, Any]:
         "timing": timing_json(result.timing),
         "examples": result.examples,
         "top_ups": result.top_ups,
+        "battery": battery_json(result.battery),
+        "bounds": None if result.bounds is None else result.bounds.to_json(),
         "counterexample": None if result.counterexample is None else str(result.counterexample),
         "counterexample_steps": result.steps,
         "error": result.error,
@@ -391,6 +440,8 @@ def result_from_json(data: dict[str, Any]) -> Result:
         seconds=float(data["seconds"]),
         warnings=tuple(data["warnings"]),
         top_ups=int(data["top_ups"]),
+        battery=battery_from_json(data.get("battery")),
+        bounds=None if data.get("bounds") is None else Covered(**data["bounds"]),
     )
 
 

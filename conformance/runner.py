@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 from attrs import define, field, frozen
 from hypothesis import HealthCheck, Phase, Verbosity, configuration, settings
 from hypothesis import seed as hypothesis_seed
@@ -35,6 +36,8 @@ from ..model.capabilities import (
 from ..model.checks import Violation, unknown_reason
 from ..model.rules import BY_ID, RULES, Klass, Rule, RuleId
 from ..model.state import Bounds
+from .battery import BatteryRun, run_battery
+from .battery import load as load_battery
 from .calls import Timing, call_with_timeout, check_capabilities, is_direct
 from .client_table import client_table
 from .errors import AdapterError, ConformanceFailure
@@ -43,8 +46,8 @@ from .lockstep import MACHINE_BOUNDS
 from .machine import build_machine
 from .program import is_program
 from .program_table import program_table
-from .record import Recorder, Run
-from .replay import Replayed, ReplayKind, reference_contrast, replay_actions, shrink
+from .record import Covered, Recorder, Run
+from .replay import Replayed, ReplayKind, holding, reference_contrast, replay_actions, shrink
 from .trace import header, safe_name, unique_path, verdict_line, write_trace
 from .verdict import ORDER, Verdict, worst
 
@@ -128,7 +131,11 @@ class Result:
     check. ``timing``: that wall time split between the engine, the client and kvfence
     (``TimeSplit``); ``None`` where no run measured it (a result built from a matrix cell
     or a served session). ``top_ups``: extra searches run because a rule was still
-    unexercised after the profile's budget (``TOP_UPS``), counted in ``examples``."""
+    unexercised after the profile's budget (``TOP_UPS``), counted in ``examples``.
+    ``battery``: the battery run before the search (``battery.BatteryRun``: scenarios
+    ran, passed, failed, skipped, per rule), ``None`` when none ran. ``bounds``: what the
+    check's examples covered (``record.Covered``: most endpoints, prompts, requests in
+    flight, updates and serves in one example), battery and search together."""
 
     engine: str
     client: str
@@ -145,6 +152,8 @@ class Result:
     warnings: tuple[str, ...] = ()
     timing: TimeSplit | None = None
     top_ups: int = 0
+    battery: BatteryRun | None = None
+    bounds: Covered | None = None
 
     @property
     def exit_code(self) -> int:
@@ -203,6 +212,8 @@ class Options:
     bounds: Bounds = MACHINE_BOUNDS
     max_examples: int | None = None
     focus: str | None = None
+    battery: bool = True
+    database: str | None = None
 
 
 @define
@@ -219,6 +230,8 @@ class Search:
     added to the SKIP notes."""
     top_ups: int = 0
     """Extra searches run because a rule was still unexercised (``_top_up_due``)."""
+    battery: BatteryRun | None = None
+    """What the battery run before the search saw (``None``: not run)."""
 
 
 def missing_reasons(engine: object) -> dict[str, str]:
@@ -312,12 +325,45 @@ def _settings(engine: EngineAdapter, opts: Options) -> settings:
     if opts.max_examples is not None:
         overrides["max_examples"] = opts.max_examples
     derandomized = overrides.get("derandomize", PROFILES[opts.profile].derandomize)
-    if opts.profile != "ci" and not derandomized:
+    if opts.database is not None:
+        overrides["database"] = example_database(opts.database)
+    elif opts.profile != "ci" and not derandomized:
         examples = opts.out_dir / ".hypothesis" / "examples"
         overrides["database"] = DirectoryBasedExampleDatabase(examples)
     else:
         overrides["database"] = None
     return settings(PROFILES[opts.profile], **overrides)
+
+
+def example_database(url: str) -> Any:
+    """The Hypothesis example database at ``url``, shared by every check that names it:
+    ``redis://HOST:PORT/DB`` (or ``rediss://``, ``unix://``) is Hypothesis's
+    ``RedisExampleDatabase`` (needs ``hypothesis[redis]``: ``pip install
+    'kvfence[redis]'``), keyed under ``kvfence:``; anything else a folder
+    (``DirectoryBasedExampleDatabase``; ``file://`` is stripped), e.g. on a shared mount.
+    Fuzz workers on many machines pointed at one database replay each other's failures
+    first (Hypothesis's ``reuse`` phase). ``ValueError`` when redis is named but the
+    client library is missing. Opened lazily: an unreachable server is an adapter error
+    of the run (ERROR), not a pass."""
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        try:
+            import redis
+            from hypothesis.extra.redis import RedisExampleDatabase
+        except ImportError:
+            raise ValueError(
+                f"{url!r} needs the redis client: pip install 'hypothesis[redis]'"
+            ) from None
+        return RedisExampleDatabase(redis.Redis.from_url(url), key_prefix=b"kvfence:")
+    return DirectoryBasedExampleDatabase(url.removeprefix("file://"))
+
+
+def check_database(url: str | None, profile: str, seed: int | None) -> None:
+    """``ValueError`` when ``url`` is given for a derandomized run (``ci`` without a seed):
+    it draws the same examples every run and keeps no database to share."""
+    if url is not None and PROFILES[profile].derandomize and seed is None:
+        raise ValueError(
+            f"--database needs a profile that draws new examples (dev, fuzz), not {profile}"
+        )
 
 
 @contextlib.contextmanager
@@ -385,6 +431,13 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
         return search
     machine = build_machine(engine, client, search.recorder, opts.bounds, opts.timeout, opts.focus)
     budget = _settings(engine, opts)
+    if opts.battery:
+        _battery(engine, client, search, opts, budget.max_examples)
+        if search.error is not None or search.recorder.failure is not None:
+            return search
+        assert search.battery is not None
+        left = max(1, budget.max_examples - search.battery.ran - search.battery.failed)
+        budget = settings(budget, max_examples=left)
     runs = _chunks(budget, opts.seed)
     for config, seed in runs:
         _search(machine, config, seed, search, opts)
@@ -398,6 +451,24 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
         if search.error is not None or search.recorder.failure is not None:
             break
     return search
+
+
+def _battery(
+    engine: EngineAdapter, client: ClientAdapter, search: Search, opts: Options, limit: int
+) -> None:
+    """The battery (``battery.run_battery``), at most ``limit`` scenarios, before the
+    search; its outcome on ``search`` (an adapter error or a stop signal as ``error``)."""
+    try:
+        search.battery = run_battery(
+            engine, client, load_battery(), search.recorder, opts.timeout, opts.focus, limit
+        )
+    except AdapterError as e:
+        search.error = e
+    except KeyboardInterrupt:
+        search.error = AdapterError(RuleId.ADP_001, "stopped by a signal during the battery")
+        STOPPED.set()
+    if search.recorder.error is not None:
+        search.error = search.recorder.error[1]
 
 
 def _search(machine: Any, config: settings, seed: int | None, search: Search, opts: Options):
@@ -497,6 +568,7 @@ def minimise(
         return (rec.error[0] if rec.error else None), None
     hard = bool(found.hard)
     targets = {v.rule for v in (found.hard or found.pending)}
+    opts = attrs.evolve(opts, bounds=holding(opts.bounds, found.actions))
     if opts.focus is not None and not aside:
         hard = opts.focus not in {v.rule for v in found.pending}
         targets = {opts.focus}
@@ -677,6 +749,8 @@ def run_check(
     focus: str | None = None,
     isolate: bool = False,
     on_progress: Callable[[Any], None] | None = None,
+    battery: bool = True,
+    database: str | None = None,
 ) -> Result:
     """Run the stateful machine against ``engine`` + ``client``, shrink what fails, write
     the counterexample, and judge. ``focus``: a rule ID; search until that rule is shown
@@ -688,18 +762,25 @@ def run_check(
     by ``replay.shrink`` on its action list, which is faster here than shrinking the choice
     sequence and yields the same JSONL record that ``kvfence replay`` reads.
 
+    ``battery``: run the battery first (``battery.run_battery``). ``database``: a shared
+    example database for a profile that draws new examples (``example_database``;
+    ``ValueError`` for ``ci`` without a seed).
+
     ``isolate``: an in-process engine (``is_direct``) is checked in a child process
     (``isolate.run_isolated``), so that one which exits the process or hangs past SIGALRM
     gives ERROR, never a pass or a hang; ``on_progress`` then receives, in this process,
     what the check passes to ``isolate.notify`` in the child (the CLI's progress).
     """
     check_focus(focus)
-    opts = Options(profile, seed, out_dir, strict, timeout, bounds, max_examples, focus)
     PROFILES[profile]  # KeyError before anything runs
+    check_database(database, profile, seed)
+    opts = Options(
+        profile, seed, out_dir, strict, timeout, bounds, max_examples, focus, battery, database
+    )
     if isolate and is_direct(engine):
         args = (engine, client, profile, seed, out_dir, strict, timeout, bounds, max_examples)
         return run_isolated(
-            lambda: run_check(*args, focus=focus),
+            lambda: run_check(*args, focus=focus, battery=battery, database=database),
             lambda why: error_result(engine.name, client.name, profile, seed, why, strict),
             timeout,
             on_progress,
@@ -743,6 +824,8 @@ def run_check(
         warnings=tuple(warnings),
         timing=TimeSplit.of(seconds, search.recorder.timing),
         top_ups=search.top_ups,
+        battery=search.battery,
+        bounds=search.recorder.covered,
     )
 
 

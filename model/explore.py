@@ -506,6 +506,21 @@ def _witnesses(
     return rules, tuple(found)
 
 
+def witnesses(
+    roots: tuple[State, ...],
+    bounds: Bounds = Bounds(),
+    depth: int = 6,
+    faults: bool = True,
+    props: tuple[Sometimes, ...] = SOMETIMES,
+    cap: int = WITNESS_STATES,
+) -> tuple[Witness, ...]:
+    """A shortest path from ``roots`` to each of ``props`` (the REACH rules by default)
+    within ``depth`` actions and ``cap`` (state, memory) pairs: the witness search of
+    ``explore`` on its own, without the exhaustive search before it (the battery's
+    witnesses, ``conformance.battery``). A property not reached in those bounds has none."""
+    return _witnesses(roots, bounds, depth, faults, props, cap)[1]
+
+
 def _concrete(
     root: State,
     keys: list[State],
@@ -555,4 +570,5 @@ __all__ = [
     "explore",
     "initial_states",
     "serial",
+    "witnesses",
 ]

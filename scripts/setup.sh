@@ -24,6 +24,18 @@ PYTHON=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -e '.[dev]'
 echo "setup: kvfence installed in .venv"
 
+# The shared fuzz database test (tests/test_fuzz_database.py) starts a real redis-server:
+# installed from the system packages where apt-get may run (as root, at most 3 min), else
+# left out, and that test skips saying why. Skip with KVFENCE_SKIP_REDIS=1.
+if [ "${KVFENCE_SKIP_REDIS:-0}" != 1 ] && ! command -v redis-server >/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] \
+        && timeout 180 apt-get install -y -q redis-server >/dev/null 2>&1; then
+        echo "setup: redis-server installed (tests/test_fuzz_database.py)"
+    else
+        echo "setup: redis-server not installed: the Redis fuzz-database test will skip"
+    fi
+fi
+
 # Peer check (tests/test_peer.py): SkyRL's HTTP weight-sync client, from the package index,
 # unmodified, in its own .venv-peer (~45 s). --no-deps: its full dependency set pulls torch
 # through peft; the client module needs only aiohttp and pydantic (docs/clients.md).

@@ -66,6 +66,7 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_blind_adapter_skips_rules_it_cannot_see",
     },
     "test_check_search.py": {"test_rules_broken_in_set_aside_examples_fail"},
+    "test_battery.py": {"test_late_faults_pass_the_search_alone"},
     "test_programs.py": {
         "test_program_mutant_killed_by_its_rule_in_the_kill_matrix",
         "test_a_resolver_is_not_judged_by_cli_012",

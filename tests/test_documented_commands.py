@@ -40,7 +40,8 @@ SUBCOMMANDS = set(COMMANDS)
 NOT_RUN_HERE = {
     "real engine": "a real engine (vLLM, SGLang, a fork's overlay): tests/vllm, tests/sglang "
     "and scripts/setup.sh run them where they are installed",
-    "server": "a running server at a URL (an attach recipe: docs/engines.md)",
+    "server": "a running server at a URL (an attach recipe: docs/engines.md; a shared fuzz "
+    "database: tests/test_fuzz_database.py starts a redis-server for it)",
     "reader's code": "the reader's own module or script",
     "whole matrices": "scripts/setup.sh (README command 1) runs the whole matrices",
     "default explore": "about a minute on 2 cores: scripts/bench.py's explore-d6 figure is "
@@ -95,7 +96,7 @@ def not_run_here(argv: list[str]) -> str | None:
         return None
     words = " ".join(argv)
     engine = argv[argv.index("--engine") + 1] if "--engine" in argv else ""
-    if "--url" in argv:
+    if "--url" in argv or any(a.startswith("redis://") for a in argv):
         return "server"
     if engine.split("@")[0] in ("vllm", "sglang", "vllm-lora", "vllm-rl") or "--overlay" in argv:
         return "real engine"

@@ -1,0 +1,184 @@
+"""The battery: scenarios derived from the model, run by every check before its search.
+
+Engines whose fault waits past the random search's reach (the 8th update, the 17th serve,
+a prefix loaded back from storage) FAIL at the ci profile because of it; without it (the
+search alone, as before the battery) the same engines pass (the slow tier shows that).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+import pytest
+
+from kvfence.adapters import registry
+from kvfence.adapters.mutants import MUTANTS
+from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
+from kvfence.conformance import battery
+from kvfence.conformance.matrix import BEYOND_FIRST_KILL
+from kvfence.conformance.record import Recorder
+from kvfence.conformance.report import result_from_json, result_json, summary_line
+from kvfence.conformance.runner import run_check
+from kvfence.conformance.verdict import Verdict
+from kvfence.model import SPEC_VERSION
+from kvfence.model.actions import ServeRequest, StartRequest, SyncWeights
+from kvfence.model.capabilities import Capability
+from kvfence.model.properties import SOMETIMES
+from kvfence.model.state import Policy
+
+
+class StaleOnEighthUpdate(ReferenceEndpoint):
+    """The 8th update of an endpoint keeps the KV its flush should drop (a counter that
+    wraps, a table of 7 slots): every earlier update is correct."""
+
+    def update_weights(self, version, funnel, flush_cache):
+        self.__dict__["updates"] = self.__dict__.get("updates", 0) + 1
+        kept = dict(self.cache)
+        reply = super().update_weights(version, funnel, flush_cache)
+        if self.__dict__["updates"] == 8:
+            self.cache.update(kept)
+        return reply
+
+
+class StaleAfterSixteenServes(ReferenceEndpoint):
+    """After 16 requests served, a flush clears nothing (a tree the flush walks only to a
+    fixed size): every flush before that is correct."""
+
+    def generate(self, prefix, lora=False, namespace=None):
+        self.__dict__["served"] = self.__dict__.get("served", 0) + 1
+        return super().generate(prefix, lora, namespace)
+
+    def _clear_cache(self) -> None:
+        if self.__dict__.get("served", 0) < 16:
+            super()._clear_cache()
+
+
+LATE = {
+    "stale-on-8th-update": StaleOnEighthUpdate,
+    "stale-after-16-serves": StaleAfterSixteenServes,
+}
+
+
+def _late(name: str) -> InProcessAdapter:
+    return InProcessAdapter(LATE[name], name)
+
+
+@pytest.fixture(scope="module")
+def the_battery() -> battery.Battery:
+    return battery.load()
+
+
+@pytest.mark.parametrize("name", sorted(LATE))
+def test_late_faults_fail_at_ci_by_the_battery(name, tmp_path):
+    r = run_check(_late(name), registry.client("reference"), "ci", out_dir=tmp_path)
+    assert r.verdict is Verdict.FAIL, r.rules
+    assert {"INV-001", "ENG-001", "ENG-003"} & set(r.caught())
+    assert r.battery is not None and r.battery.failed == 1
+    assert r.battery.failed_scenario.startswith("long"), r.battery.failed_scenario
+    assert r.counterexample is not None
+
+
+@pytest.mark.parametrize("name", sorted(LATE))
+def test_late_faults_pass_the_search_alone(name, tmp_path):
+    """What the battery adds: the same ci check without it passes these engines (the
+    search's examples are 15 steps over two prompts: too short for either fault)."""
+    r = run_check(_late(name), registry.client("reference"), "ci", out_dir=tmp_path, battery=False)
+    assert r.verdict is not Verdict.FAIL, r.caught()
+    assert r.battery is None
+
+
+def test_storage_load_back_fails_at_ci_by_the_battery(tmp_path):
+    engine = registry.engine("storage-loads-back-stale")
+    r = run_check(engine, registry.client("reference"), "ci", out_dir=tmp_path)
+    assert r.verdict is Verdict.FAIL
+    assert "INV-001" in r.caught()
+    assert r.battery is not None and r.battery.failed == 1
+    assert r.examples <= len(battery.load().scenarios)
+
+
+def test_the_battery_holds_every_kill_and_witness(the_battery):
+    names = " ; ".join(s.name for s in the_battery.scenarios)
+    reached = {m.name for m in MUTANTS if f"kill {m.name}" in names}
+    missing = {m.name for m in MUTANTS} - reached - set(BEYOND_FIRST_KILL)
+    assert not missing, f"mutants without their kill in the battery: {sorted(missing)}"
+    witnessed = {r for s in the_battery.scenarios for r in s.rules if r.startswith("REACH")}
+    assert witnessed == {str(p.rule) for p in SOMETIMES}
+
+
+def test_long_scenarios_reach_past_the_search(the_battery):
+    long = {s.name: s for s in the_battery.scenarios if s.name.startswith("long")}
+    updates = long["long updates"].actions
+    assert sum(isinstance(a, SyncWeights) for a in updates) == battery.LONG_UPDATES
+    serves = long["long serves"].actions
+    assert sum(isinstance(a, ServeRequest) for a in serves) >= battery.LONG_SERVES
+    three = long["long three prompts and requests"].actions
+    assert {a.rid for a in three if isinstance(a, StartRequest)} == {"r1", "r2", "r3"}
+    assert len(long["long three endpoints"].configs) == 3
+
+
+def test_the_reference_passes_every_scenario(the_battery):
+    engine, client = registry.engine("reference"), registry.client("reference")
+    run = battery.run_battery(engine, client, the_battery, Recorder(), 60.0)
+    assert run.failed == 0, run.failed_scenario
+    assert run.ran > 0.9 * len(the_battery.scenarios)
+    assert run.ran + run.skipped == len(the_battery.scenarios)
+
+
+def test_a_scenario_needing_a_missing_capability_is_skipped_with_the_reason(the_battery):
+    engine = registry.engine("reference")
+    engine.capabilities = engine.capabilities - {Capability.TIERS}
+    run = battery.run_battery(engine, registry.client("reference"), the_battery, Recorder(), 60)
+    eng008 = next(t for t in run.tallies if t.rule == "ENG-008")
+    assert eng008.skipped >= 1 and "needs tiers" in eng008.reason
+    assert run.failed == 0
+
+
+def test_over_the_budget_is_skipped_and_said(the_battery):
+    engine = registry.engine("reference")
+    run = battery.run_battery(
+        engine, registry.client("reference"), the_battery, Recorder(), 60, limit=3
+    )
+    assert run.ran == 3
+    assert any("budget" in t.reason for t in run.tallies)
+
+
+def test_the_cache_is_keyed_by_spec_version_and_fingerprint(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVFENCE_CACHE_DIR", str(tmp_path))
+    path = battery.battery_path("f" * 64)
+    assert path.parent == tmp_path and SPEC_VERSION in path.name and "ffff" in path.name
+    scenario = battery.Scenario("s", ("INV-001",), (), Policy(), (SyncWeights(1),))
+    b = battery.Battery((scenario,), SPEC_VERSION, "f" * 64, 1.5)
+    battery.write(b, path)
+    assert battery.read(path, "f" * 64) == b
+    assert battery.read(path, "e" * 64) is None  # another tree's battery
+    data = json.loads(path.read_text())
+    data["spec_version"] = "0.0"
+    path.write_text(json.dumps(data))
+    assert battery.read(path, "f" * 64) is None  # another spec's
+    assert battery.read(tmp_path / "absent.json", "f" * 64) is None
+
+
+def test_every_verdict_states_its_bounds(tmp_path):
+    r = run_check(
+        _late("stale-on-8th-update"), registry.client("reference"), "ci", out_dir=tmp_path
+    )
+    assert r.bounds is not None and r.bounds.updates >= 8 and r.bounds.endpoints >= 2
+    assert "bounds covered: " in summary_line(r) and "battery " in summary_line(r)
+    data = result_json(r)
+    assert data["bounds"]["updates"] == r.bounds.updates
+    assert data["battery"]["failed"] == 1
+    back = result_from_json(json.loads(json.dumps(data)))
+    assert back.bounds == r.bounds
+    assert attrs.evolve(back.battery, seconds=0) == attrs.evolve(
+        r.battery, seconds=round(r.battery.seconds, 3) * 0
+    )
+
+
+def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.delenv("KVFENCE_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert battery.cache_dir() == tmp_path / "kvfence"
+    monkeypatch.setenv("KVFENCE_CACHE_DIR", str(tmp_path / "x"))
+    assert battery.cache_dir() == Path(tmp_path / "x")
