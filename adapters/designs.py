@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from attrs import frozen
 
 from ..model.state import Config, Use
-from ..model.vocabulary import MIXED, Funnel, Kind, MemoryTag, PauseMode, Phase
+from ..model.vocabulary import ALL_MEMORY, MIXED, Funnel, Kind, MemoryTag, PauseMode, Phase, Tier
 from .ranks import RankedEndpoint
 from .reference import ClosingEndpoint, Key, ReferenceEndpoint, Reply, Request
 from .store import SharedStore, StoreEndpoint
@@ -69,6 +69,41 @@ class SleepFlushesEveryTier(ReferenceEndpoint):
         self._clear_cache()
         if self.cache:
             raise RuntimeError("sleep: the flush left entries behind; not releasing memory")
+
+
+class ResetsPrefixCacheOnWake(ReferenceEndpoint):
+    """Keeps: ENG-006, MEM-002.
+
+    Releasing the KV memory leaves the prefix index as it is; resuming the KV memory resets
+    the index first, before the endpoint can serve again. Nothing is served while the KV
+    memory is released, so an index that outlives its memory only until the resume never
+    attends to garbage: the cleanup of PF-02 (vllm-project/vllm #17103) moved from the
+    sleep to the wake, where an engine that resets its prefix cache in ``wake_up`` does it.
+    A flush while asleep empties the index as the reference's does.
+    """
+
+    def _on_sleep(self) -> None:
+        """The memory goes; its index stays listed until the resume (nothing is served)."""
+
+    def _on_resume_kv(self) -> None:
+        for k in [k for k, kv in self.cache.items() if kv.tier is Tier.DEVICE]:
+            del self.cache[k]
+
+
+class FlushesInsideSleep(ReferenceEndpoint):
+    """Keeps: ENG-006, FC-003.
+
+    Releasing the KV memory runs the engine's own ``/flush_cache`` first, as SGLang's
+    scheduler ``release_memory_occupation`` does with the ``kv_cache`` tag
+    (sgl-project/sglang, see ``SleepFlushesEveryTier``): an injected refusal of "the next
+    flush" is spent on that internal flush, so the caller's next flush succeeds. Refused or
+    not, the release then discards the device KV and its index (ENG-006).
+    """
+
+    def sleep(self, tags: frozenset[MemoryTag] = ALL_MEMORY) -> Reply:
+        if MemoryTag.KV_CACHE in tags and MemoryTag.KV_CACHE not in self.released:
+            self.flush_cache()  # its result changes nothing: the release drops the index
+        return super().sleep(tags)
 
 
 # ----- CD-03 ------------------------------------------------------------------------------
@@ -763,6 +798,8 @@ DESIGNS: tuple[Design, ...] = (
     _engine("reference-closing", None, ClosingEndpoint),
     _engine("pause-abort-clears-cache", "CD-01", PauseAbortClearsCache),
     _engine("sleep-flushes-every-tier", "CD-02", SleepFlushesEveryTier),
+    _engine("resets-prefix-cache-on-wake", None, ResetsPrefixCacheOnWake),
+    _engine("flushes-inside-sleep", None, FlushesInsideSleep),
     _engine("version-keyed-cache", "CD-03", VersionKeyedCache),
     _engine("encoder-follows-weights", "CD-04", EncoderFollowsWeights),
     _engine("omitted-flush-means-flush", "CD-05", OmittedFlushMeansFlush),
@@ -814,6 +851,7 @@ __all__ = [
     "DrainsOverlapBeforeWrite",
     "EncoderFollowsWeights",
     "EncoderLeftToClient",
+    "FlushesInsideSleep",
     "KeysStoreByWeights",
     "LabelsOnlyWithUpdates",
     "MergesEveryFlushReply",
@@ -824,6 +862,7 @@ __all__ = [
     "RefusesFlushWhileKvReleased",
     "RefusesInsideWindow",
     "RefusesUpdatesWhileRequestsExist",
+    "ResetsPrefixCacheOnWake",
     "RollsBackMovedRanks",
     "RotatesStoreNamespace",
     "SleepFlushesEveryTier",

@@ -616,8 +616,14 @@ class RelabelWithoutLoading(ReferenceEndpoint):
             self.computing = version
 
     def _numerics(self, prefix: str, uses: set[Use], hit: bool) -> tuple[object, ...]:
+        """The forward computes ``computing`` throughout: its target tensors, and the state
+        derived from them (rebuilt from the live parameters, which never changed)."""
         uses = {Use(u.component, self.computing) if u.component == "target" else u for u in uses}
-        return super()._numerics(prefix, uses, hit)
+        derived, self.derived = self.derived, self.computing
+        try:
+            return super()._numerics(prefix, uses, hit)
+        finally:
+            self.derived = derived
 
 
 # ----- the catalog -----------------------------------------------------------------------

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from attrs import evolve, frozen
+from attrs import evolve, field, frozen
 
 from ..adapters.protocol import ClientAdapter, EngineAdapter, tolerance
 from ..model import candidates
@@ -21,9 +21,13 @@ from ..model.actions import (
     ACTION_TYPES,
     Action,
     BeginWeightUpdate,
+    FaultUpdateFailsMidway,
+    FinishWeightUpdate,
+    Restart,
     ServeRequest,
     StartRequest,
     SyncWeights,
+    UpdateWeightChunk,
     UpdateWeights,
 )
 from ..model.capabilities import (
@@ -39,6 +43,7 @@ from ..model.checks import (
     compare,
     evidence,
     misreported,
+    restart_mechanism,
     tells_installed_apart,
     within_tolerance,
 )
@@ -82,6 +87,10 @@ class Cursor:
     pending: tuple[Violation, ...] = ()
     off_contract: bool = False
     unsettled: bool = False
+    failed: frozenset[int] = field(default=frozenset(), eq=False)
+    """The endpoints where an update failed after moving weights and none completed since
+    (what the restart oracle's findings are named after, ``restart_mechanism``); it names a
+    violation and changes no verdict, so it does not tell two nodes apart."""
 
 
 def explanation(candidates: list[list[Violation]]) -> list[Violation]:
@@ -151,6 +160,7 @@ class Lockstep:
         self.unproven = False  # a fail-closed branch settled, not yet by what was installed
         self.updates = self.serves = 0  # counted for ``Recorder.covered``
         self.prompts: set[str] = set()
+        self.failed: frozenset[int] = frozenset()  # ``Cursor.failed``
 
     # ----- setup and drawing ----------------------------------------------------------
 
@@ -186,6 +196,7 @@ class Lockstep:
         self.calls = CallSequence(self) if self.judge_calls else None
         self.updates = self.serves = 0
         self.prompts = set()
+        self.failed = frozenset()
 
     def resume(self, configs: tuple[Config, ...], policy: Policy, cursor: Cursor) -> None:
         """Continue a run from ``cursor`` without starting the SUT (the caller has put the
@@ -195,11 +206,14 @@ class Lockstep:
         self.pending = list(cursor.pending)
         self.off_contract = cursor.off_contract
         self.unsettled = cursor.unsettled
+        self.failed = cursor.failed
         self.pool = None
 
     def cursor(self) -> Cursor:
         """Where this run stands now (see ``resume``)."""
-        return Cursor(self.states, tuple(self.pending), self.off_contract, self.unsettled)
+        return Cursor(
+            self.states, tuple(self.pending), self.off_contract, self.unsettled, self.failed
+        )
 
     def enabled_actions(self) -> list[Action]:
         """Conforming actions the model enables in every candidate state, within the
@@ -308,10 +322,13 @@ class Lockstep:
             raise AdapterError(RuleId.ADP_002, f"the adapter's {e}") from None
         caps = self.engine.capabilities
         where = f"endpoint {getattr(action, 'endpoint', '')}"
-        branches = [b for s in self.states for b in spec.step(s, action)]
+        branches = [(s, *b) for s in self.states for b in spec.step(s, action)]
         if not branches:
             raise NotEnabled(f"{action!r} is not enabled in the model")
-        judged = [(s2, o, compare(o, obs, caps, where)) for s2, o in branches]
+        judged = [
+            (s2, o, self.named(s, action, obs, compare(o, obs, caps, where)))
+            for s, s2, o in branches
+        ]
         step = Step(len(self.steps), action, obs, tuple(o for _, o, _ in judged), within=within)
         self.steps.append(step)
         agreeing = [(s2, o) for s2, o, v in judged if not v]
@@ -323,10 +340,11 @@ class Lockstep:
             # would have had to show; REACH-003, noted by ``_note_reach``), or an update that
             # reported failure: the spec allows several fail-closed branches, and what the
             # endpoint serves next settles them.
-            refusal = any(o.completion is not None for _, o in branches)
+            refusal = any(o.completion is not None for _, _, o in branches)
             if refusal or obs.status is Status.REJECTED:
                 self.unsettled = True
         self.states = frozenset(narrowed(s2, action, obs, caps) for s2, _ in agreeing)
+        self.note_failed(action, obs, [o for _, o in agreeing])
         if self.unsettled and len(self.states) == 1:
             # A later observation (or this one) settled which branch the system took.
             self.unsettled, self.unproven = False, True
@@ -340,6 +358,40 @@ class Lockstep:
                 self.unproven = False
         self.pool = None
         return step
+
+    def named(self, before: State, action: Action, obs, violations: list[Violation]):
+        """``violations`` with each restart-oracle finding named by its mechanism
+        (``restart_mechanism``)."""
+        prefix = getattr(action, "prefix", None)
+        if prefix is None or not violations:
+            return violations
+        lora = bool(getattr(action, "lora", False))
+        ep = before.endpoint(action.endpoint)
+        failed = action.endpoint in self.failed
+        caps = self.engine.capabilities
+        oracle = self.recorder.cold
+        return [
+            restart_mechanism(v, ep, prefix, obs, caps, oracle, lora, failed) for v in violations
+        ]
+
+    def note_failed(self, action: Action, obs, agreeing) -> None:
+        """Track ``Cursor.failed``: an update that reported failure where the spec blames a
+        failure midway (FC-004, RNK-002) marks its endpoint; an update that completed, or a
+        restart, clears it."""
+        index = getattr(action, "endpoint", None)
+        if index is None:
+            return
+        updates = (UpdateWeights, FinishWeightUpdate, UpdateWeightChunk, FaultUpdateFailsMidway)
+        if isinstance(action, updates) and any(
+            o.observation.status is Status.REJECTED
+            and o.because.status in (RuleId.FC_004, RuleId.RNK_002)
+            for o in agreeing
+        ):
+            self.failed |= {index}
+        elif isinstance(action, (UpdateWeights, FinishWeightUpdate, Restart)) and (
+            obs.status is Status.OK
+        ):
+            self.failed -= {index}
 
     def judge_evidence(self, action: Action, obs, agreeing) -> None:
         """Count, per rule, the agreeing comparisons that could have shown its violation,

@@ -20,7 +20,7 @@ from .client import parse_radix
 from .fast import evolve
 from .observation import Observation, Outcome
 from .rules import Klass, RuleId, rule_id
-from .state import Config, Served, State, Use
+from .state import Config, Endpoint, Served, State, Use
 from .vocabulary import MIXED, Kind, Status, Tier
 
 
@@ -303,6 +303,75 @@ def _compare_response(
             )
         )
     return out
+
+
+RESTART_FIELD = "response.fresh"
+"""The field whose mismatch is the restart oracle's finding (``Violation.where`` ends so)."""
+
+BY_CONFIG = (RuleId.DER_001, RuleId.ENG_004, RuleId.INV_003)
+"""The restart oracle's default rules, which only say what the endpoint's config could hide;
+``restart_mechanism`` names the mechanism the evidence shows instead."""
+
+
+def restart_mechanism(
+    v: Violation,
+    ep: Endpoint,
+    prefix: str,
+    obs: Observation,
+    capabilities: Collection[str],
+    oracle: ColdBytes | None = None,
+    lora: bool = False,
+    failed: bool = False,
+) -> Violation:
+    """A restart-oracle finding (``v`` at ``response.fresh``: the engine's own computation
+    of a prompt differs from an engine freshly started at the version it claims), named by
+    the mechanism that differs, the first of these the evidence does not rule out:
+
+    1. label vs weights (INV-003): the engine's bytes equal the fresh bytes the oracle gave
+       for another whole version of the same prompt: it computes with whole weights of that
+       version under a label that claims another (PF-15);
+    2. torn (FC-004): an update of the endpoint failed after moving weights
+       (``failed``) and no update completed since: the rollback left mixed weights (PF-27);
+    3. stale KV (INV-001): the bytes judged are a reported miss's own output (no cold
+       prefill separates the computation from the KV it attended to), the radix cache is
+       on, and this prompt was served under another weight version before (the oracle
+       holds its fresh bytes there);
+    4. draft (ENG-004): a draft model is configured and no weights probe showed its
+       version (PF-11);
+    5. derived state (DER-001): derived state is configured and no probe showed its
+       version (PF-20);
+    6. otherwise INV-003: the claimed version is not what computes.
+
+    Findings of another field, or blamed on a window (WIN-001/WIN-003, where mixed
+    weights are allowed), are returned as they are. ``ep``: the endpoint in the model state
+    the action started from (its config and weights); ``prefix``: the prompt served."""
+    if not v.where.endswith(RESTART_FIELD) or v.rule not in BY_CONFIG:
+        return v
+    got = obs.response
+    own = _restart_compared(got, capabilities) if got is not None else None
+    if own is None:
+        return v
+    known = oracle.fresh.get((prefix, lora), {}) if oracle is not None else {}
+    probe = obs.view if Capability.WEIGHTS_PROBE in capabilities else None
+    shown = {n for n in ("draft", "derived") if probe is not None and getattr(probe, n) is not None}
+    if any(b == repr(own) and version != ep.weights for version, b in known.items()):
+        rule = RuleId.INV_003
+    elif failed:
+        rule = RuleId.FC_004
+    elif (
+        own is got.output
+        and not got.hit
+        and ep.config.radix
+        and any(version != ep.weights for version in known)
+    ):
+        rule = RuleId.INV_001
+    elif ep.config.draft and "draft" not in shown:
+        rule = RuleId.ENG_004
+    elif ep.config.derived and "derived" not in shown:
+        rule = RuleId.DER_001
+    else:
+        rule = RuleId.INV_003
+    return v if rule == v.rule else evolve(v, rule=rule)
 
 
 def _restart_compared(got: Any, capabilities: Collection[str]) -> tuple[Any, ...] | None:

@@ -915,14 +915,23 @@ def continue_generation(s: State, a: ContinueGeneration) -> Branches:
 def sleep(s: State, a: Sleep) -> Branches:
     """Release the memory of ``a.tags``. ENG-006: released device KV memory is discarded,
     and its index entries with it (lower tiers live in host memory and stay); released
-    weights are kept aside and come back unchanged."""
+    weights are kept aside and come back unchanged.
+
+    Nothing is served while KV memory is released, so the index entries of the released
+    device KV may also stay listed until the resume drops them (``wake_up``: an engine that
+    resets its prefix cache on wake instead of at sleep). A release of KV memory may run the
+    engine's own flush first (SGLang's ``release_memory_occupation`` with the ``kv_cache``
+    tag): an injected refusal is then spent on it, or not."""
     ep = s.endpoint(a.endpoint)
-    cache_ = ep.cache
-    if MemoryTag.KV_CACHE in a.tags:
-        cache_ = frozenset(e for e in ep.cache if e.tier is not Tier.DEVICE)
     phase = lifecycle.next_phase(ep.phase, a.name)
-    ep2 = evolve(ep, phase=phase, cache=cache_, released=ep.released | a.tags)
-    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache=RuleId.ENG_006)),)
+    kept = evolve(ep, phase=phase, released=ep.released | a.tags)
+    if MemoryTag.KV_CACHE not in a.tags:
+        return ((s.with_endpoint(a.endpoint, kept), ok(kept, cache=RuleId.ENG_006)),)
+    dropped = evolve(kept, cache=frozenset(e for e in ep.cache if e.tier is not Tier.DEVICE))
+    ends = [dropped, *((kept,) if kept.cache != dropped.cache else ())]
+    if ep.refuse_flush:
+        ends += [evolve(e, refuse_flush=False) for e in ends]
+    return tuple((s.with_endpoint(a.endpoint, e), ok(e, cache=RuleId.ENG_006)) for e in ends)
 
 
 @action(WakeUp, when=_resumes_some)
@@ -934,7 +943,10 @@ def wake_up(s: State, a: WakeUp) -> Branches:
     left = ep.released - a.tags
     phase = lifecycle.next_phase(ep.phase, "WakeUp" if not left else "WakeUpPartly")
     ep2 = evolve(ep, phase=phase, released=left)
-    rule = RuleId.MEM_002 if MemoryTag.KV_CACHE in (a.tags & ep.released) else RuleId.ENG_006
+    resumed = MemoryTag.KV_CACHE in (a.tags & ep.released)
+    if resumed:  # index entries a release left listed go now, before anything is served
+        ep2 = evolve(ep2, cache=frozenset(e for e in ep.cache if e.tier is not Tier.DEVICE))
+    rule = RuleId.MEM_002 if resumed else RuleId.ENG_006
     return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, cache=rule)),)
 
 

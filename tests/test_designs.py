@@ -26,7 +26,9 @@ from kvfence.adapters.designs import (
     DESIGNS,
     AbortsBeforePublishCheck,
     DerivedRebuiltLazily,
+    FlushesInsideSleep,
     RefusesFlushWhileKvReleased,
+    ResetsPrefixCacheOnWake,
     StagesChunksAside,
 )
 from kvfence.adapters.mutants import MUTANTS
@@ -51,6 +53,7 @@ from kvfence.model.actions import (
     EvictPrefix,
     FaultChunkFails,
     FaultRankUpdateFails,
+    FaultRefuseFlush,
     FinishRequest,
     FinishWeightUpdate,
     FlushCache,
@@ -292,6 +295,18 @@ WITNESSES = (
         (RADIX_OFF,),
         Policy(),
         (StartRequest(0, "r1", "P"), FlushCache(0), FinishRequest(0, "r1"), ServeRequest(0, "P")),
+    ),
+    Witness(
+        "resets-prefix-cache-on-wake",  # the index stays listed while asleep; the wake drops it
+        (STANDARD,),
+        Policy(),
+        (ServeRequest(0, "P"), Sleep(0), WakeUp(0), ServeRequest(0, "P")),
+    ),
+    Witness(
+        "flushes-inside-sleep",  # the refusal is spent inside the sleep: the next flush succeeds
+        (STANDARD,),
+        Policy(),
+        (ServeRequest(0, "P"), FaultRefuseFlush(0), Sleep(0), WakeUp(0), FlushCache(0)),
     ),
     Witness(
         "stops-on-refused-flush",
@@ -577,6 +592,25 @@ class FlushAnswersWhileRunning(ReferenceEndpoint):
         return Reply(True, flushed=True, message="flushed")
 
 
+class KeepsIndexThroughWake(ResetsPrefixCacheOnWake):
+    """Dressed as ``resets-prefix-cache-on-wake``: keeps the index at the release, and the
+    resume forgets to reset it, so the index of the discarded KV is back after the wake
+    (PF-02's fault, vllm-project/vllm #17103, on the resume side). Breaks MEM-002."""
+
+    def _on_resume_kv(self) -> None:
+        """No reset: the stale index comes back with the memory."""
+
+
+class SleepIgnoresRefusedFlush(FlushesInsideSleep):
+    """Dressed as ``flushes-inside-sleep``: the release relies on its own flush alone (as
+    SGLang's ``release_memory_occupation``, which ignores the flush's result), so when that
+    flush is refused the index of the released KV survives the release and the resume.
+    Breaks MEM-002."""
+
+    def _on_sleep(self) -> None:
+        """The internal flush was the only cleanup: nothing more here."""
+
+
 @frozen
 class Adversary:
     cls: type[ReferenceEndpoint]
@@ -644,6 +678,22 @@ ADVERSARIES = (
         Policy(),
         (ServeRequest(0, "P"), StartRequest(0, "r1", "Q"), FlushCache(0), ServeRequest(0, "P")),
         "radix-off-flushes-while-running",
+    ),
+    Adversary(
+        KeepsIndexThroughWake,
+        "MEM-002",
+        (STANDARD,),
+        Policy(),
+        (ServeRequest(0, "P"), Sleep(0), WakeUp(0), ServeRequest(0, "P")),
+        "resets-prefix-cache-on-wake",
+    ),
+    Adversary(
+        SleepIgnoresRefusedFlush,
+        "MEM-002",
+        (STANDARD,),
+        Policy(),
+        (ServeRequest(0, "P"), FaultRefuseFlush(0), Sleep(0), WakeUp(0), ServeRequest(0, "P")),
+        "flushes-inside-sleep",
     ),
     Adversary(
         RefusesAfterInstalling,
