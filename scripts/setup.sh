@@ -25,11 +25,13 @@ PYTHON=${PYTHON:-python3}
 echo "setup: kvfence installed in .venv"
 
 # The shared fuzz database test (tests/test_fuzz_database.py) starts a real redis-server:
-# installed from the system packages where apt-get may run (as root, at most 3 min), else
+# installed from the system packages where apt-get may run (as root, at most 3 min, the
+# package lists fetched first: a fresh machine has none), else
 # left out, and that test skips saying why. Skip with KVFENCE_SKIP_REDIS=1.
 if [ "${KVFENCE_SKIP_REDIS:-0}" != 1 ] && ! command -v redis-server >/dev/null; then
     if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ] \
-        && timeout 180 apt-get install -y -q redis-server >/dev/null 2>&1; then
+        && timeout 180 sh -c 'apt-get update -q && apt-get install -y -q redis-server' \
+            >/dev/null 2>&1; then
         echo "setup: redis-server installed (tests/test_fuzz_database.py)"
     else
         echo "setup: redis-server not installed: the Redis fuzz-database test will skip"
