@@ -33,10 +33,14 @@ class Covered:
     def words(self) -> str:
         """``"bounds covered: 2 endpoints, 3 prompts, 3 in flight, 10 updates and 20
         serves per example"``."""
+
+        def n(count: int, word: str) -> str:
+            return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
         return (
-            f"bounds covered: {self.endpoints} endpoints, {self.prompts} prompts, "
-            f"{self.in_flight} requests in flight, {self.updates} updates and "
-            f"{self.serves} serves per example"
+            f"bounds covered: {n(self.endpoints, 'endpoint')}, {n(self.prompts, 'prompt')}, "
+            f"{n(self.in_flight, 'request')} in flight, {n(self.updates, 'update')} and "
+            f"{n(self.serves, 'serve')} per example"
         )
 
     def to_json(self) -> dict[str, int]:

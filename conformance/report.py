@@ -16,7 +16,7 @@ from rich.table import Table
 from ..model.rules import BY_ID, Klass
 from .battery import BatteryRun, RuleTally
 from .record import Covered
-from .runner import Result, RuleVerdict, TimeSplit, by_class
+from .runner import NOT_REACHED, Result, RuleVerdict, TimeSplit, by_class
 from .trace import violation_json, write_atomic
 from .verdict import SILENT, Verdict
 
@@ -111,12 +111,20 @@ def verdict_rows(
         ),
         ("rule     verdict  level     seen name: note", None),
     ]
+    unreached = 0
     for rv in result.rules:
         if rows is not None and rv.verdict not in rows:
+            continue
+        if rows is not None and rv.verdict is Verdict.UNKNOWN and rv.reason == NOT_REACHED:
+            unreached += 1  # folded into one line below: the run stopped, not the rule
             continue
         head = f"{rv.rule.id:<8} {rv.verdict.value:<8} {rv.rule.level:<6}{rv.evidence:>8} "
         text = f"{head}{rv.rule.name}" + (f": {clean(rv.reason)}" if rv.reason else "")
         out += [(line, rv.verdict) for line in wrapped(text, width, indent=len(head))]
+    if unreached:
+        rules = "rule" if unreached == 1 else "rules"
+        text = f"UNKNOWN  {unreached} more {rules}: {NOT_REACHED} (-v lists them)"
+        out += [(line, Verdict.UNKNOWN) for line in wrapped(text, width, indent=9)]
     return out
 
 

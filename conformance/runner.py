@@ -173,6 +173,11 @@ class Result:
         return by_class(self.rules, self.violations, self.verdict)[Klass.AVAILABILITY]
 
 
+NOT_REACHED = "run stopped before it was exercised"
+"""The note of a rule left UNKNOWN because the run stopped (at its first counterexample, or on
+an error) before any step exercised it."""
+
+
 def by_class(
     rules: tuple[RuleVerdict, ...], violations: tuple[Violation, ...], overall: Verdict
 ) -> dict[Klass, Verdict]:
@@ -310,7 +315,7 @@ def _rule_verdicts(
         elif r.kind == "ADP":
             out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, "the run ended on an adapter error"))
         elif error is not None or recorder.failure is not None:
-            out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, "run stopped before it was exercised"))
+            out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, NOT_REACHED))
         else:
             reason = f"never exercised: {unknown_reason(r.id)}; raise the budget"
             out.append(RuleVerdict(r, Verdict.UNKNOWN, 0, reason))
