@@ -8,6 +8,7 @@ server calls per request), so each is a few milliseconds; one runs the CLI.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -511,3 +512,83 @@ def test_inference_generate_is_a_serve_request_in_vllm_shape(tmp_path):
     assert call(s, "POST", "/inference/v1/generate", text)[0] == 400
     actions = [e.get("action", {}) for e in s.traffic]
     assert sum(1 for a in actions if a and a.get("action") == "ServeRequest") == 2, actions
+
+
+# ----- requests in flight over HTTP: a stream holds its KV ---------------------------------
+
+
+def stream(s: Session, prompt: str):
+    """Start a streamed completion; the ``Streamed`` answer (its first event sent)."""
+    body = json.dumps({"prompt": prompt, "max_tokens": 3, "stream": True}).encode()
+    status, kind, out = s.handle("POST", "/v1/completions", body)
+    assert (status, kind) == (200, "text/event-stream"), out
+    assert out.first.startswith(b"data: ") and b'"finish_reason": null' in out.first
+    return out
+
+
+def test_a_reset_while_a_stream_runs_is_refused_and_ignoring_it_fails_cli_010(tmp_path):
+    """No fault injection: a streamed generation in flight holds its KV, so the reset of a
+    sync made meanwhile (no abort first) is refused as vLLM refuses it (``{"success":
+    false}``); a trainer that resumes without reading it FAILs CLI-010, and the prompt it
+    cached before the update is served stale (INV-001)."""
+    s = Session("vllm", "reference", out_dir=tmp_path)
+    assert call(s, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
+    running = stream(s, "q")
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/1"}}
+    assert call(s, "POST", "/collective_rpc", rpc)[0] == 200
+    assert call(s, "POST", "/reset_prefix_cache") == (200, {"success": False})
+    rest = running.finish()
+    assert rest.endswith(b"data: [DONE]\n\n") and b'"finish_reason": "length"' in rest
+    assert call(s, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
+    verdict, rules = verdicts(s)
+    assert verdict is Verdict.FAIL
+    assert rules["CLI-010"] is Verdict.FAIL
+    assert not [e for e in s.traffic if "drawn" in e]  # no fault was drawn
+
+
+def test_an_abort_pause_ends_the_stream_and_the_reset_succeeds(tmp_path):
+    """The right order with a stream in flight: ``/pause?mode=abort`` aborts it (its last
+    event says ``abort``), the reset then succeeds, and the session PASSes."""
+    s = Session("vllm", "reference", out_dir=tmp_path, probe=1)
+    assert call(s, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
+    running = stream(s, "q")
+    assert call(s, "POST", "/pause?mode=abort&clear_cache=false")[0] == 200
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/1"}}
+    assert call(s, "POST", "/collective_rpc", rpc)[0] == 200
+    assert call(s, "POST", "/reset_prefix_cache") == (200, {"success": True})
+    assert call(s, "POST", "/resume")[0] == 200
+    assert b'"finish_reason": "abort"' in running.finish()
+    result = s.close()
+    assert result.verdict is Verdict.PASS, [str(v) for v in result.violations]
+    assert any(e.get("aborted") for e in s.traffic)
+
+
+def test_a_stream_over_http_holds_its_kv_while_a_reset_is_refused(tmp_path):
+    """Through the HTTP server: while a stream is open (held 3 s), a reset on another
+    connection is answered ``{"success": false}``; the stream then ends with its tokens."""
+    import threading
+
+    import httpx
+
+    with serve(tmp_path, "reference", "vllm", ("--stream-hold", "3")) as s:
+        events: list[str] = []
+
+        def read() -> None:
+            body = {"prompt": "q", "max_tokens": 3, "stream": True}
+            with httpx.stream("POST", f"{s.url}/v1/completions", json=body, timeout=30) as r:
+                events.extend(line for line in r.iter_lines() if line)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        deadline = time.monotonic() + 20
+        answer = None
+        while time.monotonic() < deadline:
+            log = s.http.get("/kvfence/verdict").json()
+            answer = s.http.post("/reset_prefix_cache").json()
+            if answer == {"success": False}:
+                break
+            time.sleep(0.05)
+        reader.join(timeout=30)
+        s.stop()
+    assert answer == {"success": False}, log
+    assert events[-1] == "data: [DONE]" and '"finish_reason": "length"' in events[-2]

@@ -30,12 +30,14 @@ from ...model.actions import (
     BeginWeightUpdate,
     ContinueGeneration,
     FaultRefuseFlush,
+    FinishRequest,
     FinishWeightUpdate,
     FlushCache,
     LoadLora,
     PauseGeneration,
     PublishVersion,
     ServeRequest,
+    StartRequest,
     UpdateWeights,
     WakeUp,
 )
@@ -60,7 +62,7 @@ from ..runner import Result, RuleVerdict
 from . import judge, sglang, vllm
 from .routes import Route
 from .weights import Weights
-from .wire import HttpError, PendingRoute, error_body, parse_json
+from .wire import HttpError, PendingRoute, Streamed, error_body, parse_json
 
 APIS = ("sglang", "vllm")
 
@@ -164,6 +166,7 @@ class Session:
         probe: int = 0,
         refuse_resets: int = 0,
         prefix_cache: bool = True,
+        stream_hold: float = 1.0,
     ) -> None:
         if api not in APIS:
             raise ValueError(f"--api {api!r}: one of {', '.join(APIS)}")
@@ -201,6 +204,10 @@ class Session:
         #: adapter per endpoint), and whether it is loaded now.
         self.adapter: str | None = None
         self.adapter_loaded = False
+        #: Streamed generations in flight: request id -> its prefix (``start_stream``).
+        self.streams: dict[str, str] = {}
+        #: Seconds a streamed generation stays in flight on a served connection.
+        self.stream_hold = stream_hold
         self.salts: set[str] = set()
         #: Cache key (``extra_key`` / ``cache_salt``) -> the model's namespace: the weight
         #: version installed when the key was first used.
@@ -282,7 +289,9 @@ class Session:
         return self._encode(status, payload)
 
     @staticmethod
-    def _encode(status: int, payload: Any) -> tuple[int, str, bytes]:
+    def _encode(status: int, payload: Any) -> tuple[int, str, Any]:
+        if isinstance(payload, Streamed):
+            return int(status), "text/event-stream", payload
         if isinstance(payload, bytes):
             return int(status), "text/plain; charset=utf-8", payload
         return int(status), "application/json", json.dumps(payload).encode()
@@ -304,6 +313,8 @@ class Session:
         requests are refused with the engine's 503. The result, trace written."""
         with self.lock:
             self.closed = True
+            for rid in list(self.streams):
+                self._end_stream(rid)
             self.probe_stale()
             self.end_calls()
             return self.result(write=True)
@@ -457,6 +468,59 @@ class Session:
         if obs.response is not None and obs.response.cold is not None:
             self.cold[(prefix, self.weights.installed)] = obs.response.cold
         return obs, None
+
+    def start_stream(self, prompt: Any, salt: str | None, lora: bool, entry) -> str:
+        """Admit a streamed generation of ``prompt``: StartRequest, so it holds its KV in
+        flight (a reset meanwhile is refused, as both engines refuse it while requests
+        run) until ``end_stream`` (FinishRequest) or an abort (a ``mode=abort`` pause).
+        Its request id. On an engine that cannot key by namespace a cache key is 501."""
+        key = json.dumps(prompt)
+        if key not in self.prompts:
+            self.prompts[key] = prefix_name(len(self.prompts))
+        prefix = self.prompts[key]
+        namespace = None
+        if salt is not None:
+            if not self.keys_namespaces:
+                raise PendingRoute("a salted stream on this engine", "ServeRequest(namespace)")
+            namespace = self.namespaces.setdefault(salt, self.weights.installed)
+            entry["namespace"] = {"key": salt, "version": namespace}
+        if not self.probing:
+            self.probe_stale()
+        rid = f"stream-{next(self.rids)}"
+        obs = self.step(StartRequest(0, rid, prefix, lora, namespace), entry)
+        if obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
+        entry["stream"] = rid
+        self.streams[rid] = prefix
+        return rid
+
+    def end_stream(self, rid: str) -> Observation | None:
+        """The streamed generation ``rid`` ends (logged as ``{"stream_end": rid}``):
+        FinishRequest while it is still in flight; ``None`` when it was aborted (a pause
+        that aborts, or the engine) or the session is closed."""
+        with self.lock:
+            if self.closed:
+                return None
+            return self._end_stream(rid)
+
+    def _end_stream(self, rid: str) -> Observation | None:
+        if self.streams.pop(rid, None) is None:
+            return None
+        entry: dict[str, Any] = {"stream_end": rid}
+        self.traffic.append(entry)
+        state = self._state()
+        if self.judging and (
+            state is None or rid not in {r.rid for r in state.endpoint(0).requests}
+        ):
+            entry["aborted"] = True
+            return None
+        try:
+            obs = self.step(FinishRequest(0, rid), entry)
+        except HttpError as e:
+            entry["status"] = int(e.status)
+            return None
+        entry["status"] = 200
+        return obs
 
     def probe_stale(self) -> None:
         """``--probe N``: re-send, once per weight version, up to N prompts last served

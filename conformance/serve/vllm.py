@@ -19,6 +19,7 @@ methods (``TWO_PHASE_METHODS``) and sends ``/sleep?level=&tags=`` (tags vLLM ign
 
 from __future__ import annotations
 
+import json
 import time
 import zlib
 from http import HTTPStatus
@@ -35,7 +36,7 @@ from ...model.observation import Observation
 from ...model.vocabulary import Funnel, PauseMode, Phase, Status
 from ..calls import call_with_timeout
 from .routes import Route
-from .wire import HttpError, PendingRoute
+from .wire import HttpError, PendingRoute, Streamed
 
 if TYPE_CHECKING:
     from .session import Session
@@ -224,7 +225,10 @@ def completions(s: Session, data, query, entry):
     ``return_tokens_as_token_ids`` writes each token as ``"token_id:<id>"``; each choice
     has ``token_ids``, ``prompt_token_ids`` and ``logprobs`` (``tokens``,
     ``token_logprobs``, ``top_logprobs`` one ``{token: logprob}`` per position). A
-    ``model`` naming the loaded LoRA adapter serves through it (``_lora``)."""
+    ``model`` naming the loaded LoRA adapter serves through it (``_lora``). ``"stream":
+    true`` streams it (``_stream_completion``)."""
+    if data.get("stream") is True:
+        return _stream_completion(s, data, entry)
     prompts = _batch(s, data)
     n = s.max_tokens(data.get("max_tokens"), 16)
     copies = data.get("n", 1)
@@ -269,6 +273,43 @@ def completions(s: Session, data, query, entry):
         "choices": choices,
         "usage": usage,
     }
+
+
+def _stream_completion(s: Session, data, entry):
+    """``/v1/completions`` with ``"stream": true`` (one prompt, ``n`` 1): server-sent events
+    as vLLM 0.32 streams them (``vllm/entrypoints/openai/completion/serving.py``: each
+    ``data: {"id", "object": "text_completion", "created", "model", "choices": [{"index",
+    "text", "logprobs", "finish_reason"}]}``, then ``data: [DONE]``). The request is a
+    StartRequest: it holds its KV in flight, so a reset meanwhile is refused
+    (``{"success": false}``, as vLLM's ``reset_prefix_cache`` returns while requests run),
+    until it ends ``Session.stream_hold`` seconds later (FinishRequest: its tokens, then
+    ``finish_reason`` ``"length"``) or a ``/pause?mode=abort`` aborts it
+    (``finish_reason`` ``"abort"``). The first event carries no text (the prefill ran)."""
+    if data.get("n", 1) != 1:
+        raise HttpError(HTTPStatus.BAD_REQUEST, "kvfence serve: a stream has one choice (n 1)")
+    prompt = s.prompt(data, "prompt", "prompt")
+    n = s.max_tokens(data.get("max_tokens"), 16)
+    salt = data.get("cache_salt")
+    if salt is not None and not isinstance(salt, str):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "cache_salt must be a string")
+    rid = s.start_stream(prompt, salt or None, _lora(s, data), entry)
+    head = {"id": f"cmpl-{rid}", "object": "text_completion", "created": int(time.time())}
+    head["model"] = SERVED_MODEL
+
+    def event(text: str, reason: str | None) -> bytes:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+        return f"data: {json.dumps({**head, 'choices': [choice]})}\n\n".encode()
+
+    def finish() -> bytes:
+        from .session import by_checkpoint, tokens_of  # session imports this module
+
+        obs = s.end_stream(rid)
+        if obs is None or obs.status is not Status.OK or obs.response is None:
+            return event("", "abort") + b"data: [DONE]\n\n"
+        ids, _ = tokens_of(by_checkpoint(obs.response.output, s.weights.sources), n)
+        return event(" ".join(f"t{t}" for t in ids), "length") + b"data: [DONE]\n\n"
+
+    return 200, Streamed(event("", None), finish, s.stream_hold)
 
 
 def _batch(s: Session, data) -> list[Any]:
