@@ -389,6 +389,14 @@ def build_parser() -> Parser:
         "refuses one while requests hold KV (CLI-010: is the refusal acted on?)",
     )
     p.add_argument(
+        "--stream-hold",
+        type=seconds,
+        default=1.0,
+        metavar="S",
+        help='seconds a streamed generation ("stream": true) stays in flight holding its '
+        "KV before it finishes (a reset meanwhile is refused, as the engine refuses it)",
+    )
+    p.add_argument(
         "--no-prefix-cache",
         action="store_true",
         help="serve an endpoint with prefix caching off (its server info says so)",
@@ -1130,6 +1138,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             probe=args.probe,
             refuse_resets=args.refuse_resets,
             prefix_cache=not args.no_prefix_cache,
+            stream_hold=args.stream_hold,
         )
     except ValueError as e:
         console.print(f"[bold red]usage:[/] {e}")

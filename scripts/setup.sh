@@ -10,7 +10,9 @@
 #    from `kvfence mutants`; then a live check of vLLM: the reference client PASSES, a
 #    client that never flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh; its
 #    vllm-lora and vllm-rl checks only with KVFENCE_VLLM_LORA=1 / KVFENCE_VLLM_RL=1 here:
-#    the suite checks vllm-rl itself, tests/vllm/test_vllm_engine.py);
+#    the suite checks vllm-rl itself, tests/vllm/test_vllm_engine.py); then .venv-trl, TRL's
+#    client beside that vLLM, for tests/test_peer_trl.py (scripts/install-trl.sh; skipped
+#    with KVFENCE_SKIP_VLLM=1 or KVFENCE_SKIP_PEER=1);
 # 4. SGLang 0.5.23's scheduler on CPU (scripts/install-sglang.sh into .sglang/0.5.23,
 #    ~2 min, after vLLM's torch), then its live check: it FAILS ExactLaneGuardFlushes
 #    (scripts/check-sglang.sh). Skip with KVFENCE_SKIP_SGLANG=1.
@@ -63,6 +65,16 @@ else
     bash scripts/install-vllm.sh .venv/bin/python
     KVFENCE_VLLM_LORA=${KVFENCE_VLLM_LORA:-0} KVFENCE_VLLM_RL=${KVFENCE_VLLM_RL:-0} \
         bash scripts/check-vllm.sh .venv/bin/python
+    # Peer check (tests/test_peer_trl.py): TRL 1.16.0's VLLMClient, unmodified, in .venv-trl
+    # beside this torch and vLLM (scripts/install-trl.sh, ~70 s). Skip with
+    # KVFENCE_SKIP_PEER=1; a failed install only skips the test.
+    if [ "${KVFENCE_SKIP_PEER:-0}" != 1 ]; then
+        if bash scripts/install-trl.sh .venv/bin/python; then
+            echo "setup: TRL 1.16.0's client installed in .venv-trl (tests/test_peer_trl.py)"
+        else
+            echo "setup: could not install TRL into .venv-trl: tests/test_peer_trl.py will skip"
+        fi
+    fi
 fi
 
 if [ "${KVFENCE_SKIP_SGLANG:-0}" = 1 ]; then

@@ -5,7 +5,8 @@ trl_sync.py``: update the parameters, reset the prefix cache, generate).
 
 The driver runs in ``KVFENCE_TRL_PYTHON``, else ``.venv-trl/bin/python`` (a Python with
 trl, torch and vLLM importable; docs/clients.md says how to make one); without one the
-module is skipped with that reason. One driver process drives three
+module is skipped with that reason (``scripts/setup.sh`` makes ``.venv-trl`` with
+``scripts/install-trl.sh``). One driver process drives three
 servers in turn (torch and vLLM imported once, about a minute on two loaded cores):
 
 * the reference engine: PASS (the reset follows the update, no stale KV);

@@ -194,14 +194,18 @@ def test_bad_requests_get_the_engine_error_shape_and_do_not_crash(tmp_path):
         assert s.http.post("/continue_generation", json={}).status_code == 200
         # A form of a route waiting for a model action: the engine's error shape, naming it.
         r = s.http.post("/generate", json={**GENERATE, "lora_path": "adapter-1"})
-        assert r.status_code == 501 and "ServeRequest(lora)" in r.json()["message"]
+        assert r.status_code == 400 and "not loaded" in r.json()["message"]
+        lora = {"lora_name": "adapter-1", "lora_path": "/ckpt/a"}
+        assert s.http.post("/load_lora_adapter", json=lora).json()["success"] is True
+        r = s.http.post("/load_lora_adapter", json={**lora, "lora_name": "adapter-2"})
+        assert r.status_code == 501 and "LoadLora(second adapter)" in r.json()["message"]
         # Still serving, still judging.
         rollout(s.http)
         sync(s.http, flush_cache=True)
         rollout(s.http)
         verdict = s.http.get("/kvfence/verdict").json()
         assert verdict["verdict"] == "PASS", verdict
-        assert any("ServeRequest(lora)" in w for w in verdict["warnings"])
+        assert any("LoadLora(second adapter)" in w for w in verdict["warnings"])
         assert s.stop() == 0, s.stdout
     log = json.loads(Path(verdict["trace"]).with_suffix(".traffic.json").read_text())
     statuses = [e["status"] for e in log["traffic"]]

@@ -8,6 +8,7 @@ server calls per request), so each is a few milliseconds; one runs the CLI.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -404,3 +405,190 @@ def test_sglang_init_and_session_routes_are_logged_no_ops(tmp_path):
     names = [type(a).__name__ for a in s.lockstep.actions]
     assert names[:4] == ["ServeRequest", "PauseGeneration", "UpdateWeights", "ContinueGeneration"]
     assert sum("noop" in e for e in s.traffic) == 4
+
+
+# ----- LoRA routes (ENG-007 over HTTP) and vLLM's token-in token-out generate -------------
+
+
+def lora_reload(s: Session, api: str, in_place: bool) -> None:
+    """Load adapter ``a``, serve a prompt through it, reload it under the same name with new
+    bytes (vLLM: ``load_inplace``, or unload then load; SGLang: unload then load), serve the
+    prompt again through it."""
+    load = "/v1/load_lora_adapter" if api == "vllm" else "/load_lora_adapter"
+    unload = "/v1/unload_lora_adapter" if api == "vllm" else "/unload_lora_adapter"
+
+    def lora_generate() -> None:
+        if api == "vllm":
+            body = {"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 4}, "model": "a"}
+            status, answer = call(s, "POST", "/inference/v1/generate", body)
+        else:
+            body = {"text": "p", "sampling_params": {}, "lora_path": "a"}
+            status, answer = call(s, "POST", "/generate", body)
+        assert status == 200, answer
+
+    assert call(s, "POST", load, {"lora_name": "a", "lora_path": "/lora/v1"})[0] == 200
+    lora_generate()
+    if in_place:
+        again = {"lora_name": "a", "lora_path": "/lora/v2", "load_inplace": True}
+        assert call(s, "POST", load, again)[0] == 200
+    else:
+        assert call(s, "POST", unload, {"lora_name": "a"})[0] == 200
+        assert call(s, "POST", load, {"lora_name": "a", "lora_path": "/lora/v2"})[0] == 200
+    lora_generate()
+
+
+@pytest.mark.parametrize(("api", "in_place"), [("vllm", True), ("vllm", False), ("sglang", False)])
+@pytest.mark.parametrize(
+    ("engine", "expected"), [("reference", Verdict.PASS), ("lora-keyed-by-name", Verdict.FAIL)]
+)
+def test_lora_reload_over_http_is_judged_by_eng_007(tmp_path, api, in_place, engine, expected):
+    """A same-name LoRA reload over the engines' LoRA routes is LoadLora: the reference
+    engine PASSes ENG-007 with evidence, an engine that keys LoRA KV by the adapter's name
+    (PF-13, vllm-project/vllm #42125) FAILs it."""
+    s = Session(api, engine, out_dir=tmp_path)
+    lora_reload(s, api, in_place)
+    verdict, rules = verdicts(s)
+    assert rules["ENG-007"] is expected, rules
+    if expected is Verdict.FAIL:
+        assert verdict is Verdict.FAIL
+
+
+def test_lora_routes_answer_as_the_engines(tmp_path):
+    """vLLM: a second load without ``load_inplace`` is 400, an unknown unload 404, a request
+    naming an unloaded adapter 404, the adapter listed in ``/v1/models`` while loaded;
+    SGLang: a second load is ``{"success": false}`` 400; a second adapter name is 501."""
+    s = Session("vllm", "reference", out_dir=tmp_path / "v")
+    body = {"lora_name": "a", "lora_path": "/lora/v1"}
+    status, text = call(s, "POST", "/v1/load_lora_adapter", body)
+    assert (status, text) == (200, "Success: LoRA adapter 'a' added successfully.")
+    ids = [m["id"] for m in call(s, "GET", "/v1/models")[1]["data"]]
+    assert ids == ["kvfence-serve", "a"]
+    status, answer = call(s, "POST", "/v1/load_lora_adapter", body)
+    assert status == 400 and "load_inplace" in answer["error"]["message"], answer
+    assert call(s, "POST", "/v1/unload_lora_adapter", {"lora_name": "b"})[0] == 404
+    assert call(s, "POST", "/v1/unload_lora_adapter", {"lora_name": "a"})[0] == 200
+    req = {"prompt": "p", "model": "a"}
+    assert call(s, "POST", "/v1/completions", req)[0] == 404
+    assert call(s, "POST", "/v1/load_lora_adapter", {**body, "lora_name": "b"})[0] == 501
+    g = SglangCalls(Session("sglang", "reference", out_dir=tmp_path / "s"))
+    assert g.load("a") == (200, True)
+    assert g.load("a") == (400, False)
+    assert g.unload("b") == (400, False)
+
+
+class SglangCalls:
+    def __init__(self, s: Session) -> None:
+        self.s = s
+
+    def load(self, name: str) -> tuple[int, bool]:
+        status, answer = call(
+            self.s, "POST", "/load_lora_adapter", {"lora_name": name, "lora_path": "/l"}
+        )
+        return status, answer["success"]
+
+    def unload(self, name: str) -> tuple[int, bool]:
+        status, answer = call(self.s, "POST", "/unload_lora_adapter", {"lora_name": name})
+        return status, answer["success"]
+
+
+def test_inference_generate_is_a_serve_request_in_vllm_shape(tmp_path):
+    """``/inference/v1/generate``: token ids in, ``GenerateTokensResponse`` out, one
+    ServeRequest (a repeated prompt is a prefix hit, counted in ``cached_tokens``);
+    ``output_mode`` text and a missing ``sampling_params`` are 400."""
+    s = Session("vllm", "reference", out_dir=tmp_path)
+    body = {"token_ids": [5, 6, 7], "sampling_params": {"max_tokens": 3}, "request_id": "r1"}
+    status, first = call(s, "POST", "/inference/v1/generate", body)
+    assert status == 200, first
+    assert first["request_id"] == "r1" and first["output_mode"] == "tokens"
+    assert first["prompt_token_ids"] == [5, 6, 7]
+    (choice,) = first["choices"]
+    assert len(choice["token_ids"]) == 3 == len(choice["logprobs"]["content"])
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    status, second = call(s, "POST", "/inference/v1/generate", body)
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == 3
+    assert second["choices"][0]["token_ids"] == choice["token_ids"]
+    assert call(s, "POST", "/inference/v1/generate", {"token_ids": [1]})[0] == 400
+    text = {**body, "output_mode": "text"}
+    assert call(s, "POST", "/inference/v1/generate", text)[0] == 400
+    actions = [e.get("action", {}) for e in s.traffic]
+    assert sum(1 for a in actions if a and a.get("action") == "ServeRequest") == 2, actions
+
+
+# ----- requests in flight over HTTP: a stream holds its KV ---------------------------------
+
+
+def stream(s: Session, prompt: str):
+    """Start a streamed completion; the ``Streamed`` answer (its first event sent)."""
+    body = json.dumps({"prompt": prompt, "max_tokens": 3, "stream": True}).encode()
+    status, kind, out = s.handle("POST", "/v1/completions", body)
+    assert (status, kind) == (200, "text/event-stream"), out
+    assert out.first.startswith(b"data: ") and b'"finish_reason": null' in out.first
+    return out
+
+
+def test_a_reset_while_a_stream_runs_is_refused_and_ignoring_it_fails_cli_010(tmp_path):
+    """No fault injection: a streamed generation in flight holds its KV, so the reset of a
+    sync made meanwhile (no abort first) is refused as vLLM refuses it (``{"success":
+    false}``); a trainer that resumes without reading it FAILs CLI-010, and the prompt it
+    cached before the update is served stale (INV-001)."""
+    s = Session("vllm", "reference", out_dir=tmp_path)
+    assert call(s, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
+    running = stream(s, "q")
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/1"}}
+    assert call(s, "POST", "/collective_rpc", rpc)[0] == 200
+    assert call(s, "POST", "/reset_prefix_cache") == (200, {"success": False})
+    rest = running.finish()
+    assert rest.endswith(b"data: [DONE]\n\n") and b'"finish_reason": "length"' in rest
+    assert call(s, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
+    verdict, rules = verdicts(s)
+    assert verdict is Verdict.FAIL
+    assert rules["CLI-010"] is Verdict.FAIL
+    assert not [e for e in s.traffic if "drawn" in e]  # no fault was drawn
+
+
+def test_an_abort_pause_ends_the_stream_and_the_reset_succeeds(tmp_path):
+    """The right order with a stream in flight: ``/pause?mode=abort`` aborts it (its last
+    event says ``abort``), the reset then succeeds, and the session PASSes."""
+    s = Session("vllm", "reference", out_dir=tmp_path, probe=1)
+    assert call(s, "POST", "/v1/completions", {"prompt": "p", "max_tokens": 2})[0] == 200
+    running = stream(s, "q")
+    assert call(s, "POST", "/pause?mode=abort&clear_cache=false")[0] == 200
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": "/ckpt/1"}}
+    assert call(s, "POST", "/collective_rpc", rpc)[0] == 200
+    assert call(s, "POST", "/reset_prefix_cache") == (200, {"success": True})
+    assert call(s, "POST", "/resume")[0] == 200
+    assert b'"finish_reason": "abort"' in running.finish()
+    result = s.close()
+    assert result.verdict is Verdict.PASS, [str(v) for v in result.violations]
+    assert any(e.get("aborted") for e in s.traffic)
+
+
+def test_a_stream_over_http_holds_its_kv_while_a_reset_is_refused(tmp_path):
+    """Through the HTTP server: while a stream is open (held 3 s), a reset on another
+    connection is answered ``{"success": false}``; the stream then ends with its tokens."""
+    import threading
+
+    import httpx
+
+    with serve(tmp_path, "reference", "vllm", ("--stream-hold", "3")) as s:
+        events: list[str] = []
+
+        def read() -> None:
+            body = {"prompt": "q", "max_tokens": 3, "stream": True}
+            with httpx.stream("POST", f"{s.url}/v1/completions", json=body, timeout=30) as r:
+                events.extend(line for line in r.iter_lines() if line)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        deadline = time.monotonic() + 20
+        answer = None
+        while time.monotonic() < deadline:
+            log = s.http.get("/kvfence/verdict").json()
+            answer = s.http.post("/reset_prefix_cache").json()
+            if answer == {"success": False}:
+                break
+            time.sleep(0.05)
+        reader.join(timeout=30)
+        s.stop()
+    assert answer == {"success": False}, log
+    assert events[-1] == "data: [DONE]" and '"finish_reason": "length"' in events[-2]

@@ -10,7 +10,7 @@ answered from the engine and logged, not stepped; routes whose engine effect the
 does not depend on (an NCCL group's init, SGLang's update session, an abort with nothing
 in flight) are documented no-ops (``Route.noop``), answered as the engine does and
 logged. Forms of a route whose model action a serve endpoint cannot take yet
-(``PENDING``: LoRA requests, a preempting vLLM reset, namespaced requests on an engine
+(``PENDING``: a second LoRA adapter, a preempting vLLM reset, namespaced requests on an engine
 that cannot key them) are parsed and answered 501 in the engine's error shape, naming the
 action they wait for. The trainer's calls are judged by the client obligations too
 (``CallSequence``); ``--probe N`` and ``--refuse-resets N`` are in ``Session``.

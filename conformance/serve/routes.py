@@ -37,8 +37,9 @@ class Route:
 
 
 PENDING: dict[str, str] = {
-    "ServeRequest(lora)": "SGLang /generate with a lora_path: LoRA requests on a serve "
-    "endpoint (its config has no LoRA adapter)",
+    "LoadLora(second adapter)": "a LoRA adapter loaded under a second name (vLLM "
+    "/v1/load_lora_adapter, SGLang /load_lora_adapter): the model has one adapter per "
+    "endpoint",
     "FlushCache(preempt)": "vLLM /reset_prefix_cache?reset_running_requests=true: a reset "
     "that preempts the running (and keep-paused) requests so that their blocks are freed",
     "ServeRequest(namespace)": "a reused extra_key (SGLang /generate) or cache_salt (vLLM "

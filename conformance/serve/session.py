@@ -30,11 +30,14 @@ from ...model.actions import (
     BeginWeightUpdate,
     ContinueGeneration,
     FaultRefuseFlush,
+    FinishRequest,
     FinishWeightUpdate,
     FlushCache,
+    LoadLora,
     PauseGeneration,
     PublishVersion,
     ServeRequest,
+    StartRequest,
     UpdateWeights,
     WakeUp,
 )
@@ -59,7 +62,7 @@ from ..runner import Result, RuleVerdict
 from . import judge, sglang, vllm
 from .routes import Route
 from .weights import Weights
-from .wire import HttpError, PendingRoute, error_body, parse_json
+from .wire import HttpError, PendingRoute, Streamed, error_body, parse_json
 
 APIS = ("sglang", "vllm")
 
@@ -84,15 +87,19 @@ CLOSED = "kvfence serve is stopping: the session's verdict is taken, no request 
 
 def endpoint_config(api: str, prefix_cache: bool = True) -> Config:
     """The one endpoint ``kvfence serve`` models for ``api``: radix (prefix) cache on
-    (``prefix_cache``; off: ``--no-prefix-cache``), standard lane. SGLang reports
+    (``prefix_cache``; off: ``--no-prefix-cache``), standard lane, one LoRA adapter slot
+    (the adapter the trainer loads through the LoRA routes; see ``Session.load_adapter``).
+    SGLang reports
     ``disable_radix_cache`` in its server info and an omitted ``flush_cache`` means true
     (``UpdateWeightFromDiskReqInput``); vLLM reports ``enable_prefix_caching`` and has no
     ``flush_cache`` field (false)."""
     if api == "sglang":
         info = server_info(disable_radix_cache=not prefix_cache)
-        return Config(radix=prefix_cache, lane=Lane.STANDARD, info=info, flush_default=True)
+        return Config(
+            radix=prefix_cache, lane=Lane.STANDARD, info=info, flush_default=True, lora=True
+        )
     info = server_info(enable_prefix_caching=prefix_cache)
-    return Config(radix=prefix_cache, lane=Lane.STANDARD, info=info, flush_default=False)
+    return Config(radix=prefix_cache, lane=Lane.STANDARD, info=info, flush_default=False, lora=True)
 
 
 def prefix_name(i: int) -> str:
@@ -159,6 +166,7 @@ class Session:
         probe: int = 0,
         refuse_resets: int = 0,
         prefix_cache: bool = True,
+        stream_hold: float = 1.0,
     ) -> None:
         if api not in APIS:
             raise ValueError(f"--api {api!r}: one of {', '.join(APIS)}")
@@ -192,6 +200,14 @@ class Session:
         self.lock = threading.Lock()
         self.routes = {r.path: r for r in ROUTE_TABLES[api]}
         self.prompts: dict[Any, str] = {}
+        #: The endpoint's LoRA adapter: the name the trainer first loaded (the model has one
+        #: adapter per endpoint), and whether it is loaded now.
+        self.adapter: str | None = None
+        self.adapter_loaded = False
+        #: Streamed generations in flight: request id -> its prefix (``start_stream``).
+        self.streams: dict[str, str] = {}
+        #: Seconds a streamed generation stays in flight on a served connection.
+        self.stream_hold = stream_hold
         self.salts: set[str] = set()
         #: Cache key (``extra_key`` / ``cache_salt``) -> the model's namespace: the weight
         #: version installed when the key was first used.
@@ -273,7 +289,9 @@ class Session:
         return self._encode(status, payload)
 
     @staticmethod
-    def _encode(status: int, payload: Any) -> tuple[int, str, bytes]:
+    def _encode(status: int, payload: Any) -> tuple[int, str, Any]:
+        if isinstance(payload, Streamed):
+            return int(status), "text/event-stream", payload
         if isinstance(payload, bytes):
             return int(status), "text/plain; charset=utf-8", payload
         return int(status), "application/json", json.dumps(payload).encode()
@@ -295,6 +313,8 @@ class Session:
         requests are refused with the engine's 503. The result, trace written."""
         with self.lock:
             self.closed = True
+            for rid in list(self.streams):
+                self._end_stream(rid)
             self.probe_stale()
             self.end_calls()
             return self.result(write=True)
@@ -398,7 +418,9 @@ class Session:
         self.weights.settle(version, source, obs)
         return obs
 
-    def serve(self, prompt: Any, salt: str | None, entry) -> tuple[Observation | None, Any]:
+    def serve(
+        self, prompt: Any, salt: str | None, entry, lora: bool = False
+    ) -> tuple[Observation | None, Any]:
         """Serve ``prompt``. With a ``salt`` (a cache key), on an engine that keys requests
         by namespace: ServeRequest in the namespace the key names (``namespaces``: the
         weight version in force when the key was first used), judged by the spec's
@@ -406,7 +428,7 @@ class Session:
         reusing one after an update pins the request to older weights, PF-24). On an engine
         that cannot (``keys_namespaces``): a never-seen key is the cold oracle (see the
         package doc, ``(None, cold bytes)``) and a reused one waits for the namespace
-        action (501)."""
+        action (501). ``lora``: through the endpoint's adapter (``lora_request``)."""
         key = json.dumps(prompt)
         if key not in self.prompts:
             self.prompts[key] = prefix_name(len(self.prompts))
@@ -417,7 +439,9 @@ class Session:
             entry["namespace"] = {"key": salt, "version": namespace}
             if not self.probing:
                 self.probe_stale()
-            return self.step(ServeRequest(0, prefix, namespace=namespace), entry), None
+            return self.step(ServeRequest(0, prefix, lora, namespace), entry), None
+        if salt is not None and lora:
+            raise PendingRoute("a salted LoRA request on this engine", "ServeRequest(namespace)")
         if salt is not None and salt not in self.salts:
             self.salts.add(salt)
             cold = self.cold.get((prefix, weights))
@@ -436,12 +460,67 @@ class Session:
             )
         if not self.probing:
             self.probe_stale()
-        obs = self.step(ServeRequest(0, prefix), entry)
+        obs = self.step(ServeRequest(0, prefix, lora), entry)
+        if lora:  # the probe re-sends base-model prompts only
+            return obs, None
         self.served_at.pop(prefix, None)  # most recent last
         self.served_at[prefix] = self.weights.installed
         if obs.response is not None and obs.response.cold is not None:
             self.cold[(prefix, self.weights.installed)] = obs.response.cold
         return obs, None
+
+    def start_stream(self, prompt: Any, salt: str | None, lora: bool, entry) -> str:
+        """Admit a streamed generation of ``prompt``: StartRequest, so it holds its KV in
+        flight (a reset meanwhile is refused, as both engines refuse it while requests
+        run) until ``end_stream`` (FinishRequest) or an abort (a ``mode=abort`` pause).
+        Its request id. On an engine that cannot key by namespace a cache key is 501."""
+        key = json.dumps(prompt)
+        if key not in self.prompts:
+            self.prompts[key] = prefix_name(len(self.prompts))
+        prefix = self.prompts[key]
+        namespace = None
+        if salt is not None:
+            if not self.keys_namespaces:
+                raise PendingRoute("a salted stream on this engine", "ServeRequest(namespace)")
+            namespace = self.namespaces.setdefault(salt, self.weights.installed)
+            entry["namespace"] = {"key": salt, "version": namespace}
+        if not self.probing:
+            self.probe_stale()
+        rid = f"stream-{next(self.rids)}"
+        obs = self.step(StartRequest(0, rid, prefix, lora, namespace), entry)
+        if obs.status is not Status.OK:
+            raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
+        entry["stream"] = rid
+        self.streams[rid] = prefix
+        return rid
+
+    def end_stream(self, rid: str) -> Observation | None:
+        """The streamed generation ``rid`` ends (logged as ``{"stream_end": rid}``):
+        FinishRequest while it is still in flight; ``None`` when it was aborted (a pause
+        that aborts, or the engine) or the session is closed."""
+        with self.lock:
+            if self.closed:
+                return None
+            return self._end_stream(rid)
+
+    def _end_stream(self, rid: str) -> Observation | None:
+        if self.streams.pop(rid, None) is None:
+            return None
+        entry: dict[str, Any] = {"stream_end": rid}
+        self.traffic.append(entry)
+        state = self._state()
+        if self.judging and (
+            state is None or rid not in {r.rid for r in state.endpoint(0).requests}
+        ):
+            entry["aborted"] = True
+            return None
+        try:
+            obs = self.step(FinishRequest(0, rid), entry)
+        except HttpError as e:
+            entry["status"] = int(e.status)
+            return None
+        entry["status"] = 200
+        return obs
 
     def probe_stale(self) -> None:
         """``--probe N``: re-send, once per weight version, up to N prompts last served
@@ -543,6 +622,41 @@ class Session:
             self.weights.window = None
         return obs
 
+    def lora_request(self, name: Any, missing: HTTPStatus) -> bool:
+        """Whether a request naming adapter ``name`` (vLLM's ``model``, SGLang's
+        ``lora_path``; ``None``: the base model) is served through the endpoint's adapter;
+        an adapter not loaded now is the engine's ``missing`` error (vLLM 404, SGLang 400)."""
+        if name is None:
+            return False
+        if not isinstance(name, str) or name != self.adapter or not self.adapter_loaded:
+            raise HttpError(missing, f"LoRA adapter {name!r} is not loaded")
+        return True
+
+    def load_adapter(self, name: Any, entry) -> Observation | None:
+        """Load LoRA adapter ``name``, the engine having accepted the request's form (the
+        API checks a name already loaded). The first load is the endpoint's adapter at
+        revision 0 (a logged no-op: nothing is cached under it yet; the model's endpoint
+        has it from the start, and no request could name it before); loading the same name
+        again, in place (vLLM ``load_inplace``) or after an unload, is LoadLora: new bytes
+        under the same name, whose KV must not be reused (ENG-007). A second distinct name
+        is 501 (the model has one adapter per endpoint). ``None`` for the no-op, else the
+        engine's observation."""
+        if not isinstance(name, str) or not name:
+            raise HttpError(HTTPStatus.BAD_REQUEST, "lora_name must be a non-empty string")
+        if self.adapter is not None and name != self.adapter:
+            raise PendingRoute(
+                f"a second LoRA adapter ({name!r} beside {self.adapter!r})",
+                "LoadLora(second adapter)",
+            )
+        entry["adapter"] = name
+        if self.adapter is None:
+            self.adapter, self.adapter_loaded = name, True
+            entry["noop"] = "the endpoint's adapter at revision 0: nothing cached under it"
+            return None
+        obs = self.step(LoadLora(0), entry)
+        self.adapter_loaded = self.adapter_loaded or obs.status is Status.OK
+        return obs
+
     def health(self) -> tuple[int, Any]:
         """``/health`` on both APIs: an empty 200, a 503 once the engine failed."""
         if self.error is not None:
@@ -571,16 +685,22 @@ class Session:
         return min(value, MAX_OUTPUT_TOKENS)
 
     def complete(
-        self, prompt: Any, n: int, data: dict[str, Any], salt_field: str, entry
+        self,
+        prompt: Any,
+        n: int,
+        data: dict[str, Any],
+        salt_field: str,
+        entry,
+        lora: bool = False,
     ) -> tuple[list[int], list[float], bool, int]:
         """Serve ``prompt`` for SGLang ``/generate`` and vLLM ``/v1/completions`` alike:
         ``(token ids, logprobs, prefix hit, prompt tokens)`` of ``n`` output tokens;
-        ``salt_field`` is the API's cache-key field (``extra_key``, ``cache_salt``). A
-        refused request is the engine's 400."""
+        ``salt_field`` is the API's cache-key field (``extra_key``, ``cache_salt``);
+        ``lora``: through the endpoint's adapter. A refused request is the engine's 400."""
         salt = data.get(salt_field)
         if salt is not None and not isinstance(salt, str):
             raise HttpError(HTTPStatus.BAD_REQUEST, f"{salt_field} must be a string")
-        obs, cold = self.serve(prompt, salt or None, entry)
+        obs, cold = self.serve(prompt, salt or None, entry, lora)
         if obs is not None and obs.status is not Status.OK:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
         output = cold if obs is None else (obs.response.output if obs.response else None)

@@ -26,7 +26,7 @@ from ...model.actions import (
 from ...model.vocabulary import Funnel, PauseMode, Status
 from ..calls import call_with_timeout
 from .routes import Route
-from .wire import HttpError, PendingRoute
+from .wire import HttpError
 
 if TYPE_CHECKING:
     from .session import Session
@@ -157,14 +157,17 @@ def resume_memory_occupation(s: Session, data, query, entry):
 
 
 def generate(s: Session, data, query, entry):
+    """``POST /generate`` (``GenerateReqInput``): ServeRequest of ``text`` or
+    ``input_ids``; ``extra_key`` the cache key; ``lora_path`` the name of a loaded LoRA
+    adapter (SGLang resolves it in its LoRA registry; one not loaded is 400): through the
+    endpoint's adapter."""
     prompt = s.prompt(data, "text", "input_ids")
     params = data.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise HttpError(HTTPStatus.BAD_REQUEST, "sampling_params must be an object")
-    if data.get("lora_path") is not None:
-        raise PendingRoute("/generate with lora_path", "ServeRequest(lora)")
+    lora = s.lora_request(data.get("lora_path"), HTTPStatus.BAD_REQUEST)
     n = s.max_tokens(params.get("max_new_tokens"), 8)
-    ids, logprobs, hit, n_prompt = s.complete(prompt, n, data, "extra_key", entry)
+    ids, logprobs, hit, n_prompt = s.complete(prompt, n, data, "extra_key", entry, lora)
     meta: dict[str, Any] = {
         "id": data.get("rid") or uuid.uuid4().hex,
         "finish_reason": {"type": "length", "length": n},
@@ -176,6 +179,52 @@ def generate(s: Session, data, query, entry):
     if data.get("return_logprob"):
         meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logprobs, ids, strict=True)]
     return 200, {"text": " ".join(f"t{t}" for t in ids), "output_ids": ids, "meta_info": meta}
+
+
+def load_lora_adapter(s: Session, data, query, entry):
+    """``POST /load_lora_adapter {"lora_name", "lora_path", "pinned"?}``
+    (``LoadLoRAAdapterReqInput``; ``http_server.py``, ``managers/
+    tokenizer_control_mixin.py``, ``lora/lora_registry.py``, SGLang 0.5.23):
+    ``LoRAUpdateOutput`` ``{"success": true, "error_message": null, "loaded_adapters":
+    {name: path}}``, or 400 with ``success`` false and the error (a name already loaded:
+    SGLang's registry refuses it). Each load gets a new ``lora_id``, the key of its KV: the
+    first load is the endpoint's adapter (a logged no-op), a load of the same name after an
+    unload is LoadLora (new bytes under the same name, ENG-007)."""
+    name, path = data.get("lora_name"), data.get("lora_path")
+    if not (isinstance(name, str) and name and isinstance(path, str) and path):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "lora_name and lora_path must be strings")
+    if s.adapter_loaded and name == s.adapter:
+        return 400, {
+            "success": False,
+            "error_message": f"LoRA with name {name} already exists. Loaded LoRAs: [{name!r}]",
+            "loaded_adapters": None,
+        }
+    entry["lora_path"] = path
+    obs = s.load_adapter(name, entry)
+    if obs is not None and obs.status is not Status.OK:
+        return 400, {
+            "success": False,
+            "error_message": obs.detail or "LoRA load failed",
+            "loaded_adapters": None,
+        }
+    return 200, {"success": True, "error_message": None, "loaded_adapters": {name: path}}
+
+
+def unload_lora_adapter(s: Session, data, query, entry):
+    """``POST /unload_lora_adapter {"lora_name"}`` (``UnloadLoRAAdapterReqInput``, same
+    files): ``{"success": true, "error_message": null, "loaded_adapters": {}}``, 400 with
+    ``success`` false for a name not loaded. A documented no-op: no request can name the
+    adapter until it is loaded again, and that load is LoadLora."""
+    name = data.get("lora_name")
+    if not isinstance(name, str) or name != s.adapter or not s.adapter_loaded:
+        return 400, {
+            "success": False,
+            "error_message": f"LoRA adapter {name!r} is not loaded",
+            "loaded_adapters": None,
+        }
+    s.adapter_loaded = False
+    entry["noop"] = "unloaded: no request names the adapter until its reload (LoadLora)"
+    return 200, {"success": True, "error_message": None, "loaded_adapters": {}}
 
 
 # ----- routes whose engine effect the cache does not depend on (documented no-ops) -------
@@ -257,7 +306,23 @@ ROUTES: tuple[Route, ...] = (
     Route(
         "sglang", ("GET", "POST"), "/resume_memory_occupation", "WakeUp", resume_memory_occupation
     ),
-    Route("sglang", ("POST",), "/generate", "ServeRequest", generate, "ServeRequest(lora)"),
+    Route("sglang", ("POST",), "/generate", "ServeRequest", generate),
+    Route(
+        "sglang",
+        ("POST",),
+        "/load_lora_adapter",
+        "LoadLora",
+        load_lora_adapter,
+        "LoadLora(second adapter)",
+    ),
+    Route(
+        "sglang",
+        ("POST",),
+        "/unload_lora_adapter",
+        "",
+        unload_lora_adapter,
+        noop="no request can name the adapter until its reload, which is LoadLora",
+    ),
     Route(
         "sglang",
         ("POST",),

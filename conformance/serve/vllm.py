@@ -19,6 +19,7 @@ methods (``TWO_PHASE_METHODS``) and sends ``/sleep?level=&tags=`` (tags vLLM ign
 
 from __future__ import annotations
 
+import json
 import time
 import zlib
 from http import HTTPStatus
@@ -35,7 +36,7 @@ from ...model.observation import Observation
 from ...model.vocabulary import Funnel, PauseMode, Phase, Status
 from ..calls import call_with_timeout
 from .routes import Route
-from .wire import HttpError, PendingRoute
+from .wire import HttpError, PendingRoute, Streamed
 
 if TYPE_CHECKING:
     from .session import Session
@@ -64,7 +65,21 @@ def health(s: Session, data, query, entry):
 
 
 def models(s: Session, data, query, entry):
-    return 200, {"object": "list", "data": [{"id": SERVED_MODEL, "object": "model"}]}
+    """The base model, and the LoRA adapter while it is loaded (vLLM lists both)."""
+    listed = [SERVED_MODEL] + ([s.adapter] if s.adapter_loaded else [])
+    return 200, {"object": "list", "data": [{"id": m, "object": "model"} for m in listed]}
+
+
+def _lora(s: Session, data) -> bool:
+    """Whether a request goes through the endpoint's LoRA adapter: its ``model`` names the
+    adapter the trainer loaded (vLLM routes a request to a LoRA by the ``model`` field;
+    an adapter not loaded now is 404 ``The model ... does not exist``). Any other model
+    name is the base model: serve cannot know the base model's name a trainer was
+    configured with."""
+    name = data.get("model")
+    if s.adapter is None or name != s.adapter:
+        return False
+    return s.lora_request(name, HTTPStatus.NOT_FOUND)
 
 
 def is_paused(s: Session, data, query, entry):
@@ -209,16 +224,21 @@ def completions(s: Session, data, query, entry):
     as TRL's ``VLLMClient.generate`` sends); ``n`` choices per prompt, prompt-major;
     ``return_tokens_as_token_ids`` writes each token as ``"token_id:<id>"``; each choice
     has ``token_ids``, ``prompt_token_ids`` and ``logprobs`` (``tokens``,
-    ``token_logprobs``, ``top_logprobs`` one ``{token: logprob}`` per position)."""
+    ``token_logprobs``, ``top_logprobs`` one ``{token: logprob}`` per position). A
+    ``model`` naming the loaded LoRA adapter serves through it (``_lora``). ``"stream":
+    true`` streams it (``_stream_completion``)."""
+    if data.get("stream") is True:
+        return _stream_completion(s, data, entry)
     prompts = _batch(s, data)
     n = s.max_tokens(data.get("max_tokens"), 16)
     copies = data.get("n", 1)
     if not isinstance(copies, int) or isinstance(copies, bool) or copies < 1:
         raise HttpError(HTTPStatus.BAD_REQUEST, f"n {copies!r} is not a positive int")
     as_ids = data.get("return_tokens_as_token_ids") is True
+    lora = _lora(s, data)
     choices, n_prompt, n_out, cached = [], 0, 0, 0
     for prompt in prompts:
-        ids, logprobs, hit, count = s.complete(prompt, n, data, "cache_salt", entry)
+        ids, logprobs, hit, count = s.complete(prompt, n, data, "cache_salt", entry, lora)
         n_prompt += count
         cached += count if hit else 0
         tokens = [f"token_id:{t}" if as_ids else f"t{t}" for t in ids]
@@ -253,6 +273,43 @@ def completions(s: Session, data, query, entry):
         "choices": choices,
         "usage": usage,
     }
+
+
+def _stream_completion(s: Session, data, entry):
+    """``/v1/completions`` with ``"stream": true`` (one prompt, ``n`` 1): server-sent events
+    as vLLM 0.32 streams them (``vllm/entrypoints/openai/completion/serving.py``: each
+    ``data: {"id", "object": "text_completion", "created", "model", "choices": [{"index",
+    "text", "logprobs", "finish_reason"}]}``, then ``data: [DONE]``). The request is a
+    StartRequest: it holds its KV in flight, so a reset meanwhile is refused
+    (``{"success": false}``, as vLLM's ``reset_prefix_cache`` returns while requests run),
+    until it ends ``Session.stream_hold`` seconds later (FinishRequest: its tokens, then
+    ``finish_reason`` ``"length"``) or a ``/pause?mode=abort`` aborts it
+    (``finish_reason`` ``"abort"``). The first event carries no text (the prefill ran)."""
+    if data.get("n", 1) != 1:
+        raise HttpError(HTTPStatus.BAD_REQUEST, "kvfence serve: a stream has one choice (n 1)")
+    prompt = s.prompt(data, "prompt", "prompt")
+    n = s.max_tokens(data.get("max_tokens"), 16)
+    salt = data.get("cache_salt")
+    if salt is not None and not isinstance(salt, str):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "cache_salt must be a string")
+    rid = s.start_stream(prompt, salt or None, _lora(s, data), entry)
+    head = {"id": f"cmpl-{rid}", "object": "text_completion", "created": int(time.time())}
+    head["model"] = SERVED_MODEL
+
+    def event(text: str, reason: str | None) -> bytes:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+        return f"data: {json.dumps({**head, 'choices': [choice]})}\n\n".encode()
+
+    def finish() -> bytes:
+        from .session import by_checkpoint, tokens_of  # session imports this module
+
+        obs = s.end_stream(rid)
+        if obs is None or obs.status is not Status.OK or obs.response is None:
+            return event("", "abort") + b"data: [DONE]\n\n"
+        ids, _ = tokens_of(by_checkpoint(obs.response.output, s.weights.sources), n)
+        return event(" ".join(f"t{t}" for t in ids), "length") + b"data: [DONE]\n\n"
+
+    return 200, Streamed(event("", None), finish, s.stream_hold)
 
 
 def _batch(s: Session, data) -> list[Any]:
@@ -339,7 +396,7 @@ def chat_completions(s: Session, data, query, entry):
     if not (isinstance(messages, list) and messages and all(isinstance(m, dict) for m in messages)):
         raise HttpError(HTTPStatus.BAD_REQUEST, "need messages (a non-empty list of objects)")
     n = s.max_tokens(data.get("max_completion_tokens", data.get("max_tokens")), 16)
-    ids, _, hit, _ = s.complete(messages, n, data, "cache_salt", entry)
+    ids, _, hit, _ = s.complete(messages, n, data, "cache_salt", entry, _lora(s, data))
     n_prompt = sum(len(str(m.get("content", "")).split()) for m in messages) or 1
     return 200, {
         "id": f"chatcmpl-{next(s.rids)}",
@@ -360,6 +417,118 @@ def chat_completions(s: Session, data, query, entry):
             "prompt_tokens_details": {"cached_tokens": n_prompt if hit else 0},
         },
     }
+
+
+def generate_tokens(s: Session, data, query, entry):
+    """``POST /inference/v1/generate`` (``vllm/entrypoints/scale_out/token_in_token_out/
+    api_router.py`` and ``protocol.py``, vLLM 0.32; the token-in token-out route RL
+    trainers use): ``GenerateRequest`` ``{"token_ids": [int, ...] (at least one, none
+    negative), "sampling_params": {"max_tokens"?, ...}, "model"?, "cache_salt"?,
+    "request_id"?}``: one ServeRequest, through the LoRA adapter when ``model`` names it.
+    Answers ``GenerateTokensResponse``: ``{"request_id", "model", "created", "usage",
+    "prompt_token_ids", "output_mode": "tokens", "choices": [{"index": 0,
+    "finish_reason": "length", "stop_reason": null, "token_ids", "logprobs": {"content":
+    [{"token_id", "logprob", "top_logprobs": [...]}]}}]}``. ``output_mode`` ``"text"``
+    needs a tokenizer and is 400 here (vLLM answers 400 where the server has none);
+    ``stream`` is 400 here too (serve answers a request whole)."""
+    ids_in = data.get("token_ids")
+    if not (isinstance(ids_in, list) and ids_in and all(_is_token(t) for t in ids_in)):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "token_ids: a non-empty list of ints >= 0")
+    params = data.get("sampling_params")
+    if not isinstance(params, dict):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "Field required: sampling_params (an object)")
+    if data.get("output_mode", "tokens") != "tokens":
+        raise HttpError(HTTPStatus.BAD_REQUEST, "output_mode 'text' needs a tokenizer")
+    if data.get("stream"):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "kvfence serve: stream is not served here")
+    n = s.max_tokens(params.get("max_tokens"), 16)
+    lora = _lora(s, data)
+    ids, logprobs, hit, n_prompt = s.complete(ids_in, n, data, "cache_salt", entry, lora)
+    content = [
+        {"token_id": t, "logprob": lp, "rank": 1, "top_logprobs": [{"token_id": t, "logprob": lp}]}
+        for t, lp in zip(ids, logprobs, strict=True)
+    ]
+    return 200, {
+        "request_id": data.get("request_id") or f"gen-{next(s.rids)}",
+        "model": data.get("model") or SERVED_MODEL,
+        "created": int(time.time()),
+        "usage": {
+            "prompt_tokens": n_prompt,
+            "completion_tokens": n,
+            "total_tokens": n_prompt + n,
+            "prompt_tokens_details": {"cached_tokens": n_prompt if hit else 0},
+        },
+        "prompt_token_ids": list(ids_in),
+        "output_mode": "tokens",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "length",
+                "stop_reason": None,
+                "token_ids": ids,
+                "logprobs": {"content": content},
+            }
+        ],
+    }
+
+
+def _is_token(t: Any) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool) and t >= 0
+
+
+def load_lora_adapter(s: Session, data, query, entry):
+    """``POST /v1/load_lora_adapter {"lora_name", "lora_path", "load_inplace"?}``
+    (``vllm/entrypoints/serve/lora/api_router.py``, ``openai/models/serving.py``
+    ``load_lora_adapter``, vLLM 0.32; served by vLLM with
+    ``VLLM_ALLOW_RUNTIME_LORA_UPDATING``): a text 200 ``Success: LoRA adapter '<name>'
+    added successfully.``; 400 without both fields, for the base model's name, and for a
+    name already loaded without ``load_inplace`` (vLLM's ``InvalidUserInput``). The
+    first load is the endpoint's adapter (a logged no-op); loading it again, in place or
+    after an unload, is LoadLora (``Session.load_adapter``): vLLM 0.32 keys a LoRA's
+    prefix blocks by its name and path (``_gen_lora_extra_hash_keys``), so new bytes at
+    the same path must not find the old blocks (ENG-007, vllm-project/vllm #42125)."""
+    name, path = data.get("lora_name"), data.get("lora_path")
+    if not (isinstance(name, str) and name and isinstance(path, str) and path):
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, "Both 'lora_name' and 'lora_path' must be provided."
+        )
+    in_place = data.get("load_inplace", False)
+    if not isinstance(in_place, bool):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"load_inplace {in_place!r} is not a bool")
+    if name == SERVED_MODEL:
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST,
+            f"The lora adapter '{name}' conflicts with a served base model.",
+        )
+    if s.adapter_loaded and name == s.adapter and not in_place:
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST,
+            f"The lora adapter '{name}' has already been loaded. If you want to load the "
+            "adapter in place, set 'load_inplace' to True.",
+        )
+    entry["lora_path"] = path
+    obs = s.load_adapter(name, entry)
+    if obs is not None and obs.status is not Status.OK:
+        raise HttpError(HTTPStatus.INTERNAL_SERVER_ERROR, obs.detail or "LoRA load failed")
+    return 200, f"Success: LoRA adapter '{name}' added successfully.".encode()
+
+
+def unload_lora_adapter(s: Session, data, query, entry):
+    """``POST /v1/unload_lora_adapter {"lora_name", "lora_int_id"?}`` (same files): a
+    text 200 ``Success: LoRA adapter '<name>' removed successfully.``; 400 without a
+    name, 404 ``NotFoundError`` for a name not loaded. A documented no-op: no request can
+    name the adapter until it is loaded again, and that load is LoadLora; the KV it
+    leaves cached is that reload's concern (ENG-007)."""
+    name = data.get("lora_name")
+    if not isinstance(name, str) or not name:
+        raise HttpError(
+            HTTPStatus.BAD_REQUEST, "'lora_name' needs to be provided to unload a LoRA adapter."
+        )
+    if name != s.adapter or not s.adapter_loaded:
+        raise HttpError(HTTPStatus.NOT_FOUND, f"The lora adapter '{name}' cannot be found.")
+    s.adapter_loaded = False
+    entry["noop"] = "unloaded: no request names the adapter until its reload (LoadLora)"
+    return 200, f"Success: LoRA adapter '{name}' removed successfully.".encode()
 
 
 ROUTES: tuple[Route, ...] = (
@@ -388,6 +557,23 @@ ROUTES: tuple[Route, ...] = (
         "vllm", ("POST",), "/v1/completions", "ServeRequest", completions, "ServeRequest(namespace)"
     ),
     Route("vllm", ("POST",), "/v1/chat/completions", "ServeRequest", chat_completions),
+    Route("vllm", ("POST",), "/inference/v1/generate", "ServeRequest", generate_tokens),
+    Route(
+        "vllm",
+        ("POST",),
+        "/v1/load_lora_adapter",
+        "LoadLora",
+        load_lora_adapter,
+        "LoadLora(second adapter)",
+    ),
+    Route(
+        "vllm",
+        ("POST",),
+        "/v1/unload_lora_adapter",
+        "",
+        unload_lora_adapter,
+        noop="no request can name the adapter until its reload, which is LoadLora",
+    ),
     Route("vllm", ("GET",), "/get_world_size", "", get_world_size),
     Route("vllm", ("GET",), "/server_info", "", server_info),
     Route("vllm", ("GET",), "/is_sleeping", "", is_sleeping),

@@ -66,6 +66,22 @@ class PendingRoute(HttpError):
         self.waits_for = waits_for
 
 
+class Streamed:
+    """A streamed answer (``text/event-stream``): ``first``, the events sent at once (the
+    request was admitted and holds its KV), and ``finish() -> bytes``, the rest, taken
+    when the request ends: after ``hold`` seconds on a served connection (``Server``), or
+    by whoever holds it in process. ``finish`` is safe to call twice (the second call
+    gives ``b""``)."""
+
+    def __init__(self, first: bytes, finish: Callable[[], bytes], hold: float) -> None:
+        self.first, self.hold = first, hold
+        self._finish: Callable[[], bytes] | None = finish
+
+    def finish(self) -> bytes:
+        finish, self._finish = self._finish, None
+        return finish() if finish is not None else b""
+
+
 def error_body(api: str, status: int, message: str, known_route: bool) -> Any:
     """The engine's error body for ``status`` on ``api`` (404 on a route the API does not
     have: FastAPI's ``{"detail": "Not Found"}``, as both engines answer)."""
@@ -262,6 +278,9 @@ class _Connection(asyncio.Protocol):
         assert request is not None
         method, target = request.method.decode("latin-1"), request.target.decode("latin-1")
         status, kind, out = self.server.answer(method, target, b"".join(self.body))
+        if isinstance(out, Streamed):
+            self._stream(status, kind, out)
+            return
         closed = status == HTTPStatus.SERVICE_UNAVAILABLE and self.server.session.closed
         self._send((status, kind, out), closed)
         if self.transport is not None and not self.transport.is_closing():
@@ -278,6 +297,28 @@ class _Connection(asyncio.Protocol):
         data = self.http.send(head) + self.http.send(h11.Data(data=out))
         self.transport.write(data + self.http.send(h11.EndOfMessage()))
         if close:
+            self.transport.close()
+
+    def _stream(self, status: int, kind: str, out: Streamed) -> None:
+        """Send a streamed answer's head and first events now (chunked: no length), its
+        rest once the request ends (``out.hold`` seconds later; the loop serves other
+        connections meanwhile, so a reset can meet the request in flight). Requests
+        pipelined on this connection wait for the stream's end (h11 pauses them)."""
+        assert self.transport is not None
+        head = h11.Response(status_code=status, headers=[("Content-Type", kind)])
+        self.transport.write(self.http.send(head) + self.http.send(h11.Data(data=out.first)))
+        asyncio.get_running_loop().call_later(out.hold, self._end_stream, out)
+
+    def _end_stream(self, out: Streamed) -> None:
+        rest = out.finish()
+        if self.transport is None or self.transport.is_closing():
+            return
+        tail = self.http.send(h11.Data(data=rest)) if rest else b""
+        self.transport.write(tail + self.http.send(h11.EndOfMessage()))
+        if self.http.their_state is h11.DONE:
+            self.http.start_next_cycle()
+            self._events()
+        else:
             self.transport.close()
 
     def _close_with(self, answer: tuple[int, str, bytes]) -> None:
