@@ -68,7 +68,7 @@ from ..model.actions import (
 )
 from ..model.capabilities import Capability, needed
 from ..model.rules import RuleId
-from ..model.state import PROFILE_FIELDS, Bounds, Config, Policy, initial_state
+from ..model.state import PROFILE_FIELDS, Bounds, Config, Policy, initial_state, with_profile
 from ..model.vocabulary import Lane, Tier
 from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled, Refused
 from .lockstep import Lockstep
@@ -430,6 +430,11 @@ def adapted(engine: EngineAdapter, s: Scenario) -> tuple[tuple[Config, ...] | No
     missing = sorted({c.value for c, uses in _FEATURES for x in s.configs if uses(x)} - caps)
     if missing:
         return None, f"needs {', '.join(missing)}"
+    try:  # the engine's profile is applied to every config, as the lockstep does
+        for c in s.configs:
+            with_profile(c, getattr(engine, "profile", None))
+    except ValueError as e:
+        return None, f"its configs do not take the engine's profile ({e})"
     return s.configs, ""
 
 

@@ -26,7 +26,7 @@ from kvfence.model import SPEC_VERSION
 from kvfence.model.actions import ServeRequest, StartRequest, SyncWeights
 from kvfence.model.capabilities import Capability
 from kvfence.model.properties import SOMETIMES
-from kvfence.model.state import Policy
+from kvfence.model.state import Config, Policy
 
 
 class StaleOnEighthUpdate(ReferenceEndpoint):
@@ -133,6 +133,25 @@ def test_a_scenario_needing_a_missing_capability_is_skipped_with_the_reason(the_
     eng008 = next(t for t in run.tallies if t.rule == "ENG-008")
     assert eng008.skipped >= 1 and "needs tiers" in eng008.reason
     assert run.failed == 0
+
+
+def test_a_scenario_whose_configs_refuse_the_engine_profile_is_skipped_with_the_reason():
+    """A store scenario on a design whose profile sets a flag the store does not model
+    (encoder-left-to-client's ``encoder_reset_separate``) is skipped, never an ERROR: the
+    lockstep applies the profile to every config and a store endpoint refuses the flag."""
+    engine = registry.engine("design:encoder-left-to-client")
+    assert (engine.profile or {}).get("encoder_reset_separate")
+    store = battery.Scenario(
+        name="store scenario",
+        rules=("STO-001",),
+        configs=(Config(store=True),),
+        policy=Policy(),
+        actions=(ServeRequest(0, "P"),),
+    )
+    configs, why = battery.adapted(engine, store)
+    assert configs is None and "store" in why and "encoder_reset_separate" in why
+    plain = attrs.evolve(store, configs=(Config(),))
+    assert battery.adapted(engine, plain) == ((Config(),), "")
 
 
 def test_over_the_budget_is_skipped_and_said(the_battery):
