@@ -255,6 +255,8 @@ MISSING_REASONS: dict[str, str] = {
     "namespaces": "not wired: requests carry no namespace (cache_salt) yet",
     "ranks": "not wired: one engine core (data_parallel_size 1), so no data-parallel "
     "ranks answer a flush or an update separately",
+    "store": "not wired: vLLM's KV connectors to a store shared across engines (LMCache, "
+    "Mooncake) are not started",
 }
 
 #: The LoRA adapter's name on the engine; every revision is loaded under it.
