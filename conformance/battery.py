@@ -70,6 +70,7 @@ from ..model.capabilities import Capability, needed
 from ..model.rules import RuleId
 from ..model.state import PROFILE_FIELDS, Bounds, Config, Policy, initial_state, with_profile
 from ..model.vocabulary import Lane, Tier
+from .calls import stop_if_asked
 from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled, Refused
 from .lockstep import Lockstep
 from .record import Recorder
@@ -551,6 +552,7 @@ def run_battery(
 
     started_count = 0
     for s in battery.scenarios:
+        stop_if_asked()
         configs, why = adapted(engine, s)
         if configs is None:
             tally(s, "skipped", why)

@@ -27,6 +27,19 @@ from ..model.capabilities import Capability, parse
 from ..model.rules import RuleId
 from .errors import AdapterError
 
+SIGNALLED = threading.Event()
+"""Set by the handler of a stop signal (SIGTERM, SIGINT: the CLI's, an isolated check's), and
+only there: a search that a swallowed ``KeyboardInterrupt`` kept going stops at its next
+step (``stop_if_asked``); ``runner.run_check`` clears it as a check starts."""
+
+
+def stop_if_asked() -> None:
+    """Raise ``KeyboardInterrupt`` when a stop signal was received (``SIGNALLED``): called at
+    each step of a search and between battery scenarios, so a stop is honoured even where
+    code between the signal and the search caught the first ``KeyboardInterrupt``."""
+    if SIGNALLED.is_set():
+        raise KeyboardInterrupt
+
 
 @define(slots=True)
 class Timing:

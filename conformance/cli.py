@@ -32,6 +32,7 @@ from ..model.rules import BY_ID, RULES
 from ..model.state import Bounds, Config, Policy
 from ..model.vocabulary import Tier
 from . import isolate
+from .calls import SIGNALLED
 from .explore import DEPLOYMENTS, deployment, explore_adapter
 from .report import (
     clean,
@@ -1182,6 +1183,7 @@ SIGPIPE (``rules`` and ``diagram``, which only print, exit 0)."""
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    SIGNALLED.set()  # honoured at the next step even if this KeyboardInterrupt is caught
     raise KeyboardInterrupt
 
 

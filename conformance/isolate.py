@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .calls import on_stuck
+from .calls import SIGNALLED, on_stuck
 
 T = TypeVar("T")
 """What the check returns (a ``runner.Result``): sent back through the pipe pickled."""
@@ -163,6 +163,7 @@ _stopped: list[float] = []
 def _stop_once(signum: int, frame: Any) -> None:
     """The child's stop handler: the first signal interrupts the search (which writes what
     it recorded); later ones are ignored while it does (the parent kills on a second)."""
+    SIGNALLED.set()  # honoured at the search's next step even if this interrupt is caught
     if not _stopped:
         _stopped.append(time.monotonic())
         raise KeyboardInterrupt

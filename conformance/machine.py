@@ -54,6 +54,7 @@ from ..model.actions import (
 from ..model.state import Bounds, State
 from ..model.vocabulary import Tier
 from . import strategies
+from .calls import stop_if_asked
 from .errors import Diverged, Refused
 from .lockstep import MACHINE_BOUNDS, Lockstep
 from .record import Recorder
@@ -170,7 +171,9 @@ class KvfenceMachine(RuleBasedStateMachine):
         """Draw an action type by ``DRAW_FREQUENCY`` among those enabled, then one of its
         instances, and run it in lockstep. While an endpoint holds KV on a lower tier, the
         draw is first steered to that endpoint's actions three times in four
-        (``tier_steered``)."""
+        (``tier_steered``). A stop signal received since (``calls.STOPPED``) ends the
+        search here."""
+        stop_if_asked()
         pool, steered = tier_steered(self.lockstep, data)
         kinds = {type(a) for a in pool}
         weights = STEERED_FREQUENCY if steered else DRAW_FREQUENCY

@@ -38,7 +38,7 @@ from ..model.rules import BY_ID, RULES, Klass, Rule, RuleId
 from ..model.state import Bounds
 from .battery import BatteryRun, run_battery
 from .battery import load as load_battery
-from .calls import Timing, call_with_timeout, check_capabilities, is_direct
+from .calls import SIGNALLED, Timing, call_with_timeout, check_capabilities, is_direct
 from .client_table import client_table
 from .errors import AdapterError, ConformanceFailure
 from .isolate import run_isolated
@@ -790,6 +790,7 @@ def run_check(
             timeout,
             on_progress,
         )
+    SIGNALLED.clear()  # a stop received before this check was for the one it ended
     started = time.perf_counter()
     search = generate(engine, client, opts)
     run, best = minimise(engine, client, search, opts)

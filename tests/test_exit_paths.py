@@ -48,6 +48,11 @@ def misbehave():
         time.sleep(600)
     if how == "slow":
         time.sleep(0.05)
+    if how == "swallow":  # an engine whose own code catches the stop (a broad except)
+        try:
+            time.sleep(0.05)
+        except KeyboardInterrupt:
+            pass
 
 
 class Engine(InProcessAdapter):
@@ -120,6 +125,19 @@ def test_sigterm_mid_check_writes_what_it_recorded_and_exits_2(tmp_path):
     traces = list((tmp_path / "out").glob("counterexample-*.jsonl"))
     assert traces, "the recorded run was not written"
     assert "stopped by a signal" in traces[0].read_text()
+
+
+def test_sigterm_stops_a_check_whose_engine_swallows_the_interrupt(tmp_path):
+    """The stop signal lands inside the engine's call, whose code catches the
+    ``KeyboardInterrupt``: the search still ends at its next step (``calls.STOPPED``)
+    instead of running out its whole budget."""
+    proc = check(tmp_path, "swallow", after=0)
+    time.sleep(6)
+    proc.send_signal(signal.SIGTERM)
+    code, out, took = finish(proc, 60)
+    assert code == 2, out
+    assert "stopped by a signal" in out, out
+    assert took < 30, took
 
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
