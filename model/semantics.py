@@ -1414,6 +1414,12 @@ def pd_request(s: State, a: ServeRequest | StartRequest) -> Branches:
         outcome = ok(d, hit=RuleId.INV_001, sampled=RuleId.PD_001)
         outcome = evolve(seen(outcome, response=response), served=served, dropped=pf.dropped)
         out.append((evolve(s2, ledger=(*s.ledger, served)), outcome))
+    # A hit on the prefill side's KV of older weights (an opt-out update left it there,
+    # INV-001's waiver) is KV of another version: a handshake on the transferred KV's
+    # version may refuse it (PD-001), as refusing is always safe.
+    for pf in prefills(p, a.prefix, False, None):
+        if _kv_version_differs(pf.uses, d.live):
+            out.append((s.with_endpoint(pi, pf.ep), rejected(d, RuleId.PD_001)))  # type: ignore[arg-type]
     return tuple(out)
 
 
