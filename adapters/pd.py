@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from ..model.capabilities import Capability
 from ..model.state import Config, Use, server_info
-from ..model.vocabulary import Role
+from ..model.vocabulary import PauseMode, Role
 from .reference import ReferenceEndpoint, Reply, Request
 
 PD_CONFIGS: tuple[Config, ...] = (
@@ -59,8 +59,9 @@ exact lane) are SKIP on it."""
 class PrefillEndpoint(ReferenceEndpoint):
     """The reference prefill engine: a scheduler whose radix cache computes the KV of every
     request its decode endpoints admit (``prefill``), and whose flush waits for (here:
-    refuses during) every live transfer (``_can_flush``). ``decoders`` are attached by the
-    adapter. ``decode_cls`` is the decode engine it is deployed with."""
+    refuses during) every live transfer (``_can_flush``). ``transfers`` are the request
+    IDs whose transferred KV a decode endpoint still holds (kept by the decode endpoints).
+    ``decode_cls`` is the decode engine it is deployed with."""
 
     fixed_configs: ClassVar[tuple[Config, ...]] = PD_CONFIGS
     capabilities: ClassVar[frozenset[Capability]] = PD_CAPABILITIES
@@ -69,7 +70,7 @@ class PrefillEndpoint(ReferenceEndpoint):
 
     def __init__(self, config: Config) -> None:
         super().__init__(config)
-        self.decoders: list[DecodeEndpoint] = []
+        self.transfers: set[str] = set()
 
     def prefill(self, prefix: str) -> tuple[set[Use], bool] | None:
         """Compute ``prefix``'s KV for a transfer: what it depends on and whether the radix
@@ -81,7 +82,7 @@ class PrefillEndpoint(ReferenceEndpoint):
     def live_transfers(self) -> int:
         """How many transfers still hold KV this engine computed: every request a decode
         endpoint admitted that still holds its KV."""
-        return sum(not r.retracted for d in self.decoders for r in d.requests.values())
+        return len(self.transfers)
 
     def _can_flush(self) -> bool:
         """LIV-001 and PD-002: a live transfer holds KV of this engine's pool as a running
@@ -109,7 +110,6 @@ class DecodeEndpoint(ReferenceEndpoint):
     def attach(self, prefill: PrefillEndpoint) -> None:
         """Deploy behind ``prefill`` (the adapter attaches every decode endpoint)."""
         self.prefill = prefill
-        prefill.decoders.append(self)
 
     def _accepts(self, uses: set[Use]) -> bool:
         """PD-001: the transferred KV was computed under this engine's weight version."""
@@ -148,6 +148,7 @@ class DecodeEndpoint(ReferenceEndpoint):
             return Reply(False, message="transferred KV of another weight version")
         uses, hit = got
         self.requests[rid] = Request(prefix, False, {self.live()}, uses)
+        self._sync_transfers()
         return Reply(True, hit=hit)
 
     def finish(self, rid: str) -> Reply:
@@ -156,8 +157,29 @@ class DecodeEndpoint(ReferenceEndpoint):
         req = self.requests[rid]
         if not self.closed and not req.retracted and not self._accepts(req.uses):
             del self.requests[rid]
+            self._sync_transfers()
             return Reply(False, aborted=frozenset({rid}), message="KV of another version")
-        return super().finish(rid)
+        reply = super().finish(rid)
+        self._sync_transfers()
+        return reply
+
+    def pause_generation(self, mode: PauseMode, clear_cache: bool = False) -> Reply:
+        """A pause: an abort ends the live transfers, a retract frees their KV."""
+        reply = super().pause_generation(mode, clear_cache)
+        self._sync_transfers()
+        return reply
+
+    def continue_generation(self) -> Reply:
+        """Retracted requests recompute their KV here and hold it again."""
+        reply = super().continue_generation()
+        self._sync_transfers()
+        return reply
+
+    def _sync_transfers(self) -> None:
+        """Tell the prefill engine which transfers are live: the requests that still hold
+        their KV here (its pages stay pinned there until then)."""
+        if self.prefill is not None:
+            self.prefill.transfers = {k for k, r in self.requests.items() if not r.retracted}
 
 
 PrefillEndpoint.prefill_cls = PrefillEndpoint
