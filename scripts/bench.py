@@ -219,8 +219,8 @@ def kill(quick: bool) -> dict[str, float]:
 
 def deployment_kills(quick: bool) -> dict[str, float]:
     """Each deployment mutant's time to kill (an engine declaring a deployment capability:
-    ranks, a shared store, prefill/decode roles), focused on its rule, one at a time on one worker, so each
-    figure is its own search: ``<mutant>_seconds``."""
+    ranks, a shared store, prefill/decode roles), focused on its rule, one at a time on
+    one worker, so each figure is its own search: ``<mutant>_seconds``."""
     from kvfence.adapters import registry
     from kvfence.adapters.mutants import MUTANTS
     from kvfence.conformance.matrix import killed, run_matrices
