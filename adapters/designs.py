@@ -809,7 +809,8 @@ class DrainsTransfersBeforeUpdate(PrefillEndpoint):
     engine does the same while it holds a live request. So no transfer is in flight
     across an update on either side, and the flush of an update never meets live KV.
     The drain a rolling P/D update of sgl-project/rbg issue #22 asks for, in the shape of
-    SGLang's ``pause_generation`` followed by an update once the queues are empty."""
+    sgl-project/sglang's ``POST /pause_generation`` followed by an update once the queues
+    are empty."""
 
     def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
         if self.live_transfers():
