@@ -244,3 +244,29 @@ def test_the_explorer_kills_each_pd_mutant_with_its_rule(mutant, rule):
     )
     assert {v.rule for v in x.violation} == {rule}, x.violation
     assert len(x.trace) == 2
+
+
+def test_the_pd_semantics_are_equivariant_under_renaming():
+    """Renaming prefixes and request IDs (which live transfers carry) maps every successor
+    onto a successor: the explorer's orbits stay sound on a P/D deployment (its two
+    endpoints differ in role, so they are never swapped), on states with live transfers."""
+    from kvfence.model.candidates import actions
+    from kvfence.model.state import Bounds
+    from kvfence.model.symmetry import canonical, images
+
+    two = Bounds(prefixes=("P", "Q"), rids=("r1", "r2"))
+    start = initial_state((P, D))
+    seen, todo = {start}, [start]
+    for _ in range(2):
+        todo = [n.without_ledger() for s in todo for a in actions(s, two) for n, _ in step(s, a)]
+        todo = [s for s in todo if s not in seen and not seen.add(s)]
+    states = sorted((s for s in seen if transfers(s)), key=lambda s: -len(transfers(s)))[:8]
+    assert len(states) == 8 and len(transfers(states[0])) > 1
+
+    def successors(s):
+        return {canonical(n.without_ledger(), two) for a in actions(s, two) for n, _ in step(s, a)}
+
+    for s in states:
+        want = successors(s)
+        for image in images(s, two):
+            assert successors(image) == want
