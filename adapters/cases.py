@@ -4,8 +4,8 @@ Each ``Case`` is one report from ``shared/cases/public-faults.md`` (PF-01..PF-18
 ``shared/cases/more-faults.md`` (PF-19..PF-24, PF-22 in two variants; PF-23 is a client
 program's call sequence) or ``shared/cases/deployments-and-failures.md`` (PF-25, PF-26 in
 two variants: data-parallel ranks; PF-27, PF-28, PF-32: failed updates and KV of no
-version; PF-31: a KV store shared by several endpoints): the endpoint configs and client policy, the
-smallest action list
+version; PF-31: a KV store shared by several endpoints; PF-29, PF-30: prefill/decode
+deployments): the endpoint configs and client policy, the smallest action list
 that shows the fault, the mutant that makes the general mistake, and the rule a checker
 must name. The regression
 tests replay every case against the reference (it must pass) and against its mutant (it
@@ -34,8 +34,17 @@ from ..model.actions import (
     WakeUp,
 )
 from ..model.rules import RuleId
-from ..model.state import Config, Policy
-from ..model.vocabulary import ALL_MEMORY, CacheMode, Funnel, Lane, MemoryTag, PauseMode, Tier
+from ..model.state import Config, Policy, server_info
+from ..model.vocabulary import (
+    ALL_MEMORY,
+    CacheMode,
+    Funnel,
+    Lane,
+    MemoryTag,
+    PauseMode,
+    Role,
+    Tier,
+)
 
 
 @frozen
@@ -492,13 +501,43 @@ CASES += (
     ),
 )
 
-DEFERRED: dict[str, int] = {
-    "PF-29": 25,  # prefill and decode engines on different versions: needs roles
-    "PF-30": 25,  # a flush that frees KV a live transfer holds: needs roles and a router
-}
+# shared/cases/deployments-and-failures.md: prefill/decode deployments (endpoint 0 the
+# prefill engine, endpoint 1 the decode engine: adapters/pd.py's PD_CONFIGS)
+PD = (
+    Config(role=Role.PREFILL),
+    Config(role=Role.DECODE, radix=False, info=server_info(radix_cache_enabled=False)),
+)
+CASES += (
+    Case(
+        "PF-29",
+        "Prefill and decode engines on different weight versions",
+        "verl-project/verl PR #7616; sgl-project/sglang PR #18646; sgl-project/rbg issue #22",
+        "decode-serves-any-kv-version",
+        RuleId.PD_001,
+        PD,
+        AUTO,
+        # a rolling update reaches the decode engine first; the prefill engine computes P's
+        # KV under v0 and the decode engine decodes it under v1
+        (UpdateWeights(1, 1, Funnel.DISK, True), ServeRequest(1, "P")),
+    ),
+    Case(
+        "PF-30",
+        "The router drops the flush timeout and the flush frees KV a live transfer holds",
+        "sgl-project/sglang PR #36150, PR #36152",
+        "flush-frees-live-transfer",
+        RuleId.PD_002,
+        PD,
+        AUTO,
+        # P's KV is in transfer to the decode engine (the request is live) when the flush
+        # reaches the prefill engine without its timeout: it must wait or be refused
+        (StartRequest(1, "r1", "P"), FlushCache(0)),
+    ),
+)
+
+DEFERRED: dict[str, int] = {}
 """Public cases of the shared case files not expressed yet, each with the number of the
-tracker issue that will express it: the deployment vocabulary these cases need
-(prefill/decode roles, routers, shared KV stores) is not in the spec yet."""
+tracker issue that will express it (none now: every case of the shared case files is
+expressed)."""
 
 BY_ID: dict[str, Case] = {}
 """The first case of each ID (PF-22 has two variants, one per mutant: see ``BY_MUTANT``)."""

@@ -25,6 +25,7 @@ from attrs import frozen
 
 from ..model.state import Config, Use
 from ..model.vocabulary import ALL_MEMORY, MIXED, Funnel, Kind, MemoryTag, PauseMode, Phase, Tier
+from .pd import DecodeEndpoint, PrefillEndpoint
 from .ranks import RankedEndpoint
 from .reference import ClosingEndpoint, Key, ReferenceEndpoint, Reply, Request
 from .store import SharedStore, StoreEndpoint
@@ -765,6 +766,73 @@ class RotatesStoreNamespace(StoreEndpoint):
         return (self.namespace, prefix)
 
 
+# ----- prefill/decode deployments (PD-001, PD-002) ------------------------------------------
+
+
+class ChecksTransferredKvVersion(DecodeEndpoint):
+    """Keeps: PD-001, PD-002.
+
+    The reference P/D engines as a design: the decode engine checks the weight version
+    the transferred KV was computed under against its own (a version tag carried with the
+    transfer) and refuses the request when they differ, and aborts a live one whose KV an
+    update on its side outdated; the prefill engine's flush waits for (refuses during)
+    every live transfer. The shape of SGLang's disaggregation transfer
+    (sgl-project/sglang ``python/sglang/srt/disaggregation/decode.py``, the decode side's
+    prealloc and transfer queues) with the version check PR #18646 adds to a rolling
+    update (PF-29)."""
+
+
+class HoldsAdmissionAcrossVersions(DecodeEndpoint):
+    """Keeps: PD-001, PD-002.
+
+    Pauses both roles while they are at two versions: the decode engine asks the prefill
+    engine's weight version before any prefill runs (its bootstrap handshake) and admits
+    nothing while it differs from its own, so during a rolling update (prefill first,
+    then decode, as verl-project/verl PR #7616 orders it) no request is prefilled at all
+    between the two updates; the prefill engine then computes nothing it would have to
+    throw away. Costs: requests wait (here: are refused) for the whole rolling window.
+    sgl-project/sglang ``python/sglang/srt/disaggregation/`` bootstrap server."""
+
+    def _transfer(self, prefix: str) -> tuple[set[Use], bool] | None:
+        p = self.prefill
+        if p is not None and (p.live() != self.live() or p.closed):
+            return None  # held at admission: no prefill runs
+        return super()._transfer(prefix)
+
+
+class DrainsTransfersBeforeUpdate(PrefillEndpoint):
+    """Keeps: PD-001, PD-002.
+
+    Drains the transfers before any weight moves: the prefill engine refuses an update
+    (changing nothing, reported as a failure the trainer retries after the drain) while a
+    transfer it computed is live, whether or not the update asks for a flush; the decode
+    engine does the same while it holds a live request. So no transfer is in flight
+    across an update on either side, and the flush of an update never meets live KV.
+    The drain a rolling P/D update of sgl-project/rbg issue #22 asks for, in the shape of
+    sgl-project/sglang's ``POST /pause_generation`` followed by an update once the queues
+    are empty."""
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        if self.live_transfers():
+            return Reply(False, message="transfers in flight: drain them, then update")
+        return super().update_weights(version, funnel, flush_cache)
+
+
+class DrainingDecode(DecodeEndpoint):
+    """The decode engine of ``DrainsTransfersBeforeUpdate``: refuses an update while it
+    holds a live request (sgl-project/rbg issue #22's drain)."""
+
+    prefill_cls = DrainsTransfersBeforeUpdate
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        if any(not r.retracted for r in self.requests.values()):
+            return Reply(False, message="requests in flight: drain them, then update")
+        return super().update_weights(version, funnel, flush_cache)
+
+
+DrainsTransfersBeforeUpdate.decode_cls = DrainingDecode
+
+
 def _engine(name: str, case: str | None, cls: type[ReferenceEndpoint]) -> Design:
     return Design(name, case, "engine", lambda: cls)
 
@@ -827,6 +895,10 @@ DESIGNS: tuple[Design, ...] = (
     # the store deployment; on an endpoint without the store each is the reference)
     _engine("keys-store-by-weights", "CD-20", KeysStoreByWeights),
     _engine("rotates-store-namespace", None, RotatesStoreNamespace),
+    # prefill/decode deployments (checked on pd.PD_CONFIGS, explored on the pd deployment)
+    _engine("checks-transferred-kv-version", None, ChecksTransferredKvVersion),
+    _engine("holds-admission-across-versions", None, HoldsAdmissionAcrossVersions),
+    _engine("drains-transfers-before-update", None, DrainsTransfersBeforeUpdate),
     # (RefusesUpdatesWhileRequestsExist is correct but never updates with a request in
     # flight, so INV-002 cannot be exercised on it: its passes are shown by its own test)
     # client programs and the engine profile they are checked on (docs/clients.md)
@@ -844,14 +916,17 @@ __all__ = [
     "AbortsBeforePublishCheck",
     "AbortsThenFlushes",
     "AlwaysFlushes",
+    "ChecksTransferredKvVersion",
     "ClosesOnAnyRankFailure",
     "ClosesOnRaisedFlush",
     "DerivedRebuiltLazily",
     "Design",
     "DrainsOverlapBeforeWrite",
+    "DrainsTransfersBeforeUpdate",
     "EncoderFollowsWeights",
     "EncoderLeftToClient",
     "FlushesInsideSleep",
+    "HoldsAdmissionAcrossVersions",
     "KeysStoreByWeights",
     "LabelsOnlyWithUpdates",
     "MergesEveryFlushReply",

@@ -23,6 +23,7 @@ from .designs import (
     MergesEveryFlushReply,
     VersionKeyedCache,
 )
+from .pd import DecodeEndpoint, PrefillEndpoint
 from .ranks import RankedEndpoint
 from .reference import CachedKV, Key, ReferenceEndpoint, Reply, Request
 from .store import StoreEndpoint
@@ -834,6 +835,46 @@ class StoreKeyedByTokens(StoreEndpoint):
         return prefix
 
 
+# ----- prefill/decode deployments -----------------------------------------------------------
+
+
+class DecodeServesAnyKvVersion(DecodeEndpoint):
+    """Violates: PD-001.
+
+    The decode engine attends to whatever KV the prefill engine transferred, under its own
+    weights, without checking what version computed it: during a rolling update (one role
+    updated, the other not yet) every request is decoded over KV of the other weights, hit
+    or miss, while the decode engine's label names its own version; a transfer in flight
+    when the decode side's update lands finishes over the old KV too.
+    verl-project/verl PR #7616; sgl-project/sglang PR #18646; sgl-project/rbg issue #22
+    (PF-29).
+    """
+
+    def _accepts(self, uses: set[Use]) -> bool:
+        return True
+
+
+class FlushFreesLiveTransfer(PrefillEndpoint):
+    """Violates: PD-002.
+
+    The prefill engine's ``/flush_cache`` reads a missing ``timeout`` as "flush now" and
+    skips its idle check for KV transfers: a router that forwards the flush without the
+    caller's timeout makes every flush free the pages a live transfer to the decode engine
+    is still reading, and reports success, truthfully (the tree is empty). Requests running
+    on the prefill engine itself still block it. sgl-project/sglang PR #36150 and PR #36152
+    (PF-30).
+    """
+
+    decode_cls = DecodeEndpoint
+
+    def flush_cache(self) -> Reply:
+        if not ReferenceEndpoint._can_flush(self):  # its own requests and injected faults
+            return super().flush_cache()
+        self._clear_cache()
+        self.dirty = False
+        return Reply(True, flushed=True)
+
+
 @frozen
 class Mutant:
     """One catalogued mutant: ``name``, the ``rule`` it must be killed by, whether it is a
@@ -944,6 +985,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # a KV store shared by several endpoints
     _engine("store-keyed-by-tokens", StoreKeyedByTokens, RuleId.STO_001, "PF-31"),  # type: ignore[arg-type]
+    # prefill/decode deployments
+    _engine("decode-serves-any-kv-version", DecodeServesAnyKvVersion, RuleId.PD_001, "PF-29"),
+    _engine("flush-frees-live-transfer", FlushFreesLiveTransfer, RuleId.PD_002, "PF-30"),
 )
 
 

@@ -42,6 +42,9 @@ adapter lacks is SKIP with that reason, never PASS:
 ``store``                 endpoints on a shared KV store (``Config.store``):
                           ``Response.stored``, the store entry a prefill loaded, with the
                           lineage, version and KV format that computed it
+``roles``                 prefill/decode deployments (``Config.role``): a request on a
+                          decode endpoint whose KV the prefill endpoint computes and
+                          transfers, live until it finishes (PD-001, PD-002)
 ========================  ===============================================================
 
 Without ``pause``, a SyncWeights drives only UpdateWeights on each endpoint. An engine

@@ -629,6 +629,7 @@ class InProcessAdapter:
         Capability.ENCODER_RESET,
         Capability.RANKS,  # the ranked endpoint classes declare it (``ranks.RankedEndpoint``)
         Capability.STORE,  # the store endpoint classes declare it (``store.StoreEndpoint``)
+        Capability.ROLES,  # the P/D endpoint classes declare it (``pd.DecodeEndpoint``)
     }
     fixed_configs = None
     in_process = True
@@ -662,6 +663,10 @@ class InProcessAdapter:
             shared = SharedStore()
             for ep in attached:
                 ep.attach(shared)  # type: ignore[attr-defined]
+        if any(c.role is not None for c in configs):  # decode endpoints behind the prefill one
+            from .pd import attach_roles
+
+            attach_roles(self.endpoints)
 
     def _endpoint(self, config: Config) -> ReferenceEndpoint:
         """One endpoint of ``config``. With data-parallel ranks (``Config.ranks`` > 1) and a
@@ -669,9 +674,15 @@ class InProcessAdapter:
         over ranks of that class; a class that is itself a ranked endpoint runs as it is,
         and on a config of one rank it is its ``rank_cls`` (one scheduler). On the shared KV
         store (``Config.store``), a class that is not a store endpoint runs as the
-        reference store endpoint (``store.StoreEndpoint``)."""
+        reference store endpoint (``store.StoreEndpoint``). On a prefill/decode config
+        (``Config.role``), the class's engine in that role (``pd.pd_endpoint``)."""
         from .ranks import RankedEndpoint
         from .store import StoreEndpoint
+
+        if config.role is not None:
+            from .pd import pd_endpoint
+
+            return pd_endpoint(self.endpoint_cls, config)
 
         if config.store and not issubclass(self.endpoint_cls, StoreEndpoint):
             return StoreEndpoint(config)  # the reference scheduler on the shared store

@@ -407,6 +407,7 @@ _FEATURES: tuple[tuple[Capability, Callable[[Config], bool]], ...] = (
     (Capability.LORA, lambda c: c.lora),
     (Capability.DERIVED, lambda c: c.derived),
     (Capability.RANKS, lambda c: c.ranks > 1),
+    (Capability.ROLES, lambda c: c.role is not None),
 )
 
 

@@ -285,7 +285,8 @@ def build_parser() -> Parser:
         choices=sorted(DEPLOYMENTS),
         help="start from a deployment's setup instead (ranks: one endpoint of two "
         "data-parallel ranks; store: two endpoints of another lineage and KV format on one "
-        "shared KV store); replaces --endpoints",
+        "shared KV store; pd: a prefill and a decode engine, each at its own version); "
+        "replaces --endpoints",
     )
     p.add_argument(
         "--no-symmetry",
@@ -742,6 +743,8 @@ def _config_text(c: Config) -> str:
         words.append(f"{c.ranks} ranks")
     if c.store:
         words.append(f"shared store, lineage {c.lineage}, {c.kv_format} KV")
+    if c.role is not None:
+        words.append(f"{c.role.value} engine of a P/D deployment")
     return "(" + ", ".join(words) + ")"
 
 

@@ -66,7 +66,7 @@ from ..model.state import (
     server_info,
     with_profile,
 )
-from ..model.vocabulary import CacheMode, Lane, PauseMode, Tier
+from ..model.vocabulary import CacheMode, Lane, PauseMode, Role, Tier
 from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled
 from .lockstep import Cursor, Lockstep
 from .record import Recorder
@@ -213,6 +213,21 @@ DEPLOYMENTS: dict[str, tuple[Setup, ...]] = {
             (Config(store=True), Config(store=True, lineage="sft-b", kv_format="fp8")),
             Policy(),
             _rules(RuleId.STO_001),
+        ),
+    ),
+    # A prefill and a decode engine, each updated, flushed, paused by its own calls: a
+    # request on the decode engine is prefilled on the other, a live transfer holds the
+    # prefill side's KV until it finishes, and a rolling update leaves the two at two
+    # versions (PF-29, PF-30).
+    "pd": (
+        Setup(
+            "pd",
+            (
+                Config(role=Role.PREFILL),
+                Config(role=Role.DECODE, radix=False, info=server_info(radix_cache_enabled=False)),
+            ),
+            Policy(),
+            _rules(RuleId.PD_001, RuleId.PD_002),
         ),
     ),
 }

@@ -42,7 +42,7 @@ from ..model.observation import (
     entry_json,
 )
 from ..model.state import Config, Policy, StoreEntry, Use
-from ..model.vocabulary import CacheMode, Lane, PauseMode, Status, Tier
+from ..model.vocabulary import CacheMode, Lane, PauseMode, Role, Status, Tier
 from .verdict import Verdict
 
 TRACE_FORMAT = 1
@@ -127,6 +127,7 @@ def config_json(c: Config) -> dict[str, Any]:
         **({"encoder_reset_separate": True} if c.encoder_reset_separate else {}),
         **({"ranks": c.ranks} if c.ranks != 1 else {}),
         **({"store": True, "lineage": c.lineage, "kv_format": c.kv_format} if c.store else {}),
+        **({"role": c.role.value} if c.role is not None else {}),
     }
 
 
@@ -410,8 +411,12 @@ def config_from_json(obj: Any, where: str) -> Config:
     for k, v in tags.items():
         if not isinstance(v, str):
             raise TraceError(f"{where}: field {k!r} must be a string, got {v!r}")
+    role = obj.get("role")  # written only for an endpoint of a prefill/decode deployment
+    if role is not None and role not in {r.value for r in Role}:
+        raise TraceError(f"{where}: field 'role' must be prefill or decode, got {role!r}")
     try:
         return Config(
+            role=role,
             store=store,
             **tags,
             radix=_need(obj, "radix", bool, where),

@@ -54,6 +54,7 @@ class Capability(str, Enum):
     # deployments
     RANKS = "ranks"
     STORE = "store"
+    ROLES = "roles"
 
 
 @frozen
@@ -160,6 +161,10 @@ TABLE: dict[Capability, Unlocks] = {
         "(Config.store): Response.stored, the store entry a prefill loaded, with the "
         "lineage, version and KV format that computed it"
     ),
+    C.ROLES: Unlocks(
+        "prefill/decode deployments (Config.role): a request admitted on a decode endpoint "
+        "whose KV the prefill endpoint computes and transfers, live until it finishes"
+    ),
 }
 """Capability -> what it unlocks: the single source."""
 
@@ -172,6 +177,7 @@ whose profile sets the field must declare the capability (ADP-002 otherwise)."""
 DEPLOYMENT_CAPABILITIES: dict[Capability, str] = {
     C.RANKS: "endpoints with data-parallel ranks",
     C.STORE: "endpoints sharing a KV store",
+    C.ROLES: "prefill/decode deployments",
 }
 """Capability -> the deployment shape of the engines that declare it, and only they: a rule
 whose evidence needs one binds only such engines, so elsewhere it is N/A (not at stake), as
@@ -257,6 +263,10 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     RuleId.RNK_003: (C.RANKS, C.FAULTS, C.INFLIGHT),
     # a shared store: the entry a prefill loaded, shown with what computed it
     RuleId.STO_001: (C.STORE,),
+    # a P/D deployment: the request's status and what its transferred KV was computed with
+    RuleId.PD_001: (C.ROLES, C.INFLIGHT),
+    # a P/D deployment: a flush while a transfer is live, and its reported result
+    RuleId.PD_002: (C.ROLES, C.FLUSH_RESULT, C.INFLIGHT),
 }
 """Rule ID -> the capabilities its evidence needs; an adapter lacking one gets SKIP."""
 

@@ -15,6 +15,7 @@ An ID is ``KIND-NNN``; it never changes meaning once published. Kinds:
 * DER: state derived from the weights at load time.
 * RNK: data-parallel ranks behind one endpoint (the merge of their replies, their versions).
 * STO: a KV store shared by several endpoints and surviving restarts (which entry may be reused).
+* PD: prefill/decode deployments (the versions of a request's two engines, live transfers).
 
 Levels follow RFC 2119: a MUST violation is FAIL; a SHOULD violation is FAIL only under
 ``--strict`` and is otherwise reported as a warning.
@@ -640,6 +641,36 @@ RULES: tuple[Rule, ...] = (
         "of the prompt's tokens alone lets an engine load KV of the weights before its "
         "update, of another model, or bytes of another KV format.",
         "InternLM/lmdeploy issue #4930, PR #4932 (PF-31)",
+    ),
+    # ----- prefill/decode deployments ----------------------------------------------------
+    Rule(
+        "PD-001",
+        "PrefillDecodeOneVersion",
+        "MUST",
+        "A request of a prefill/decode deployment is served (admitted, finished or answered) "
+        "only while its prefill engine and its decode engine are at the same weight version, "
+        "and only with transferred KV of that version; otherwise it is refused or aborted.",
+        "Each side of a P/D deployment is updated by its own call, so a rolling update "
+        "leaves them at two versions for a while: the decode engine then attends to KV the "
+        "prefill engine computed under other weights, on every request, hit or miss, while "
+        "its own label names its own version. No prefix cache is involved, so no flush and "
+        "no cache rule can catch it: the version of the transferred KV is the guard.",
+        "verl-project/verl PR #7616; sgl-project/sglang PR #18646; sgl-project/rbg issue #22 "
+        "(PF-29)",
+    ),
+    Rule(
+        "PD-002",
+        "FlushSparesLiveKv",
+        "MUST",
+        "A flush of a prefill/decode deployment's engine never frees KV that a live request "
+        "or a live KV transfer still holds: while one does, the flush (asked directly or as "
+        "part of an update) waits or is refused, whatever timeout or force its caller passed "
+        "or dropped.",
+        "The flush's report can be true (it did empty the tree) and still break the idle "
+        "gate: freeing the pages a transfer is reading from hands the decode engine KV that "
+        "is being overwritten. The mechanism is the gate, not the report, so it has a rule "
+        "of its own (FC-003 judges the report).",
+        "sgl-project/sglang PR #36150, PR #36152 (PF-30)",
     ),
     # ----- reachability -----------------------------------------------------------------
     Rule(

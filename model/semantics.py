@@ -79,8 +79,9 @@ from .state import (
     ServerInfo,
     State,
     StoreEntry,
+    Use,
 )
-from .vocabulary import MIXED, Kind, MemoryTag, PauseMode, Phase, Status, Tier
+from .vocabulary import MIXED, Kind, MemoryTag, PauseMode, Phase, Role, Status, Tier
 
 Branch = tuple[State, Outcome]
 Branches = tuple[Branch, ...]
@@ -1325,6 +1326,165 @@ def stored_request(s: State, a: ServeRequest) -> Branches:
     return tuple(out)
 
 
+# ----- prefill/decode deployments (PD-001, PD-002) ------------------------------------------
+#
+# An endpoint with ``Config.role`` is one side of a prefill/decode deployment. Requests are
+# sent to a DECODE endpoint: the deployment's PREFILL endpoint (``State.prefill_index``)
+# computes the prompt's KV (hit or miss on its own radix cache, under its own weights) and
+# transfers it; the decode endpoint decodes under its own weights. Each side is updated,
+# flushed, paused and continued by its own calls, so the two may be at two versions: a
+# request is then refused, and a live request whose transferred KV is of another version
+# than the decode side's is aborted (PD-001). A request admitted with StartRequest is a
+# live transfer until it finishes: the prefill side holds its KV as well, so a flush there,
+# asked or inside an update, is refused while it lives (PD-002). Only ``PREFILL_ACTIONS``
+# and ``DECODE_ACTIONS`` are enabled on such endpoints, with no namespace, LoRA or clearing
+# pause; a decode endpoint admits only while the prefill endpoint's phase admits requests.
+
+PREFILL_ACTIONS: frozenset[type[Action]] = frozenset(
+    {FlushCache, UpdateWeights, PauseGeneration, ContinueGeneration}
+)
+"""The actions enabled on a prefill endpoint (it takes no request of its own)."""
+
+DECODE_ACTIONS: frozenset[type[Action]] = PREFILL_ACTIONS | {
+    ServeRequest,
+    StartRequest,
+    FinishRequest,
+}
+"""The actions enabled on a decode endpoint (a client's SyncWeights drives the first four)."""
+
+
+def _on_role(s: State, ep: Endpoint, a: Action) -> bool:
+    """``a`` is modelled on ``ep``, one side of a prefill/decode deployment: one of its
+    role's actions, plain (no namespace, LoRA or clearing pause), and a request only while
+    the deployment's prefill endpoint admits requests."""
+    allowed = DECODE_ACTIONS if ep.config.role is Role.DECODE else PREFILL_ACTIONS
+    plain = getattr(a, "namespace", None) is None and not getattr(a, "clear_cache", False)
+    if type(a) not in allowed or not plain or getattr(a, "lora", False):
+        return False
+    if type(a) in (ServeRequest, StartRequest):
+        p = s.prefill_index()
+        return p is not None and lifecycle.allows(s.endpoint(p).phase, "ServeRequest")
+    return True
+
+
+def transfers(s: State) -> tuple[Request, ...]:
+    """The live KV transfers of the deployment: every request a decode endpoint admitted
+    that still holds its transferred KV (running or paused in place); the prefill endpoint
+    holds that KV too until the request ends."""
+    return tuple(
+        r for ep in s.endpoints if ep.config.role is Role.DECODE for r in ep.requests if r.holds_kv
+    )
+
+
+def _kv_version_differs(uses: frozenset[Use], version: int) -> bool:
+    """Some target KV in ``uses`` was computed under another version than ``version``."""
+    return any(u.component == "target" and u.version != version for u in uses)
+
+
+def pd_request(s: State, a: ServeRequest | StartRequest) -> Branches:
+    """A request on a decode endpoint. PD-001: refused while the prefill and decode
+    endpoints are at two versions (the prefill side may or may not have run first: a
+    handshake that checks the transferred KV's version refuses after it, a deployment that
+    holds admission refuses before); refused while either is closed. Otherwise each of the
+    prefill endpoint's prefills (a hit or a miss on its own cache, judged as any prefill),
+    transferred: a whole request is decoded and answered; an admitted one stays live on the
+    decode endpoint, holding the transferred KV (a live transfer)."""
+    d = s.endpoint(a.endpoint)
+    pi = s.prefill_index()
+    p = s.endpoint(pi)  # type: ignore[arg-type]
+    for side in (d, p):
+        if side.closed:
+            return ((s, rejected(d, closed_rule(side))),)
+    if p.live != d.live:
+        refused = rejected(d, RuleId.PD_001)
+        after = [s] + [s.with_endpoint(pi, pf.ep) for pf in prefills(p, a.prefix, False, None)]  # type: ignore[arg-type]
+        return tuple((s2, refused) for s2 in dict.fromkeys(after))
+    out: list[Branch] = []
+    for pf in prefills(p, a.prefix, False, None):
+        s2 = s.with_endpoint(pi, pf.ep)  # type: ignore[arg-type]
+        if isinstance(a, StartRequest):
+            req = Request(a.rid, a.prefix, False, frozenset({d.live}), pf.uses)
+            d2 = evolve(d, requests=(*d.requests, req))
+            outcome = evolve(ok(d2), dropped=pf.dropped, forward=True)
+            out.append((s2.with_endpoint(a.endpoint, d2), outcome))
+            continue
+        # the prefill side's KV, judged as its own (its waiver, its lane), decoded here
+        served = evolve(_served(s, pi, a, pf, {d.live}), endpoint=a.endpoint)  # type: ignore[arg-type]
+        response = Response(hit=served.hit, uses=served.uses, sampled=served.sampled)
+        outcome = ok(d, hit=RuleId.INV_001, sampled=RuleId.PD_001)
+        outcome = evolve(seen(outcome, response=response), served=served, dropped=pf.dropped)
+        out.append((evolve(s2, ledger=(*s.ledger, served)), outcome))
+    # A hit on the prefill side's KV of older weights (an opt-out update left it there,
+    # INV-001's waiver) is KV of another version: a handshake on the transferred KV's
+    # version may refuse it (PD-001), as refusing is always safe.
+    for pf in prefills(p, a.prefix, False, None):
+        if _kv_version_differs(pf.uses, d.live):
+            out.append((s.with_endpoint(pi, pf.ep), rejected(d, RuleId.PD_001)))  # type: ignore[arg-type]
+    return tuple(out)
+
+
+def pd_finish(s: State, a: FinishRequest) -> Branches:
+    """A live request on a decode endpoint finishes: as a single scheduler's, except that
+    one whose transferred KV is of another version than the decode endpoint's weights (an
+    update landed on the decode side while the transfer was live) is aborted (PD-001)."""
+    d = s.endpoint(a.endpoint)
+    req = d.request(a.rid)
+    if d.closed or not req.holds_kv or not _kv_version_differs(req.uses, d.live):
+        return finish_request(s, a)
+    d2 = evolve(d, requests=tuple(r for r in d.requests if r.rid != a.rid))
+    aborted = seen(rejected(d2, RuleId.PD_001, aborted=RuleId.PD_001), aborted=frozenset({a.rid}))
+    return ((s.with_endpoint(a.endpoint, d2), aborted),)
+
+
+def _holding_transfers(s: State, a: FlushCache | UpdateWeights, effect: Effect) -> Branches:
+    """``effect`` on the prefill endpoint as if the live transfers were its own in-flight
+    requests (they hold its KV: a flush must wait for them), then without them again. A
+    refusal they caused answers to PD-002."""
+    i = a.endpoint
+    held = transfers(s)
+    p = s.endpoint(i)
+    out = []
+    for s2, o in effect(s.with_endpoint(i, evolve(p, requests=held)), a):
+        e = evolve(s2.endpoint(i), requests=())
+        if o.observation.status is Status.REJECTED and o.because.status in (
+            RuleId.FC_003,
+            RuleId.FC_001,
+        ):
+            because = evolve(o.because, status=RuleId.PD_002)
+            if o.because.flushed is not None:
+                because = evolve(because, flushed=RuleId.PD_002)
+            o = evolve(o, because=because)
+        out.append((s2.with_endpoint(i, e), o))
+    return tuple(out)
+
+
+def pd_flush(s: State, a: FlushCache) -> Branches:
+    """PD-002: a flush of the prefill endpoint is refused while a transfer is live (an
+    injected refusal stays FC-003's); otherwise any single scheduler's flush."""
+    if s.endpoint(a.endpoint).refuse_flush or not transfers(s):
+        return flush_cache(s, a)
+    return _holding_transfers(s, a, flush_cache)  # type: ignore[arg-type]
+
+
+def pd_update(s: State, a: UpdateWeights) -> Branches:
+    """An update of the prefill endpoint: a single scheduler's, with the live transfers
+    holding its KV, so an update whose flush is required fails while one lives (FC-001's
+    branches, the refusal answering to PD-002: its flush would free a transfer's KV)."""
+    if s.endpoint(a.endpoint).refuse_flush or not transfers(s):
+        return update_weights(s, a)
+    return _holding_transfers(s, a, update_weights)  # type: ignore[arg-type]
+
+
+def _pd_effect(s: State, a: Action) -> Effect | None:
+    """The P/D effect of ``a`` on its endpoint, ``None`` where a single scheduler's holds."""
+    role = s.endpoint(a.endpoint).config.role  # type: ignore[attr-defined]
+    if role is Role.DECODE:
+        return {ServeRequest: pd_request, StartRequest: pd_request, FinishRequest: pd_finish}.get(  # type: ignore[return-value]
+            type(a)
+        )
+    return {FlushCache: pd_flush, UpdateWeights: pd_update}.get(type(a))  # type: ignore[return-value]
+
+
 # ----- the next-state relation ------------------------------------------------------------
 
 
@@ -1339,6 +1499,8 @@ def enabled(state: State, action: Action, bounds: Bounds | None = None) -> bool:
         if not lifecycle.allows(state.endpoint(index).phase, action.name):
             return False
         if not _placed(state.endpoint(index), action):
+            return False
+        if state.endpoint(index).config.role and not _on_role(state, state.endpoint(index), action):
             return False
     if bounds is not None and not within(state, action, bounds):
         return False
@@ -1355,6 +1517,10 @@ def step(state: State, action: Action) -> Branches:
         return RANKED[type(action)](state, action)
     if index is not None and state.endpoint(index).config.store and type(action) is ServeRequest:
         return stored_request(state, action)  # type: ignore[arg-type]
+    if index is not None and state.endpoint(index).config.role:
+        pd = _pd_effect(state, action)
+        if pd is not None:
+            return pd(state, action)
     _, effect = SPEC[type(action)]
     return effect(state, action)
 

@@ -29,6 +29,7 @@ from .vocabulary import (
     MemoryTag,
     PauseMode,
     Phase,
+    Role,
     Tier,
 )
 
@@ -72,6 +73,30 @@ def _plain_store_endpoint(instance: Config, attribute: object, value: object) ->
         raise ValueError(
             f"Config.store with {', '.join(on)}: an endpoint on the shared store is "
             "modelled as one scheduler with the radix cache, lanes and profile flags only"
+        )
+
+
+def _plain_role_endpoint(instance: Config, attribute: object, value: object) -> None:
+    """An endpoint of a prefill/decode deployment is modelled as one scheduler on the
+    standard lane with the radix cache alone, and a decode endpoint with its own radix cache
+    off (every prefix it decodes arrives by transfer from the prefill engine);
+    ``ValueError`` names the feature it does not combine with. The exact lane's guard may
+    abort requests to make its flush possible (CD-08), which the prefill side cannot do to
+    a transfer the decode side holds: not modelled."""
+    if value is None:
+        return
+    features = ("draft", "encoder", "fp8_kv", "lora", "derived", "encoder_reset_separate")
+    on = [f for f in features if getattr(instance, f)]
+    on += ["tiers"] if instance.tiers != frozenset({Tier.DEVICE}) else []
+    on += ["ranks"] if instance.ranks != 1 else []
+    on += ["store"] if instance.store else []
+    on += ["radix"] if value is Role.DECODE and instance.radix else []
+    on += ["the exact lane"] if instance.lane is Lane.EXACT else []
+    if on:
+        raise ValueError(
+            f"Config.role={Role(value).value} with {', '.join(on)}: an endpoint of a "
+            "prefill/decode deployment is modelled as one scheduler with the radix cache "
+            "(off on the decode side), the standard lane and profile flags only"
         )
 
 
@@ -131,6 +156,16 @@ class Config:
     kv_format: str = "bf16"
     """The layout of its KV bytes (dtype, page size, heads per rank); matters only with
     ``store``."""
+    role: Role | None = field(
+        default=None,
+        converter=lambda v: None if v is None else Role(v),
+        validator=_plain_role_endpoint,
+    )
+    """Its part in a prefill/decode deployment (``Role``): the deployment's PREFILL
+    endpoint computes each request's KV and transfers it to the DECODE endpoint the request
+    was sent to, which decodes under its own weights; each side has its own weight version
+    (PD-001), and a transfer is live from its admission on the decode side to its finish
+    (PD-002). ``None``: a single endpoint, as every other config."""
 
     @property
     def guarded(self) -> bool:
@@ -486,6 +521,15 @@ class State:
 
     def endpoint(self, index: int) -> Endpoint:
         return self.endpoints[index]
+
+    def prefill_index(self) -> int | None:
+        """The index of the deployment's prefill endpoint (the first with
+        ``Config.role`` PREFILL), which computes the KV of every request a decode endpoint
+        admits; ``None`` where there is none."""
+        for i, ep in enumerate(self.endpoints):
+            if ep.config.role is Role.PREFILL:
+                return i
+        return None
 
     def with_endpoint(self, index: int, endpoint: Endpoint) -> State:
         endpoints = list(self.endpoints)

@@ -67,6 +67,16 @@ class Phase(str, Enum):
     STOPPED = "stopped"
 
 
+class Role(str, Enum):
+    """The part an endpoint plays in a prefill/decode (P/D) deployment (SGLang's
+    ``--disaggregation-mode prefill|decode``, vLLM's KV connector roles): PREFILL computes a
+    request's KV and transfers it; DECODE receives that KV and decodes under its own
+    weights. Each side has its own weights and its own weight version."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
 class Kind(str, Enum):
     """What a cache entry holds: target-model KV, draft-model KV, or encoder output."""
 

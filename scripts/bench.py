@@ -26,8 +26,8 @@ Figures:
 * ``check-ci``: a ci-profile ``kvfence check`` of the reference: examples/s.
 * ``kill``: the kill matrix (every mutant, focused on its rule, on every core): wall time
   and the slowest single time-to-kill.
-* ``deployment-kills``: each deployment mutant (data-parallel ranks, a shared KV store)
-  killed alone, focused on its rule, on one worker: its seconds to kill.
+* ``deployment-kills``: each deployment mutant (data-parallel ranks, a shared KV store,
+  prefill/decode) killed alone, focused on its rule, on one worker: its seconds to kill.
 * ``serve``: ``kvfence serve`` under load (127.0.0.1 only; ``wrk`` where installed, else
   Python clients over several processes): requests/s and p50/p99 latency at 1 and 50
   keep-alive clients; the session trace's bytes per request
@@ -219,8 +219,8 @@ def kill(quick: bool) -> dict[str, float]:
 
 def deployment_kills(quick: bool) -> dict[str, float]:
     """Each deployment mutant's time to kill (an engine declaring a deployment capability:
-    ranks, a shared store), focused on its rule, one at a time on one worker, so each
-    figure is its own search: ``<mutant>_seconds``."""
+    ranks, a shared store, prefill/decode roles), focused on its rule, one at a time on
+    one worker, so each figure is its own search: ``<mutant>_seconds``."""
     from kvfence.adapters import registry
     from kvfence.adapters.mutants import MUTANTS
     from kvfence.conformance.matrix import killed, run_matrices
@@ -554,7 +554,7 @@ def targets(f: dict[str, dict]) -> list[str]:
     if dk:
         slow = {k.removesuffix("_seconds"): v for k, v in dk.items() if v >= 1}
         line(
-            "every deployment mutant (ranks, shared store) killed in under 1 s",
+            "every deployment mutant (ranks, shared store, P/D) killed in under 1 s",
             not slow,
             ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in dk.items()),
             f"over 1 s: {', '.join(slow)}",

@@ -25,6 +25,7 @@ KINDS = {
     "DER": "Derived weight state",
     "RNK": "Data-parallel ranks behind one endpoint",
     "STO": "A KV store shared by several endpoints",
+    "PD": "Prefill/decode deployments",
 }
 
 KIND_NOTES = {

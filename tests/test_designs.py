@@ -32,6 +32,7 @@ from kvfence.adapters.designs import (
     StagesChunksAside,
 )
 from kvfence.adapters.mutants import MUTANTS
+from kvfence.adapters.pd import PD_CONFIGS
 from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint, Reply
 from kvfence.conformance.cli import main
 from kvfence.conformance.explore import SETUPS, deployment, explore_adapter
@@ -151,11 +152,12 @@ def test_matrices_agree_with_their_verdict(matrices):
 
 def _deployment(name: str) -> str | None:
     """The deployment a design is explored on: ``ranks`` for one of endpoints with
-    data-parallel ranks, ``store`` for one of endpoints on a shared KV store; ``None``."""
+    data-parallel ranks, ``store`` for one of endpoints on a shared KV store, ``pd`` for
+    one of a prefill/decode deployment; ``None``."""
     if BY_NAME[name].side != "engine":
         return None
     caps = registry.engine(name).capabilities
-    shapes = {Capability.RANKS: "ranks", Capability.STORE: "store"}
+    shapes = {Capability.RANKS: "ranks", Capability.STORE: "store", Capability.ROLES: "pd"}
     return next((shape for cap, shape in shapes.items() if cap in caps), None)
 
 
@@ -422,6 +424,24 @@ WITNESSES = (
         (Config(store=True),),
         Policy(),
         (ServeRequest(0, "P"), Restart(0), ServeRequest(0, "P")),
+    ),
+    # prefill/decode deployments (endpoint 0 the prefill engine, endpoint 1 the decode one)
+    _case_witness("checks-transferred-kv-version", "PF-29"),  # v0 KV refused at v1
+    Witness(
+        "holds-admission-across-versions",  # refused before the prefill: P's tree stays empty
+        PD_CONFIGS,
+        Policy(),
+        (
+            UpdateWeights(1, 1, Funnel.DISK, True),
+            ServeRequest(1, "P"),
+            UpdateWeights(0, 1, Funnel.DISK, False),
+        ),
+    ),
+    Witness(
+        "drains-transfers-before-update",  # no update while a transfer is live, even unflushed
+        PD_CONFIGS,
+        Policy(),
+        (StartRequest(1, "r1", "P"), UpdateWeights(0, 1, Funnel.DISK, False)),
     ),
 )
 

@@ -225,6 +225,10 @@ SHORTEST: dict[str, int] = {
     # a shared KV store (the store deployment setup): endpoint 0 stores P, endpoint 1 (of
     # another lineage and KV format) loads it
     "store-keyed-by-tokens": 2,
+    # prefill/decode (the pd deployment setup): the decode engine updated alone, then a
+    # request; a live transfer, then a flush of the prefill engine
+    "decode-serves-any-kv-version": 2,
+    "flush-frees-live-transfer": 2,
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 

@@ -17,7 +17,22 @@ from kvfence.model.checks import Violation
 from kvfence.model.rules import BY_ID, RULES, Klass, RuleId, rule_id
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("CLI", "ENG", "FC", "INV", "LIV", "ADP", "REACH", "MEM", "PUB", "WIN", "DER", "RNK", "STO")
+KINDS = (
+    "CLI",
+    "ENG",
+    "FC",
+    "INV",
+    "LIV",
+    "ADP",
+    "REACH",
+    "MEM",
+    "PUB",
+    "WIN",
+    "DER",
+    "RNK",
+    "STO",
+    "PD",
+)
 LITERAL = re.compile("(?:" + "|".join(KINDS) + r")-\d{3}")
 
 
