@@ -24,10 +24,20 @@ from typing import Any, ClassVar
 from attrs import frozen
 
 from ..model.state import Config, Use
-from ..model.vocabulary import ALL_MEMORY, MIXED, Funnel, Kind, MemoryTag, PauseMode, Phase, Tier
+from ..model.vocabulary import (
+    ALL_MEMORY,
+    GARBAGE,
+    MIXED,
+    Funnel,
+    Kind,
+    MemoryTag,
+    PauseMode,
+    Phase,
+    Tier,
+)
 from .pd import DecodeEndpoint, PrefillEndpoint
 from .ranks import RankedEndpoint
-from .reference import ClosingEndpoint, Key, ReferenceEndpoint, Reply, Request
+from .reference import CachedKV, ClosingEndpoint, Key, ReferenceEndpoint, Reply, Request
 from .store import SharedStore, StoreEndpoint
 
 # ----- CD-01 ------------------------------------------------------------------------------
@@ -720,6 +730,53 @@ class EncoderLeftToClient(ReferenceEndpoint):
             del self.cache[k]
 
 
+# ----- a storage tier that keeps the entries of the weights in force -----------------------
+
+
+class KeepsCurrentStorage(ReferenceEndpoint):
+    """Keeps: ENG-003, ENG-010, FC-003.
+
+    The storage tier of a hierarchical cache is a disk store whose entries carry the weight
+    version (and LoRA revision, namespace) that computed them, and it outlives flushes and
+    process restarts: a flush empties device and host and drops the storage entries of any
+    other weights, but keeps those of the weights in force; a restart reopens the store and
+    keeps the entries of the checkpoint it loads. Nothing it keeps is stale: an update's
+    flush runs after the new weights are installed, so every entry of the old ones goes.
+    A pause that clears the cache empties every tier, since the update that follows may skip
+    its own flush. SGLang's HiCache L3 backends persist pages across restarts
+    (sgl-project/sglang ``python/sglang/srt/mem_cache/hicache_storage.py``, ``HiCacheFile``
+    keyed by a hash chain of token ids) and LMCache's local-disk backend keys a chunk by model
+    name and KV format (LMCache/LMCache ``lmcache/utils.py``, ``CacheEngineKey``); this design
+    adds the weight version to that key and keeps what matches.
+    """
+
+    def _kept(self, key: Key, kv: CachedKV) -> bool:
+        """An entry of the weights, LoRA revision and namespace in force, on the storage tier."""
+        version = self.draft if key[1] is Kind.DRAFT else self.weights
+        namespace_ok = kv.namespace is None or kv.namespace == self.weights
+        lora_ok = kv.lora is None or kv.lora == self.lora_rev
+        whole = not self.torn and kv.version not in (MIXED, GARBAGE)
+        return (
+            kv.tier is Tier.STORAGE and whole and kv.version == version and namespace_ok and lora_ok
+        )
+
+    def _clear_cache(self) -> None:
+        for k in [k for k, kv in self.cache.items() if not self._kept(k, kv)]:
+            del self.cache[k]
+
+    def _clear_on_pause(self) -> None:
+        """A clearing pause empties every tier: the next update may skip its own flush."""
+        self.cache.clear()
+        self.dirty = False
+
+    def restart(self) -> None:
+        disk = {k: kv for k, kv in self.cache.items() if kv.tier is Tier.STORAGE}
+        super().restart()
+        for k, kv in disk.items():
+            if self._kept(k, kv):
+                self.cache[k] = CachedKV(kv.version, Tier.STORAGE, kv.lora, kv.namespace)
+
+
 # ----- a KV store shared by several endpoints (STO-001) ------------------------------------
 
 
@@ -899,6 +956,8 @@ DESIGNS: tuple[Design, ...] = (
     _engine("checks-transferred-kv-version", None, ChecksTransferredKvVersion),
     _engine("holds-admission-across-versions", None, HoldsAdmissionAcrossVersions),
     _engine("drains-transfers-before-update", None, DrainsTransfersBeforeUpdate),
+    # a storage tier that keeps the entries of the weights in force across flushes, restarts
+    _engine("keeps-current-storage", None, KeepsCurrentStorage),
     # (RefusesUpdatesWhileRequestsExist is correct but never updates with a request in
     # flight, so INV-002 cannot be exercised on it: its passes are shown by its own test)
     # client programs and the engine profile they are checked on (docs/clients.md)
@@ -927,6 +986,7 @@ __all__ = [
     "EncoderLeftToClient",
     "FlushesInsideSleep",
     "HoldsAdmissionAcrossVersions",
+    "KeepsCurrentStorage",
     "KeysStoreByWeights",
     "LabelsOnlyWithUpdates",
     "MergesEveryFlushReply",

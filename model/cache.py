@@ -12,7 +12,7 @@ from attrs import frozen
 from .fast import evolve
 from .rules import RuleId
 from .state import Endpoint, Entry, Use
-from .vocabulary import MIXED, Kind, Tier
+from .vocabulary import GARBAGE, MIXED, Kind, Tier
 
 
 def key_namespace(ep: Endpoint, namespace: int | None) -> int | None:
@@ -122,8 +122,45 @@ def window_dropped(ep: Endpoint) -> Endpoint:
 
 
 def emptied(ep: Endpoint) -> Endpoint:
-    """A completed flush: every tier and kind emptied (ENG-003); a dirty tree is clean."""
+    """Every tier and kind emptied; a dirty tree is clean. What a clearing pause must do
+    (the update after it may skip its own flush), and the start of every flush."""
     return evolve(ep, cache=frozenset(), dirty=False, waived=False, refuse_flush=False)
+
+
+def is_current(ep: Endpoint, e: Entry) -> bool:
+    """``e`` is KV of the weights, lineage and KV format ``ep`` serves now, so reusing it is
+    no stale reuse: computed under whole weights of the version in force (the draft's for
+    DRAFT KV), with the scales in force (FP8 KV), the LoRA revision loaded, a namespace that
+    is none or the version in force, and still backed by memory (not ``MIXED``, not
+    ``GARBAGE``, not device KV whose memory is released). An engine's own lineage and KV
+    format are fixed for a run (``Config``); a shared store's entries carry theirs
+    (STO-001)."""
+    if ep.torn or e.version in (MIXED, GARBAGE):
+        return False
+    if ep.config.fp8_kv and ep.scales != ep.weights:
+        return False
+    if e.tier is Tier.DEVICE and ep.kv_released:
+        return False
+    version = ep.draft if e.kind is Kind.DRAFT else ep.weights
+    lora_ok = e.lora is None or e.lora == ep.lora
+    return e.version == version and lora_ok and e.namespace in (None, ep.weights)
+
+
+def flushed(ep: Endpoint) -> Endpoint:
+    """A completed flush (ENG-003, FC-003): every entry of other weights, lineage or KV
+    format removed, on every tier and of every kind; an entry of the weights in force
+    (``is_current``) may stay, as a storage tier keyed by version keeps it (nothing stale
+    survives). A dirty tree is clean."""
+    return evolve(emptied(ep), cache=frozenset(e for e in ep.cache if is_current(ep, e)))
+
+
+def restarted_cache(before: Endpoint, after: Endpoint) -> frozenset[Entry]:
+    """What may survive a restart (ENG-010): the entries of ``before`` (the endpoint as the
+    process ended) that are of the weights, lineage and format the restarted endpoint
+    ``after`` serves, on any tier (a disk tier reopened, a store outside the process).
+    Device KV whose memory was released is gone."""
+    kept = (e for e in before.cache if not (e.tier is Tier.DEVICE and before.kv_released))
+    return frozenset(e for e in kept if is_current(after, e))
 
 
 def invalidated(ep: Endpoint, version: int) -> Endpoint:

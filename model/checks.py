@@ -513,7 +513,10 @@ def evidence(
     versions apart for that prompt."""
     exp = outcome.observation
     view_seen = exp.view is not None and obs.view is not None
-    something_to_remove = outcome.flushed_from is None or bool(outcome.flushed_from)
+    # After a flush, only an entry it had to remove could show in a listing as kept: one
+    # the spec lets stay (of the weights in force, ``cache.flushed``) shows nothing.
+    allowed = (exp.view.cache if exp.view is not None else None) or frozenset()
+    something_to_remove = outcome.flushed_from is None or bool(outcome.flushed_from - allowed)
     seen = {
         "status": True,
         "flushed": Capability.FLUSH_RESULT in capabilities,

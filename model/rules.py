@@ -264,9 +264,12 @@ RULES: tuple[Rule, ...] = (
         "ENG-003",
         "FlushClearsEveryTier",
         "MUST",
-        "A completed flush removes every cache entry of every kind (target KV, draft KV, "
-        "encoder output) on every tier (device, host, storage).",
-        "A tier the flush forgot loads old KV back after the update.",
+        "A completed flush removes every cache entry of other weights, lineage or KV format, "
+        "of every kind (target KV, draft KV, encoder output) on every tier (device, host, "
+        "storage). An entry of the weights, LoRA revision, lineage and KV format in force may "
+        "stay, on any tier.",
+        "A tier the flush forgot loads old KV back after the update; an entry of the weights "
+        "in force is no old KV, and an update's flush runs once they are the new ones.",
         "sgl-project/sglang #26792 (PF-09); verl-project/verl #6523 (PF-10)",
     ),
     Rule(
@@ -326,9 +329,11 @@ RULES: tuple[Rule, ...] = (
         "ENG-010",
         "RestartStartsCold",
         "MUST",
-        "A restarted endpoint holds no cache entries and no in-flight requests, and serves "
-        "its last completely loaded weight version.",
-        "Nothing survives a process restart but the checkpoint on disk.",
+        "A restarted endpoint holds no in-flight requests, serves its last completely loaded "
+        "weight version, and of its cache holds only entries of that version, lineage and KV "
+        "format (a reopened disk tier), on any tier.",
+        "Nothing of other weights survives a process restart: only the checkpoint on disk "
+        "and KV computed under it.",
         "seed contract",
     ),
     Rule(
@@ -382,8 +387,11 @@ RULES: tuple[Rule, ...] = (
         "FC-003",
         "FlushReportHonest",
         "MUST",
-        "A flush reports success only if it removed every entry; a refused, partial or no-op "
-        "flush reports failure, and a missing result counts as failure.",
+        "A flush reports success only if it removed every entry it had to: every entry but "
+        "those of the weights, lineage and KV format in force (ENG-003), and every entry for "
+        "a pause that clears the cache, since the update after it may skip its own flush; a "
+        "refused, partial or no-op flush of such entries reports failure, and a missing "
+        "result counts as failure.",
         "vLLM's reset_prefix_cache returns False while blocks are in use; callers ignored it.",
         "vllm-project/vllm PR #12284 and #28827 (PF-03)",
     ),

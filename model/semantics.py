@@ -59,9 +59,11 @@ from .cache import (
     emptied,
     encoder_kept,
     evictable,
+    flushed,
     invalidated,
     load,
     prefills,
+    restarted_cache,
     window_dropped,
 )
 from .client import Plan, resolve_plan
@@ -588,12 +590,14 @@ def aborted_then_flushed(ep: Endpoint, version: int, blame: dict[str, str]) -> t
 
 
 def stop(ep: Endpoint) -> Endpoint:
-    """The engine process exited: no cache, no requests, nothing served until Restart."""
+    """The engine process exited: no requests, nothing served until Restart; of the cache,
+    only entries of the weights in force may outlive the process (a disk tier), and the
+    restart judges them again (``restarted_cache``)."""
     phase = lifecycle.next_phase(ep.phase, "EngineStops")
     return evolve(
         ep,
         phase=phase,
-        cache=frozenset(),
+        cache=restarted_cache(ep, ep),
         requests=(),
         pause=None,
         refuse_flush=False,
@@ -785,10 +789,12 @@ def _if_stopped(branch: Branch, call: Action) -> Branches:
 @action(FlushCache, when=_always)
 def flush_cache(s: State, a: FlushCache) -> Branches:
     """LIV-001: refused only while KV is held or a refusal is injected (while KV is held
-    with nothing to flush, a success that changes nothing is allowed too). FC-003: the
-    reported result is the truth (a flush that removed nothing yet reports success is
-    FC-003's; one that removed some entries but not all, ENG-003's). A flush on torn
-    weights still leaves the endpoint closed."""
+    with nothing to flush, a success that changes nothing is allowed too). ENG-003: a
+    completed flush removes every entry of other weights, lineage or KV format on every
+    tier; an entry of the weights in force may stay (``flushed``: a storage tier keyed by
+    version keeps it). FC-003: the reported result is the truth (a flush that removed
+    nothing it had to yet reports success is FC-003's; one that removed some but not all,
+    ENG-003's). A flush on torn weights still leaves the endpoint closed."""
     ep = s.endpoint(a.endpoint)
     if ep.kv_held or ep.refuse_flush:
         ep2 = evolve(ep, refuse_flush=False)
@@ -802,7 +808,7 @@ def flush_cache(s: State, a: FlushCache) -> Branches:
         nothing = ok(ep, RuleId.LIV_001, flushed=RuleId.FC_003, cache=RuleId.FC_003)
         nothing = seen(nothing, flushed=True)
         return (refused, (s, evolve(nothing, flushed_from=ep.cache)))
-    ep2 = encoder_kept(ep, emptied(ep))
+    ep2 = encoder_kept(ep, flushed(ep))
     # MEM-001: with the KV released there is nothing on device to remove; the flush empties
     # the index (and lower tiers) and answers, it never touches the released pools.
     status = RuleId.MEM_001 if ep.kv_released else RuleId.LIV_001
@@ -874,7 +880,9 @@ def pause_generation(s: State, a: PauseGeneration) -> Branches:
         ep3 = evolve(ep2, refuse_flush=False)
         refused = rejected(ep3, RuleId.FC_003, flushed=RuleId.FC_003, aborted=RuleId.ENG_009)
         return ((s.with_endpoint(a.endpoint, ep3), seen(refused, flushed=False, aborted=aborted)),)
-    ep3 = evolve(encoder_kept(ep2, emptied(ep2)), cleared=True)  # as FlushCache
+    # Every entry goes, of the weights in force too (stricter than FlushCache): the update
+    # after a clearing pause may skip its own flush, so what stayed here would be stale then.
+    ep3 = evolve(encoder_kept(ep2, emptied(ep2)), cleared=True)
     done = ok(
         ep3, RuleId.LIV_001, flushed=RuleId.LIV_001, cache=RuleId.FC_003, aborted=RuleId.ENG_009
     )
@@ -1000,12 +1008,13 @@ def _publish_refused(
 
 @action(Restart, when=_always)
 def restart(s: State, a: Restart) -> Branches:
-    """ENG-010: cold start from the last whole checkpoint (also after a stop)."""
+    """ENG-010: start from the last whole checkpoint (also after a stop), with no request
+    in flight; of the cache, only entries of the weights, lineage and format it restarts
+    at may survive, on any tier (``restarted_cache``: a disk tier reopened)."""
     ep = s.endpoint(a.endpoint)
     ep2 = load(evolve(ep, phase=lifecycle.next_phase(ep.phase, a.name), pause=None), ep.weights)
     ep2 = evolve(
         ep2,
-        cache=frozenset(),
         requests=(),
         dirty=False,
         waived=False,
@@ -1015,6 +1024,7 @@ def restart(s: State, a: Restart) -> Branches:
         update=None,  # an open window dies with the process
         fail_chunk=False,
     )
+    ep2 = evolve(ep2, cache=restarted_cache(ep, ep2))
     done = ok(ep2, cache=RuleId.ENG_010, weights=RuleId.ENG_010, derived=RuleId.DER_001)
     return ((s.with_endpoint(a.endpoint, ep2), done),)
 

@@ -27,13 +27,14 @@ from kvfence.adapters.designs import (
     AbortsBeforePublishCheck,
     DerivedRebuiltLazily,
     FlushesInsideSleep,
+    KeepsCurrentStorage,
     RefusesFlushWhileKvReleased,
     ResetsPrefixCacheOnWake,
     StagesChunksAside,
 )
 from kvfence.adapters.mutants import MUTANTS
 from kvfence.adapters.pd import PD_CONFIGS
-from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint, Reply
+from kvfence.adapters.reference import CachedKV, InProcessAdapter, Key, ReferenceEndpoint, Reply
 from kvfence.conformance.cli import main
 from kvfence.conformance.explore import SETUPS, deployment, explore_adapter
 from kvfence.conformance.matrix import (
@@ -232,6 +233,9 @@ RADIX_OFF = Config(radix=False, info=server_info(radix_cache_enabled=False))
 WEIGHTS = frozenset({MemoryTag.WEIGHTS})
 KV = frozenset({MemoryTag.KV_CACHE})
 DERIVED = Config(derived=True)
+STORAGE = Config(tiers=frozenset({Tier.DEVICE, Tier.STORAGE}))
+ON_DISK = (ServeRequest(0, "P"), EvictPrefix(0, "P", Tier.STORAGE))
+"""A prefix served at v0, its KV written back to the storage tier."""
 
 
 def _case_witness(design: str, case_id: str) -> Witness:
@@ -309,6 +313,19 @@ WITNESSES = (
         (STANDARD,),
         Policy(),
         (ServeRequest(0, "P"), FaultRefuseFlush(0), Sleep(0), WakeUp(0), FlushCache(0)),
+    ),
+    Witness(
+        "keeps-current-storage",  # v0's entry outlives a flush and a restart, not the update
+        (STORAGE,),
+        Policy(),
+        (
+            *ON_DISK,
+            FlushCache(0),
+            Restart(0),
+            ServeRequest(0, "P"),
+            UpdateWeights(0, 1, flush_cache=True),
+            ServeRequest(0, "P"),
+        ),
     ),
     Witness(
         "stops-on-refused-flush",
@@ -631,6 +648,27 @@ class SleepIgnoresRefusedFlush(FlushesInsideSleep):
         """The internal flush was the only cleanup: nothing more here."""
 
 
+class ReopensStorageAsIs(KeepsCurrentStorage):
+    """Dressed as ``keeps-current-storage``: a flush keeps only the storage entries of the
+    weights in force, but a restart reopens the disk tier as it was, entries of any version
+    (a store keyed by token hashes alone, as an L3 backend reopened after a restart).
+    Breaks ENG-010."""
+
+    def restart(self) -> None:
+        disk = {k: kv for k, kv in self.cache.items() if kv.tier is Tier.STORAGE}
+        ReferenceEndpoint.restart(self)
+        self.cache.update(disk)
+
+
+class KeepsStorageOfAnyVersion(KeepsCurrentStorage):
+    """Dressed as ``keeps-current-storage``: every flush, an update's among them, keeps the
+    storage tier whatever version computed it (the version is written but never compared),
+    so the old weights' KV outlives the update. Breaks ENG-003."""
+
+    def _kept(self, key: Key, kv: CachedKV) -> bool:
+        return kv.tier is Tier.STORAGE
+
+
 @frozen
 class Adversary:
     cls: type[ReferenceEndpoint]
@@ -642,6 +680,22 @@ class Adversary:
 
 
 ADVERSARIES = (
+    Adversary(
+        ReopensStorageAsIs,
+        "ENG-010",
+        (STORAGE,),
+        OPT_OUT,  # the update keeps v0's entry, as asked; the restart must drop it
+        (*ON_DISK, UpdateWeights(0, 1, flush_cache=False), Restart(0), ServeRequest(0, "P")),
+        "keeps-current-storage",
+    ),
+    Adversary(
+        KeepsStorageOfAnyVersion,
+        "ENG-003",
+        (STORAGE,),
+        Policy(),
+        (*ON_DISK, UpdateWeights(0, 1, flush_cache=True), ServeRequest(0, "P")),
+        "keeps-current-storage",
+    ),
     Adversary(
         FailedChunkKeptLive,
         "WIN-003",

@@ -158,12 +158,15 @@ def test_trivial_group_leaves_states_alone():
         # every update may report failure, kept, closed on the new weights, or torn and
         # closed, judged by what follows (semantics.Install.FAILED_*): 6,932 -> 13,636;
         # then for a release that leaves its index listed until the wake, or spends an
-        # injected refusal on the engine's own flush: 13,636 -> 13,912)
-        (False, 13912, 184978),
+        # injected refusal on the engine's own flush: 13,636 -> 13,912; then for an entry of
+        # the weights in force outliving a flush or a restart: a flush of current entries
+        # leads back to a state already reached, so 13,912 -> 13,904, the same transitions)
+        (False, 13904, 184978),
         # up to renaming: 3.6 times fewer states (orbits are smaller near the start, where
         # most states are their own renamings); the transitions then counted only once per
         # funnel class (16,850 stepped every funnel: the same states, 40% fewer edges)
-        (True, 3810, 21708),
+        # (3,810 -> 3,809 with current entries outliving a flush or a restart, as above)
+        (True, 3809, 21708),
     ],
 )
 def test_reduced_counts_are_pinned(symmetry, states, transitions):

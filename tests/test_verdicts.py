@@ -182,15 +182,23 @@ def test_a_cache_holding_less_than_expected_is_never_inv001():
     assert "INV-001" not in rules(replay(strict, (STANDARD,), actions))
 
 
+class StubFlush(ReferenceEndpoint):
+    def flush_cache(self) -> Reply:
+        return Reply(True, flushed=True)
+
+
 def test_a_flush_that_does_nothing_and_reports_success_is_fc003():
-    """Was ENG-003 (or ENG-001): the flush that ran reported a lie (PF-22's variant)."""
-
-    class StubFlush(ReferenceEndpoint):
-        def flush_cache(self) -> Reply:
-            return Reply(True, flushed=True)
-
-    actions = [ServeRequest(0, "P"), FlushCache(0), ServeRequest(0, "P")]
+    """The flush had KV of older weights to remove (the update before it opted out) and
+    removed nothing, yet reported success: a lie (PF-22's variant), FC-003."""
+    actions = [ServeRequest(0, "P"), UpdateWeights(0, 1, T, False), FlushCache(0)]
     assert rules(replay(StubFlush, (STANDARD,), actions)) == {"FC-003"}
+
+
+def test_a_flush_that_keeps_only_entries_of_the_weights_in_force_is_no_lie():
+    """The same stub where every entry is of the weights in force: nothing had to go, so
+    its success is true (an entry of the current weights may outlive a flush)."""
+    actions = [ServeRequest(0, "P"), FlushCache(0), ServeRequest(0, "P")]
+    assert replay(StubFlush, (STANDARD,), actions).kind == "PASS"
 
 
 # ----- namespaces (PF-24) ------------------------------------------------------------------
