@@ -15,7 +15,8 @@
 #    with KVFENCE_SKIP_VLLM=1 or KVFENCE_SKIP_PEER=1);
 # 4. SGLang 0.5.23's scheduler on CPU (scripts/install-sglang.sh into .sglang/0.5.23,
 #    ~2 min, after vLLM's torch), then its live check: it FAILS ExactLaneGuardFlushes
-#    (scripts/check-sglang.sh). Skip with KVFENCE_SKIP_SGLANG=1.
+#    (scripts/check-sglang.sh); then 0.5.17 and 0.5.22 beside it, source only, for the
+#    version table's tests (KVFENCE_SGLANG_VERSIONS). Skip with KVFENCE_SKIP_SGLANG=1.
 # Results (verdict tables, JUnit XML, JSON, counterexamples) land in kvfence-results/.
 # Exits non-zero if any verdict is not the expected one.
 set -euo pipefail
@@ -81,4 +82,11 @@ if [ "${KVFENCE_SKIP_SGLANG:-0}" = 1 ]; then
     echo "setup: KVFENCE_SKIP_SGLANG=1: not installing or checking SGLang"
 else
     bash scripts/check-sglang.sh .venv/bin/python 0.5.23  # installs it first
+    # The other versions of docs/engines.md's table (tests/sglang/test_sglang_versions.py:
+    # 0.5.17, the base most forks sit on, and 0.5.22), source only, ~30 s each; a failed
+    # install only skips those tests, naming the install command.
+    for v in ${KVFENCE_SGLANG_VERSIONS:-0.5.17 0.5.22}; do
+        bash scripts/install-sglang.sh "$v" .venv/bin/python ||
+            echo "setup: could not install SGLang $v: its version tests will skip"
+    done
 fi

@@ -20,7 +20,11 @@ MARKERS = {
     "a commit the text was written against": re.compile(r"\bon main at [0-9a-f]{7}\b"),
 }
 """What marks history. Public trackers have four-digit numbers and more, so an issue number of
-one to three digits is this project's."""
+one to three digits is this project's, unless the line names the tracker (``PUBLIC``)."""
+
+PUBLIC = re.compile(r"\b[\w.-]+/[\w.-]+(?: (?:issue|PR|pull)s?)? ?#\d+", re.I)
+"""Another project's tracker, named: ``sgl-project/rbg issue #22``, ``owner/repo#7``. Such a
+citation is a public report's source, not history, however small its number."""
 
 SPEC_TAG = re.compile(r"\bspec 0\.\d+\b(?! (?:trace|reader))", re.I)
 """A "spec 0.3" tag on code or README text; docs/ may name the versions traces are read by."""
@@ -45,8 +49,9 @@ def history(path: Path, text: str) -> list[str]:
     code = rel.suffix == ".py" or rel.parts[0] != "docs"
     found = []
     for n, line in enumerate(text.splitlines(), 1):
+        public = PUBLIC.sub("", line)
         for what, pattern in MARKERS.items():
-            if pattern.search(line):
+            if pattern.search(public):
                 found.append(f"{rel}:{n}: {what}: {line.strip()}")
         if code and SPEC_TAG.search(line):
             found.append(f"{rel}:{n}: a spec version tag: {line.strip()}")
@@ -80,6 +85,8 @@ def test_each_marker_is_caught(line):
     "line",
     [
         "sgl-project/sglang PR #31937, issue #14158 (PF-20)",
+        "verl-project/verl PR #7616; sgl-project/rbg issue #22 (PF-29)",
+        "the drain of sgl-project/rbg#22",
         "        return 0",
         "``cmd`` running in its own process group, output appended to ``log_path``.",
         "with the partial output appended to the prompt when ``keep_partial``",

@@ -563,6 +563,96 @@ def test_an_abort_pause_ends_the_stream_and_the_reset_succeeds(tmp_path):
     assert any(e.get("aborted") for e in s.traffic)
 
 
+def sglang_stream(s: Session, prompt: str, rid: str | None = None):
+    """Start a streamed SGLang ``/generate``; the ``Streamed`` answer (first event sent)."""
+    body: dict[str, Any] = {"text": prompt, "sampling_params": {"max_new_tokens": 3}}
+    body["stream"] = True
+    if rid is not None:
+        body["rid"] = rid
+    status, kind, out = s.handle("POST", "/generate", json.dumps(body).encode())
+    assert (status, kind) == (200, "text/event-stream"), out
+    first = json.loads(out.first.removeprefix(b"data: "))
+    assert first["meta_info"]["finish_reason"] is None and first["output_ids"] == []
+    return out
+
+
+def last_event(rest: bytes) -> dict:
+    """The last JSON event of a stream's rest, which ends with ``data: [DONE]``."""
+    events = [e for e in rest.split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]", rest
+    return json.loads(events[-2].removeprefix(b"data: "))
+
+
+def test_an_sglang_stream_holds_its_kv_and_ignoring_the_refused_flush_fails(tmp_path):
+    """SGLang's streamed ``/generate`` holds its KV in flight: the ``/flush_cache`` of a sync
+    made meanwhile (an update sent with ``flush_cache`` false, then the flush) is refused
+    with SGLang's 400, no fault drawn; a trainer that resumes anyway FAILs CLI-010, and the
+    prompt cached before the update is served stale (INV-001)."""
+    s = Session("sglang", "reference", out_dir=tmp_path)
+    generate(s, "p")
+    running = sglang_stream(s, "q")
+    body = {"model_path": "/ckpt/step-1", "flush_cache": False}
+    assert call(s, "POST", "/update_weights_from_disk", body)[0] == 200
+    status, answer = call(s, "POST", "/flush_cache")
+    assert status == 400, answer
+    end = last_event(running.finish())
+    assert end["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
+    assert len(end["output_ids"]) == 3
+    generate(s, "p")
+    verdict, rules = verdicts(s)
+    assert verdict is Verdict.FAIL
+    assert rules["CLI-010"] is Verdict.FAIL and rules["INV-001"] is Verdict.FAIL
+    assert not [e for e in s.traffic if "drawn" in e]
+
+
+@pytest.mark.parametrize("abort", [{"rid": "rollout-7"}, {"abort_all": True}])
+def test_an_sglang_abort_request_ends_the_stream_and_the_flush_succeeds(tmp_path, abort):
+    """The right order with a stream in flight: ``/abort_request`` naming its ``rid`` (or
+    ``abort_all``) ends it now (its last event says abort), the flush after the update then
+    succeeds, and the session PASSes. An abort naming no request in flight is a no-op."""
+    s = Session("sglang", "reference", out_dir=tmp_path, probe=1)
+    generate(s, "p")
+    running = sglang_stream(s, "q", rid="rollout-7")
+    assert call(s, "POST", "/abort_request", {"rid": "someone-else"}) == (200, "")
+    assert call(s, "POST", "/abort_request", abort) == (200, "")
+    body = {"model_path": "/ckpt/step-1", "flush_cache": False}
+    assert call(s, "POST", "/update_weights_from_disk", body)[0] == 200
+    assert call(s, "POST", "/flush_cache")[0] == 200
+    assert last_event(running.finish())["meta_info"]["finish_reason"]["type"] == "abort"
+    generate(s, "p")
+    result = s.close()
+    assert result.verdict is Verdict.PASS, [str(v) for v in result.violations]
+    ends = [e for e in s.traffic if "stream_end" in e]
+    assert len(ends) == 1 and ends[0]["aborted"] is True, ends
+
+
+def test_a_client_that_disconnects_mid_stream_aborts_its_request(tmp_path):
+    """Over HTTP, a stream held 60 s whose client reads the first event and goes away is
+    aborted then, as both engines abort a request whose connection closed: the reset the
+    trainer sends next succeeds at once (it was refused while the stream ran)."""
+    import socket
+
+    with serve(tmp_path, "reference", "vllm", ("--stream-hold", "60")) as s:
+        host, port = s.url.removeprefix("http://").split(":")
+        body = json.dumps({"prompt": "q", "max_tokens": 3, "stream": True}).encode()
+        head = f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\n"
+        head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        with socket.create_connection((host, int(port)), timeout=20) as conn:
+            conn.sendall(head.encode() + body)
+            assert b"data: " in conn.recv(65536)
+            assert s.http.post("/reset_prefix_cache").json() == {"success": False}
+        deadline = time.monotonic() + 20
+        answer = None
+        while time.monotonic() < deadline:
+            answer = s.http.post("/reset_prefix_cache").json()
+            if answer == {"success": True}:
+                break
+            time.sleep(0.05)
+        log = s.http.get("/kvfence/verdict").json()
+        s.stop()
+    assert answer == {"success": True}, log
+
+
 def test_a_stream_over_http_holds_its_kv_while_a_reset_is_refused(tmp_path):
     """Through the HTTP server: while a stream is open (held 3 s), a reset on another
     connection is answered ``{"success": false}``; the stream then ends with its tokens."""

@@ -6,14 +6,14 @@ or vLLM. Each request that maps to a model action (the ``ROUTES`` table: one rou
 action) is applied to the model and to the engine in lockstep (``Lockstep.run``) and
 recorded as a kvfence trace step; the answer is the engine's observation in the real
 engine's own JSON shape. Routes that only probe (server info, health, the model list) are
-answered from the engine and logged, not stepped; routes whose engine effect the cache
-does not depend on (an NCCL group's init, SGLang's update session, an abort with nothing
-in flight) are documented no-ops (``Route.noop``), answered as the engine does and
-logged. Forms of a route whose model action a serve endpoint cannot take yet
-(``PENDING``: a second LoRA adapter, a preempting vLLM reset, namespaced requests on an engine
-that cannot key them) are parsed and answered 501 in the engine's error shape, naming the
-action they wait for. The trainer's calls are judged by the client obligations too
-(``CallSequence``); ``--probe N`` and ``--refuse-resets N`` are in ``Session``.
+answered from the engine and logged, not stepped; routes whose engine effect the cache does
+not depend on (an NCCL group's init, SGLang's update session) are documented no-ops
+(``Route.noop``), answered as the engine does and logged. Forms of a route whose model
+action a serve endpoint cannot take yet (``PENDING``: a second LoRA adapter, a preempting
+vLLM reset, namespaced requests on an engine that cannot key them) are parsed and answered
+501 in the engine's error shape, naming the action they wait for. The trainer's calls are
+judged by the client obligations too (``CallSequence``); ``--probe N`` and ``--refuse-resets
+N`` are in ``Session``.
 
 The package, one module per concern:
 

@@ -206,6 +206,9 @@ class Session:
         self.adapter_loaded = False
         #: Streamed generations in flight: request id -> its prefix (``start_stream``).
         self.streams: dict[str, str] = {}
+        #: A client's own name for a streamed generation (SGLang's ``rid``) -> its request
+        #: id, so that ``/abort_request`` can name it.
+        self.stream_names: dict[str, str] = {}
         #: Seconds a streamed generation stays in flight on a served connection.
         self.stream_hold = stream_hold
         self.salts: set[str] = set()
@@ -469,11 +472,15 @@ class Session:
             self.cold[(prefix, self.weights.installed)] = obs.response.cold
         return obs, None
 
-    def start_stream(self, prompt: Any, salt: str | None, lora: bool, entry) -> str:
+    def start_stream(
+        self, prompt: Any, salt: str | None, lora: bool, entry, name: str | None = None
+    ) -> str:
         """Admit a streamed generation of ``prompt``: StartRequest, so it holds its KV in
         flight (a reset meanwhile is refused, as both engines refuse it while requests
-        run) until ``end_stream`` (FinishRequest) or an abort (a ``mode=abort`` pause).
-        Its request id. On an engine that cannot key by namespace a cache key is 501."""
+        run) until ``end_stream`` (FinishRequest) or an abort (a ``mode=abort`` pause,
+        ``abort_streams``, ``abort_stream``). Its request id; ``name``: the client's own
+        name for it (SGLang's ``rid``). On an engine that cannot key by namespace a cache
+        key is 501."""
         key = json.dumps(prompt)
         if key not in self.prompts:
             self.prompts[key] = prefix_name(len(self.prompts))
@@ -492,7 +499,34 @@ class Session:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
         entry["stream"] = rid
         self.streams[rid] = prefix
+        if name is not None:
+            self.stream_names[name] = rid
         return rid
+
+    def abort_stream(self, rid: str) -> None:
+        """The client of the streamed generation ``rid`` went away before it ended: the
+        engine aborts it now (vLLM's and SGLang's servers abort a request whose connection
+        closed: SGLang 0.5.23 ``tokenizer_manager.py``, the ``is_disconnected`` check),
+        as ``abort_streams`` does."""
+        with self.lock:
+            if not self.closed:
+                self._end_stream(rid, aborted=True)
+
+    def abort_streams(self, name: str | None) -> list[str]:
+        """SGLang ``/abort_request``: end now the streamed generation the client named
+        ``name`` (its ``rid``), or every one in flight (``None``: ``abort_all``). An abort
+        releases the request's KV as its end does (the scheduler caches what it computed),
+        so each is a FinishRequest, logged as ``{"stream_end": rid, "aborted": true}``; its
+        stream's last event says ``abort``. The request ids ended (a name not in flight:
+        none; serve answers other requests whole)."""
+        if name is None:
+            rids = list(self.streams)
+        else:
+            rid = self.stream_names.get(name)
+            rids = [rid] if rid is not None and rid in self.streams else []
+        for rid in rids:
+            self._end_stream(rid, aborted=True)
+        return rids
 
     def end_stream(self, rid: str) -> Observation | None:
         """The streamed generation ``rid`` ends (logged as ``{"stream_end": rid}``):
@@ -503,10 +537,14 @@ class Session:
                 return None
             return self._end_stream(rid)
 
-    def _end_stream(self, rid: str) -> Observation | None:
+    def _end_stream(self, rid: str, aborted: bool = False) -> Observation | None:
         if self.streams.pop(rid, None) is None:
             return None
+        for name in [n for n, r in self.stream_names.items() if r == rid]:
+            del self.stream_names[name]
         entry: dict[str, Any] = {"stream_end": rid}
+        if aborted:
+            entry["aborted"] = True
         self.traffic.append(entry)
         state = self._state()
         if self.judging and (

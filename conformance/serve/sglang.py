@@ -13,6 +13,7 @@ and aborts every request first when ``abort_all_requests``.
 
 from __future__ import annotations
 
+import json
 import uuid
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from ...model.actions import (
 from ...model.vocabulary import Funnel, PauseMode, Status
 from ..calls import call_with_timeout
 from .routes import Route
-from .wire import HttpError
+from .wire import HttpError, Streamed
 
 if TYPE_CHECKING:
     from .session import Session
@@ -160,13 +161,15 @@ def generate(s: Session, data, query, entry):
     """``POST /generate`` (``GenerateReqInput``): ServeRequest of ``text`` or
     ``input_ids``; ``extra_key`` the cache key; ``lora_path`` the name of a loaded LoRA
     adapter (SGLang resolves it in its LoRA registry; one not loaded is 400): through the
-    endpoint's adapter."""
+    endpoint's adapter. ``"stream": true`` streams it (``_stream_generate``)."""
     prompt = s.prompt(data, "text", "input_ids")
     params = data.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise HttpError(HTTPStatus.BAD_REQUEST, "sampling_params must be an object")
     lora = s.lora_request(data.get("lora_path"), HTTPStatus.BAD_REQUEST)
     n = s.max_tokens(params.get("max_new_tokens"), 8)
+    if data.get("stream") is True:
+        return _stream_generate(s, prompt, n, lora, data, entry)
     ids, logprobs, hit, n_prompt = s.complete(prompt, n, data, "extra_key", entry, lora)
     meta: dict[str, Any] = {
         "id": data.get("rid") or uuid.uuid4().hex,
@@ -179,6 +182,50 @@ def generate(s: Session, data, query, entry):
     if data.get("return_logprob"):
         meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logprobs, ids, strict=True)]
     return 200, {"text": " ".join(f"t{t}" for t in ids), "output_ids": ids, "meta_info": meta}
+
+
+def _stream_generate(s: Session, prompt: Any, n: int, lora: bool, data, entry):
+    """``/generate`` with ``"stream": true``: server-sent events as SGLang 0.5.23 streams
+    them (``http_server.py`` ``serve_generate_request``: each ``data: {"text",
+    "output_ids", "meta_info"}``, then ``data: [DONE]``; ``meta_info.finish_reason`` is
+    null until the end, then ``{"type": "length", "length": n}``, or
+    ``managers/schedule_batch.py`` ``FINISH_ABORT``'s ``{"type": "abort", "message",
+    "status_code", "err_type"}``). The request is a StartRequest: it holds its KV in
+    flight, so a ``/flush_cache`` meanwhile is refused (400, as the scheduler refuses a
+    flush while requests run), until it ends ``Session.stream_hold`` seconds later
+    (FinishRequest), an ``/abort_request`` naming its ``rid`` (or ``abort_all``) or a
+    ``mode=abort`` pause aborts it, or its client goes away (aborted then, as SGLang's
+    tokenizer manager aborts a request whose connection closed)."""
+    salt = data.get("extra_key")
+    if salt is not None and not isinstance(salt, str):
+        raise HttpError(HTTPStatus.BAD_REQUEST, "extra_key must be a string")
+    name = data.get("rid")
+    if name is not None and not isinstance(name, str):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"rid {name!r} is not a string")
+    rid = s.start_stream(prompt, salt or None, lora, entry, name)
+    meta = {"id": name or rid, "finish_reason": None, "completion_tokens": 0}
+
+    def event(ids: list[int], reason: Any) -> bytes:
+        body = {
+            "text": " ".join(f"t{t}" for t in ids),
+            "output_ids": ids,
+            "meta_info": {**meta, "finish_reason": reason, "completion_tokens": len(ids)},
+        }
+        return f"data: {json.dumps(body)}\n\n".encode()
+
+    def finish() -> bytes:
+        from .session import by_checkpoint, tokens_of  # session imports this module
+
+        obs = s.end_stream(rid)
+        if obs is None or obs.status is not Status.OK or obs.response is None:
+            aborted = {"type": "abort", "message": "Aborted", "status_code": None}
+            return event([], {**aborted, "err_type": None}) + b"data: [DONE]\n\n"
+        ids, _ = tokens_of(by_checkpoint(obs.response.output, s.weights.sources), n)
+        reason = {"type": "length", "length": n}
+        return event(ids, reason) + b"data: [DONE]\n\n"
+
+    meta["weight_version"] = s.weights.label()
+    return 200, Streamed(event([], None), finish, s.stream_hold, lambda: s.abort_stream(rid))
 
 
 def load_lora_adapter(s: Session, data, query, entry):
@@ -232,14 +279,19 @@ def unload_lora_adapter(s: Session, data, query, entry):
 
 def abort_request(s: Session, data, query, entry):
     """``POST /abort_request {"rid"?, "abort_all"?}`` (``AbortReq``, ``http_server.py``,
-    SGLang 0.5.23): an empty 200. Serve answers each request whole, so none is in flight
-    to abort: a logged no-op."""
+    SGLang 0.5.23): an empty 200. Ends the streamed ``/generate`` of that ``rid`` (or
+    every one, ``abort_all``) now (``Session.abort_streams``); a request answered whole has
+    already ended, so naming one is a logged no-op, as SGLang ignores an unknown rid."""
     rid, every = data.get("rid"), data.get("abort_all", False)
     if rid is not None and not isinstance(rid, str):
         raise HttpError(HTTPStatus.BAD_REQUEST, f"rid {rid!r} is not a string")
     if not isinstance(every, bool):
         raise HttpError(HTTPStatus.BAD_REQUEST, f"abort_all {every!r} is not a bool")
-    entry["noop"] = "no request in flight to abort"
+    ended = s.abort_streams(None if every else rid) if (every or rid) else []
+    if ended:
+        entry["aborted"] = ended
+    else:
+        entry["noop"] = "no request in flight to abort"
     return 200, b""
 
 
@@ -327,9 +379,8 @@ ROUTES: tuple[Route, ...] = (
         "sglang",
         ("POST",),
         "/abort_request",
-        "",
+        "FinishRequest",
         abort_request,
-        noop="serve answers each request whole: none is in flight to abort",
     ),
     Route(
         "sglang",

@@ -284,7 +284,8 @@ def _stream_completion(s: Session, data, entry):
     (``{"success": false}``, as vLLM's ``reset_prefix_cache`` returns while requests run),
     until it ends ``Session.stream_hold`` seconds later (FinishRequest: its tokens, then
     ``finish_reason`` ``"length"``) or a ``/pause?mode=abort`` aborts it
-    (``finish_reason`` ``"abort"``). The first event carries no text (the prefill ran)."""
+    (``finish_reason`` ``"abort"``), or its client goes away (aborted then, as vLLM aborts a
+    request whose connection closed). The first event carries no text (the prefill ran)."""
     if data.get("n", 1) != 1:
         raise HttpError(HTTPStatus.BAD_REQUEST, "kvfence serve: a stream has one choice (n 1)")
     prompt = s.prompt(data, "prompt", "prompt")
@@ -309,7 +310,7 @@ def _stream_completion(s: Session, data, entry):
         ids, _ = tokens_of(by_checkpoint(obs.response.output, s.weights.sources), n)
         return event(" ".join(f"t{t}" for t in ids), "length") + b"data: [DONE]\n\n"
 
-    return 200, Streamed(event("", None), finish, s.stream_hold)
+    return 200, Streamed(event("", None), finish, s.stream_hold, lambda: s.abort_stream(rid))
 
 
 def _batch(s: Session, data) -> list[Any]:

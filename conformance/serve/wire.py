@@ -70,16 +70,31 @@ class Streamed:
     """A streamed answer (``text/event-stream``): ``first``, the events sent at once (the
     request was admitted and holds its KV), and ``finish() -> bytes``, the rest, taken
     when the request ends: after ``hold`` seconds on a served connection (``Server``), or
-    by whoever holds it in process. ``finish`` is safe to call twice (the second call
-    gives ``b""``)."""
+    by whoever holds it in process. ``abort()``: its client went away first, so the
+    engine aborts the request now (``on_abort``) and nothing more is sent. Each is safe to
+    call after either (then ``b""``, or nothing)."""
 
-    def __init__(self, first: bytes, finish: Callable[[], bytes], hold: float) -> None:
+    def __init__(
+        self,
+        first: bytes,
+        finish: Callable[[], bytes],
+        hold: float,
+        on_abort: Callable[[], None] | None = None,
+    ) -> None:
         self.first, self.hold = first, hold
         self._finish: Callable[[], bytes] | None = finish
+        self._on_abort = on_abort
 
     def finish(self) -> bytes:
         finish, self._finish = self._finish, None
         return finish() if finish is not None else b""
+
+    def abort(self) -> None:
+        if self._finish is None:
+            return
+        self._finish = None
+        if self._on_abort is not None:
+            self._on_abort()
 
 
 def error_body(api: str, status: int, message: str, known_route: bool) -> Any:
@@ -231,12 +246,21 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.request: h11.Request | None = None
         self.body: list[bytes] = []
+        #: The stream this connection is sending, and its timer (``_stream``).
+        self.streaming: tuple[asyncio.TimerHandle, Streamed] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """The client went away: a stream it left unread is aborted now, as the engines
+        abort a request whose connection closed."""
         self.transport = None
+        if self.streaming is not None:
+            timer, out = self.streaming
+            self.streaming = None
+            timer.cancel()
+            out.abort()
 
     def data_received(self, data: bytes) -> None:
         self.http.receive_data(data)
@@ -307,9 +331,11 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         head = h11.Response(status_code=status, headers=[("Content-Type", kind)])
         self.transport.write(self.http.send(head) + self.http.send(h11.Data(data=out.first)))
-        asyncio.get_running_loop().call_later(out.hold, self._end_stream, out)
+        timer = asyncio.get_running_loop().call_later(out.hold, self._end_stream, out)
+        self.streaming = (timer, out)
 
     def _end_stream(self, out: Streamed) -> None:
+        self.streaming = None
         rest = out.finish()
         if self.transport is None or self.transport.is_closing():
             return

@@ -1,6 +1,7 @@
 """SGLang versions side by side (each installed by ``scripts/install-sglang.sh VERSION``;
-a version that is not installed is skipped with that command). CI installs 0.5.23 only;
-these pin what docs/engines.md's version table says about the others."""
+a version that is not installed is skipped with that command). scripts/setup.sh installs
+0.5.17 and 0.5.22 beside 0.5.23, so CI runs these; they pin what docs/engines.md's version
+table says about the others."""
 
 from __future__ import annotations
 
