@@ -139,7 +139,9 @@ def misreported(config: Config) -> str | None:
 
 
 def _cache_rule(outcome: Outcome, observed: frozenset) -> str:
-    """The rule an entry kept beyond what the spec allows breaks. After a flush that removed
+    """The rule an entry kept beyond what the spec allows breaks; ``outcome.flushed_from``
+    holds the entries the flush had to remove (a FlushCache may keep those of the weights
+    in force: ``cache.flushed``). After a flush that removed
     some entries but not all, or left only lower tiers and other kinds (a forgotten tier,
     spared entries), it is ENG-003; after one that removed nothing, the rule that required
     the flush (ENG-001 guard, ENG-002 asked, FC-003 for a FlushCache reported done)."""
@@ -147,6 +149,8 @@ def _cache_rule(outcome: Outcome, observed: frozenset) -> str:
     before = outcome.flushed_from
     if before is None or not observed:
         return rule
+    # What the flush had to remove and did not (entries it may keep are not in ``before``).
+    observed = (observed & before) or observed
     only_lower = not any(e.tier is Tier.DEVICE and e.kind is Kind.TARGET for e in observed)
     # Encoder outputs follow every update, flushed or not (ENG-012): their going is no sign
     # that a flush ran. A flush that left every entry of prefix KV, device KV among them,
@@ -513,10 +517,7 @@ def evidence(
     versions apart for that prompt."""
     exp = outcome.observation
     view_seen = exp.view is not None and obs.view is not None
-    # After a flush, only an entry it had to remove could show in a listing as kept: one
-    # the spec lets stay (of the weights in force, ``cache.flushed``) shows nothing.
-    allowed = (exp.view.cache if exp.view is not None else None) or frozenset()
-    something_to_remove = outcome.flushed_from is None or bool(outcome.flushed_from - allowed)
+    something_to_remove = outcome.flushed_from is None or bool(outcome.flushed_from)
     seen = {
         "status": True,
         "flushed": Capability.FLUSH_RESULT in capabilities,

@@ -161,8 +161,9 @@ class Outcome:
     had to show (a false claim is judged against it too, so an update reported complete but never
     flushed is named for the flush rule it skipped)."""
     flushed_from: frozenset[Entry] | None = None
-    """The cache a flush in this action started from, so that a flush that removed some entries
-    but not all is told apart from one that never ran (ENG-003)."""
+    """The entries a flush in this action had to remove (the cache it started from, less the
+    entries of the weights in force a FlushCache may keep), so that a flush that removed some
+    of them but not all is told apart from one that never ran (ENG-003)."""
     dropped: bool = False
     """This branch supposes the system dropped KV it may have held (a miss where an entry was
     cached): always allowed, a performance note (ENG-011) for an adapter declaring

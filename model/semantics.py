@@ -813,7 +813,9 @@ def flush_cache(s: State, a: FlushCache) -> Branches:
     # the index (and lower tiers) and answers, it never touches the released pools.
     status = RuleId.MEM_001 if ep.kv_released else RuleId.LIV_001
     outcome = seen(ok(ep2, status, flushed=status, cache=RuleId.FC_003), flushed=True)
-    done = (s.with_endpoint(a.endpoint, ep2), evolve(outcome, flushed_from=ep.cache))
+    # ``flushed_from``: what it had to remove, so that a listing after a flush of current
+    # entries alone is no evidence (nothing there could be wrongly kept).
+    done = (s.with_endpoint(a.endpoint, ep2), evolve(outcome, flushed_from=ep.cache - ep2.cache))
     if ep.kv_released:  # or refused cleanly, changing nothing (MEM-001)
         refused = seen(rejected(ep, RuleId.MEM_001, flushed=RuleId.FC_003), flushed=False)
         return (done, (s, refused))
