@@ -11,8 +11,9 @@
 #    client that never flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh; its
 #    vllm-lora and vllm-rl checks only with KVFENCE_VLLM_LORA=1 / KVFENCE_VLLM_RL=1 here:
 #    the suite checks vllm-rl itself, tests/vllm/test_vllm_engine.py); then .venv-trl, TRL's
-#    client beside that vLLM, for tests/test_peer_trl.py (scripts/install-trl.sh; skipped
-#    with KVFENCE_SKIP_VLLM=1 or KVFENCE_SKIP_PEER=1);
+#    client beside that vLLM, for tests/test_peer_trl.py (scripts/install-trl.sh), and the
+#    other frameworks' clients, .venv-NAME for tests/test_peer_NAME.py (scripts/
+#    install-peer.sh; both skipped with KVFENCE_SKIP_VLLM=1 or KVFENCE_SKIP_PEER=1);
 # 4. SGLang 0.5.23's scheduler on CPU (scripts/install-sglang.sh into .sglang/0.5.23,
 #    ~2 min, after vLLM's torch), then its live check: it FAILS ExactLaneGuardFlushes
 #    (scripts/check-sglang.sh). Skip with KVFENCE_SKIP_SGLANG=1.
@@ -74,6 +75,15 @@ else
         else
             echo "setup: could not install TRL into .venv-trl: tests/test_peer_trl.py will skip"
         fi
+        # The other frameworks' clients beside the same torch, each in .venv-NAME
+        # (scripts/install-peer.sh; areal ~40 s); a failed install only skips its test.
+        for peer in areal; do
+            if bash scripts/install-peer.sh "$peer" .venv/bin/python; then
+                echo "setup: $peer's client installed in .venv-$peer (tests/test_peer_$peer.py)"
+            else
+                echo "setup: could not install $peer: tests/test_peer_$peer.py will skip"
+            fi
+        done
     fi
 fi
 

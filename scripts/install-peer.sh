@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Make .venv-NAME: one RL framework's client, from the package index, unmodified, beside the
+# torch (and vLLM) of a given environment (tests/test_peer_NAME.py runs its driver there).
+#
+# Usage: bash scripts/install-peer.sh NAME PYTHON
+#   e.g. bash scripts/install-peer.sh areal .venv/bin/python   (the vLLM lane's environment)
+#
+# NAME and what it installs (each pinned where the framework is; --no-deps: the frameworks'
+# declared dependencies pull trainers, agents and CUDA stacks far over the install budget,
+# while the client modules import with torch and the small packages named here):
+#   areal  areal==1.0.4 and what areal.engine.sglang_remote imports beyond torch
+#          (colorlog, tenacity, flask and its werkzeug/blinker/itsdangerous, torchdata,
+#          hydra-core, omegaconf, antlr4 4.9.3, ray, msgpack, aiofiles)
+#
+# Steps (idempotent: does nothing if .venv-NAME already imports the client module):
+#   1. a venv .venv-NAME with the same base Python as PYTHON's environment;
+#   2. a .pth file in it naming PYTHON's site-packages, so torch and vLLM import from there
+#      without a second ~3.4 GB install (and PYTHON's environment is never written to);
+#   3. pip install --no-deps of NAME's packages.
+# Exits non-zero, leaving no .venv-NAME, if any step fails; setup.sh then only skips the test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+[ $# -eq 2 ] || { echo "usage: bash $0 NAME PYTHON" >&2; exit 2; }
+NAME="$1"
+PY="$2"
+case "$NAME" in
+    areal)
+        SPECS=(areal==1.0.4 colorlog tenacity flask werkzeug blinker itsdangerous torchdata
+            hydra-core omegaconf antlr4-python3-runtime==4.9.3 ray msgpack aiofiles)
+        probe='import importlib.metadata as m; import areal.engine.sglang_remote
+assert m.version("areal") == "1.0.4"'
+        ;;
+    *)
+        echo "install-peer: unknown framework $NAME (one of: areal)" >&2
+        exit 2
+        ;;
+esac
+VENV=".venv-$NAME"
+
+die() {
+    rm -rf "$VENV"
+    echo "install-peer: ERROR: $*" >&2
+    exit 1
+}
+
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$probe" 2>/dev/null; then
+    echo "install-peer: $VENV already has $NAME's client beside torch"
+    exit 0
+fi
+"$PY" -c 'import torch' || die "$PY cannot import torch"
+base=$("$PY" -c 'import sys; print(sys._base_executable)')
+site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+rm -rf "$VENV"
+"$base" -m venv "$VENV" || die "could not create $VENV with $base"
+own=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+echo "$site" > "$own/kvfence-vllm-lane.pth"
+"$VENV/bin/python" -m pip install -q --no-deps "${SPECS[@]}" \
+    || die "pip could not install ${SPECS[*]}"
+"$VENV/bin/python" -c "$probe" || die "$VENV cannot import $NAME's client"
+echo "install-peer: $VENV has ${SPECS[0]} beside $PY's torch"
