@@ -8,9 +8,12 @@
 # NAME and what it installs (each pinned where the framework is; --no-deps: the frameworks'
 # declared dependencies pull trainers, agents and CUDA stacks far over the install budget,
 # while the client modules import with torch and the small packages named here):
-#   areal  areal==1.0.4 and what areal.engine.sglang_remote imports beyond torch
-#          (colorlog, tenacity, flask and its werkzeug/blinker/itsdangerous, torchdata,
-#          hydra-core, omegaconf, antlr4 4.9.3, ray, msgpack, aiofiles)
+#   areal   areal==1.0.4 and what areal.engine.sglang_remote imports beyond torch
+#           (colorlog, tenacity, flask and its werkzeug/blinker/itsdangerous, torchdata,
+#           hydra-core, omegaconf, antlr4 4.9.3, ray, msgpack, aiofiles)
+#   skyrl4  skyrl==0.4.0 (Requires-Python >=3.12) on a Python 3.12 or 3.13 (on PATH, or
+#           pyenv's), not PYTHON's (3.11); its weight-sync client needs requests, and its
+#           package imports cloudpathlib and pydantic; no torch, no .pth file
 #
 # Steps (idempotent: does nothing if .venv-NAME already imports the client module):
 #   1. a venv .venv-NAME with the same base Python as PYTHON's environment;
@@ -24,6 +27,18 @@ cd "$(dirname "$0")/.."
 [ $# -eq 2 ] || { echo "usage: bash $0 NAME PYTHON" >&2; exit 2; }
 NAME="$1"
 PY="$2"
+# A Python >= 3.12: python3.12 or python3.13 on PATH (a pyenv shim counts only if it runs),
+# else a pyenv-installed 3.12 or 3.13; empty if none.
+python_312() {
+    local c
+    for c in python3.12 python3.13 "$(pyenv root 2>/dev/null)"/versions/3.1[23]*/bin/python; do
+        if "$c" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then
+            "$c" -c 'import sys; print(sys.executable)'
+            return
+        fi
+    done
+}
+
 case "$NAME" in
     areal)
         SPECS=(areal==1.0.4 colorlog tenacity flask werkzeug blinker itsdangerous torchdata
@@ -31,8 +46,16 @@ case "$NAME" in
         probe='import importlib.metadata as m; import areal.engine.sglang_remote
 assert m.version("areal") == "1.0.4"'
         ;;
+    skyrl4)
+        SPECS=(skyrl==0.4.0)
+        DEPS=(requests cloudpathlib pydantic)
+        probe='import importlib.metadata as m
+from skyrl.backends.skyrl_train.weight_sync.control_plane import SkyrlWeightSyncClient
+assert m.version("skyrl") == "0.4.0"'
+        BASE=$(python_312)
+        ;;
     *)
-        echo "install-peer: unknown framework $NAME (one of: areal)" >&2
+        echo "install-peer: unknown framework $NAME (one of: areal, skyrl4)" >&2
         exit 2
         ;;
 esac
@@ -45,17 +68,27 @@ die() {
 }
 
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$probe" 2>/dev/null; then
-    echo "install-peer: $VENV already has $NAME's client beside torch"
+    echo "install-peer: $VENV already has $NAME's client"
     exit 0
 fi
-"$PY" -c 'import torch' || die "$PY cannot import torch"
-base=$("$PY" -c 'import sys; print(sys._base_executable)')
-site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-rm -rf "$VENV"
-"$base" -m venv "$VENV" || die "could not create $VENV with $base"
-own=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-echo "$site" > "$own/kvfence-vllm-lane.pth"
+if [ -n "${BASE+set}" ]; then  # its own Python: nothing shared with PYTHON's environment
+    [ -n "$BASE" ] || die "no Python 3.12 or 3.13 (on PATH or pyenv's)"
+    rm -rf "$VENV"
+    "$BASE" -m venv "$VENV" || die "could not create $VENV with $BASE"
+else
+    "$PY" -c 'import torch' || die "$PY cannot import torch"
+    base=$("$PY" -c 'import sys; print(sys._base_executable)')
+    site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    rm -rf "$VENV"
+    "$base" -m venv "$VENV" || die "could not create $VENV with $base"
+    own=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "$site" > "$own/kvfence-vllm-lane.pth"
+fi
 "$VENV/bin/python" -m pip install -q --no-deps "${SPECS[@]}" \
     || die "pip could not install ${SPECS[*]}"
+if [ -n "${DEPS+set}" ]; then
+    # (pip warns that the --no-deps package's declared set is not installed: by design)
+    "$VENV/bin/python" -m pip install -q "${DEPS[@]}" || die "pip could not install ${DEPS[*]}"
+fi
 "$VENV/bin/python" -c "$probe" || die "$VENV cannot import $NAME's client"
-echo "install-peer: $VENV has ${SPECS[0]} beside $PY's torch"
+echo "install-peer: $VENV has ${SPECS[0]}"
