@@ -11,6 +11,12 @@
 #   areal   areal==1.0.4 and what areal.engine.sglang_remote imports beyond torch
 #           (colorlog, tenacity, flask and its werkzeug/blinker/itsdangerous, torchdata,
 #           hydra-core, omegaconf, antlr4 4.9.3, ray, msgpack, aiofiles)
+#   verl    verl==0.9.1 and what its SGLang HTTP adapter's import chain needs beyond torch
+#           and SGLang's light dependencies (ray, msgpack, tensordict, pyvers, omegaconf,
+#           codetiming, soundfile), plus sglang==0.5.17's source (--no-deps): the 0.5.12
+#           verl pins imports CUDA-only sgl_kernel, and 0.5.23's EngineBase has abstract
+#           methods verl 0.9.1 lacks. Run after scripts/install-sglang.sh has put SGLang's
+#           light dependencies into PYTHON's environment (the import check needs them).
 #   skyrl4  skyrl==0.4.0 (Requires-Python >=3.12) on a Python 3.12 or 3.13 (on PATH, or
 #           pyenv's), not PYTHON's (3.11); its weight-sync client needs requests, and its
 #           package imports cloudpathlib and pydantic; no torch, no .pth file
@@ -46,6 +52,16 @@ case "$NAME" in
         probe='import importlib.metadata as m; import areal.engine.sglang_remote
 assert m.version("areal") == "1.0.4"'
         ;;
+    verl)
+        SPECS=(verl==0.9.1 sglang==0.5.17 ray msgpack tensordict pyvers omegaconf codetiming
+            soundfile)
+        probe='import importlib.metadata as m, importlib.util as u
+spec = u.spec_from_file_location("stubs", "adapters/sglang_stubs.py")
+stubs = u.module_from_spec(spec); spec.loader.exec_module(stubs)
+stubs.install_torchvision_stub(); stubs.tolerate_config_reregistration()
+import verl.workers.rollout.sglang_rollout.http_server_engine
+assert m.version("verl") == "0.9.1" and m.version("sglang") == "0.5.17"'
+        ;;
     skyrl4)
         SPECS=(skyrl==0.4.0)
         DEPS=(requests cloudpathlib pydantic)
@@ -55,7 +71,7 @@ assert m.version("skyrl") == "0.4.0"'
         BASE=$(python_312)
         ;;
     *)
-        echo "install-peer: unknown framework $NAME (one of: areal, skyrl4)" >&2
+        echo "install-peer: unknown framework $NAME (one of: areal, verl, skyrl4)" >&2
         exit 2
         ;;
 esac

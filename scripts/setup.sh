@@ -16,7 +16,8 @@
 #    install-peer.sh; both skipped with KVFENCE_SKIP_VLLM=1 or KVFENCE_SKIP_PEER=1);
 # 4. SGLang 0.5.23's scheduler on CPU (scripts/install-sglang.sh into .sglang/0.5.23,
 #    ~2 min, after vLLM's torch), then its live check: it FAILS ExactLaneGuardFlushes
-#    (scripts/check-sglang.sh). Skip with KVFENCE_SKIP_SGLANG=1.
+#    (scripts/check-sglang.sh); then .venv-verl, verl's SGLang client, for
+#    tests/test_peer_verl.py (scripts/install-peer.sh verl). Skip with KVFENCE_SKIP_SGLANG=1.
 # Results (verdict tables, JUnit XML, JSON, counterexamples) land in kvfence-results/.
 # Exits non-zero if any verdict is not the expected one.
 set -euo pipefail
@@ -92,4 +93,14 @@ if [ "${KVFENCE_SKIP_SGLANG:-0}" = 1 ]; then
     echo "setup: KVFENCE_SKIP_SGLANG=1: not installing or checking SGLang"
 else
     bash scripts/check-sglang.sh .venv/bin/python 0.5.23  # installs it first
+    # Peer check (tests/test_peer_verl.py): verl 0.9.1's SGLang HTTP adapter in .venv-verl
+    # beside the vLLM lane's torch and SGLang's light dependencies, now installed
+    # (scripts/install-peer.sh verl, ~70 s). A failed install only skips the test.
+    if [ "${KVFENCE_SKIP_PEER:-0}" != 1 ] && [ "${KVFENCE_SKIP_VLLM:-0}" != 1 ]; then
+        if bash scripts/install-peer.sh verl .venv/bin/python; then
+            echo "setup: verl's client installed in .venv-verl (tests/test_peer_verl.py)"
+        else
+            echo "setup: could not install verl: tests/test_peer_verl.py will skip"
+        fi
+    fi
 fi

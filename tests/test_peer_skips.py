@@ -4,7 +4,7 @@ dropped (docs/clients.md, "Peer check"; docs/findings.md, "Not run, with the rea
 
 The frameworks that do run: SkyRL 0.3.0 (``test_peer.py``), SkyRL 0.4.0
 (``test_peer_skyrl4.py``), TRL 1.16.0 (``test_peer_trl.py``), AReaL 1.0.4
-(``test_peer_areal.py``).
+(``test_peer_areal.py``), verl 0.9.1 (``test_peer_verl.py``).
 """
 
 from __future__ import annotations
@@ -12,18 +12,6 @@ from __future__ import annotations
 import pytest
 
 pytestmark = pytest.mark.peer
-
-VERL_091 = (
-    "verl 0.9.1's AsyncHttpServerAdapter (verl/workers/rollout/sglang_rollout/"
-    "http_server_engine.py) needs the sglang package it pins (sglang==0.5.12). Against the "
-    "SGLang lane's 0.5.23 source it imports (with ray msgpack tensordict pyvers omegaconf "
-    "codetiming soundfile beside the lane's torch, and an empty torchvision) but cannot be "
-    "constructed: TypeError, abstract methods begin_weight_update, end_weight_update (0.5.23's "
-    "EngineBase declares them; verl 0.9.1 does not implement them). sglang 0.5.12 itself "
-    "(`pip install --no-deps --target DIR sglang==0.5.12`, 73 MB) imports sgl_kernel, SGLang's "
-    "CUDA kernels, at module level (sglang/srt/mem_cache/memory_pool_host.py), which has no CPU "
-    "build. Install on a CUDA machine: `pip install verl==0.9.1 sglang==0.5.12 sgl-kernel`"
-)
 
 ART_0518 = (
     "openpipe-art 0.5.18 syncs over HTTP against vLLM only in its dedicated mode "
@@ -35,11 +23,6 @@ ART_0518 = (
     "/art/set_served_model_name (art_vllm_runtime 0.1.0, not vLLM's), a 404 on serve. Install on "
     "a CUDA machine: `pip install 'openpipe-art[backend]==0.5.18'`"
 )
-
-
-@pytest.mark.skip(reason=VERL_091)
-def test_verl_091_async_http_server_adapter():
-    """Named skip: see ``VERL_091``."""
 
 
 @pytest.mark.skip(reason=ART_0518)
