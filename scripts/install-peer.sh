@@ -10,7 +10,8 @@
 # while the client modules import with torch and the small packages named here):
 #   areal   areal==1.0.4 and what areal.engine.sglang_remote imports beyond torch
 #           (colorlog, tenacity, flask and its werkzeug/blinker/itsdangerous, torchdata,
-#           hydra-core, omegaconf, antlr4 4.9.3, ray, msgpack, aiofiles)
+#           hydra-core, omegaconf, antlr4 4.9.3, ray, msgpack, aiofiles, and uvloop, orjson,
+#           zstandard, which PYTHON's environment has only once SGLang's install ran)
 #   verl    verl==0.9.1 and what its SGLang HTTP adapter's import chain needs beyond torch
 #           and SGLang's light dependencies (ray, msgpack, tensordict, pyvers, omegaconf,
 #           codetiming, soundfile), plus sglang==0.5.17's source (--no-deps): the 0.5.12
@@ -48,7 +49,8 @@ python_312() {
 case "$NAME" in
     areal)
         SPECS=(areal==1.0.4 colorlog tenacity flask werkzeug blinker itsdangerous torchdata
-            hydra-core omegaconf antlr4-python3-runtime==4.9.3 ray msgpack aiofiles)
+            hydra-core omegaconf antlr4-python3-runtime==4.9.3 ray msgpack aiofiles uvloop
+            orjson zstandard)
         probe='import importlib.metadata as m; import areal.engine.sglang_remote
 assert m.version("areal") == "1.0.4"'
         ;;
