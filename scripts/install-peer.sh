@@ -23,10 +23,11 @@
 #           package imports cloudpathlib and pydantic; no torch, no .pth file
 #
 # Steps (idempotent: does nothing if .venv-NAME already imports the client module):
-#   1. a venv .venv-NAME with the same base Python as PYTHON's environment;
+#   1. a venv .venv-NAME with the same base Python as PYTHON's environment (skyrl4: its
+#      own Python >= 3.12, and no step 2);
 #   2. a .pth file in it naming PYTHON's site-packages, so torch and vLLM import from there
 #      without a second ~3.4 GB install (and PYTHON's environment is never written to);
-#   3. pip install --no-deps of NAME's packages.
+#   3. pip install --no-deps of NAME's packages (skyrl4's few dependencies with theirs).
 # Exits non-zero, leaving no .venv-NAME, if any step fails; setup.sh then only skips the test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
