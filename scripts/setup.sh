@@ -11,12 +11,15 @@
 #    client that never flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh; its
 #    vllm-lora and vllm-rl checks only with KVFENCE_VLLM_LORA=1 / KVFENCE_VLLM_RL=1 here:
 #    the suite checks vllm-rl itself, tests/vllm/test_vllm_engine.py); then .venv-trl, TRL's
-#    client beside that vLLM, for tests/test_peer_trl.py (scripts/install-trl.sh; skipped
-#    with KVFENCE_SKIP_VLLM=1 or KVFENCE_SKIP_PEER=1);
+#    client beside that vLLM, for tests/test_peer_trl.py (scripts/install-trl.sh), and the
+#    other frameworks' clients, .venv-NAME for tests/test_peer_NAME.py (scripts/
+#    install-peer.sh; both skipped with KVFENCE_SKIP_VLLM=1 or KVFENCE_SKIP_PEER=1);
 # 4. SGLang 0.5.23's scheduler on CPU (scripts/install-sglang.sh into .sglang/0.5.23,
 #    ~2 min, after vLLM's torch), then its live check: it FAILS ExactLaneGuardFlushes
 #    (scripts/check-sglang.sh); then 0.5.17 and 0.5.22 beside it, source only, for the
-#    version table's tests (KVFENCE_SGLANG_VERSIONS). Skip with KVFENCE_SKIP_SGLANG=1.
+#    version table's tests (KVFENCE_SGLANG_VERSIONS); then .venv-verl, verl's SGLang client,
+#    for tests/test_peer_verl.py (scripts/install-peer.sh verl). Skip with
+#    KVFENCE_SKIP_SGLANG=1.
 # Results (verdict tables, JUnit XML, JSON, counterexamples) land in kvfence-results/.
 # Exits non-zero if any verdict is not the expected one.
 set -euo pipefail
@@ -75,6 +78,16 @@ else
         else
             echo "setup: could not install TRL into .venv-trl: tests/test_peer_trl.py will skip"
         fi
+        # The other frameworks' clients, each in .venv-NAME (scripts/install-peer.sh):
+        # AReaL beside the same torch (~40 s), SkyRL 0.4.0 on a Python >= 3.12 (~20 s).
+        # A failed install only skips its test.
+        for peer in areal skyrl4; do
+            if bash scripts/install-peer.sh "$peer" .venv/bin/python; then
+                echo "setup: $peer's client installed in .venv-$peer (tests/test_peer_$peer.py)"
+            else
+                echo "setup: could not install $peer: tests/test_peer_$peer.py will skip"
+            fi
+        done
     fi
 fi
 
@@ -89,4 +102,14 @@ else
         bash scripts/install-sglang.sh "$v" .venv/bin/python ||
             echo "setup: could not install SGLang $v: its version tests will skip"
     done
+    # Peer check (tests/test_peer_verl.py): verl 0.9.1's SGLang HTTP adapter in .venv-verl
+    # beside the vLLM lane's torch and SGLang's light dependencies, now installed
+    # (scripts/install-peer.sh verl, ~70 s). A failed install only skips the test.
+    if [ "${KVFENCE_SKIP_PEER:-0}" != 1 ] && [ "${KVFENCE_SKIP_VLLM:-0}" != 1 ]; then
+        if bash scripts/install-peer.sh verl .venv/bin/python; then
+            echo "setup: verl's client installed in .venv-verl (tests/test_peer_verl.py)"
+        else
+            echo "setup: could not install verl: tests/test_peer_verl.py will skip"
+        fi
+    fi
 fi
