@@ -194,12 +194,13 @@ CASES: tuple[Case, ...] = (
         RuleId.ENG_003,
         (Config(encoder=True),),
         OPT_OUT,
-        # Encoder outputs now follow every update (ENG-012), so the forgotten kind shows on
-        # an explicit flush: the flush must remove every entry of every kind.
+        # Encoder outputs follow every update (ENG-012), and a flush may keep an entry of the
+        # weights in force, so the forgotten kind shows where a clear must remove every entry
+        # of every kind: a pause that clears the cache (the update after it may skip its own
+        # flush).
         (
             ServeRequest(0, "P"),
-            FlushCache(0),
-            ServeRequest(0, "P"),
+            PauseGeneration(0, PauseMode.RETRACT, clear_cache=True),
         ),
     ),
     Case(
