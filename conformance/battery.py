@@ -388,11 +388,36 @@ def load(workers: int | None = None) -> Battery:
     path = battery_path(fingerprint)
     battery = read(path, fingerprint)
     if battery is None:
-        battery = generate(workers or usable_cores())
-        with contextlib.suppress(OSError):
-            write(battery, path)
+        with _generating(path):  # another process generating it: wait, then read its file
+            battery = read(path, fingerprint)
+            if battery is None:
+                battery = generate(workers or usable_cores())
+                with contextlib.suppress(OSError):
+                    write(battery, path)
     _LOADED.append(battery)
     return battery
+
+
+@contextlib.contextmanager
+def _generating(path: Path):
+    """Hold an exclusive lock (``fcntl.flock``) on ``path``'s ``.lock`` file beside it, so
+    that processes started together on a cold cache (pytest-xdist workers, parallel checks)
+    generate the battery once: the others wait and read what the first wrote. A cache
+    folder that cannot be written (or a platform without ``fcntl``) takes no lock."""
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(path.with_suffix(".lock"), "a")  # noqa: SIM115 (held until the end)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+    finally:
+        lock.close()
 
 
 # ----- running ----------------------------------------------------------------------------

@@ -81,6 +81,10 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_relabel_without_loading_passes_a_whole_check_without_the_restart_oracle"
     },
     "test_verdicts.py": {"test_reference_passes_with_exact_cache_too"},
+    "test_symmetry.py": {
+        "test_the_semantics_are_equivariant_under_renaming",
+        "test_the_semantics_ignore_the_funnel",
+    },
     "test_store.py": {
         "test_the_keyed_store_passes_at_ci_with_evidence_for_sto_001",
         "test_store_designs_pass_under_the_explorer",
@@ -90,7 +94,9 @@ SLOW_TESTS: dict[str, set[str]] = {
 parametrized case as ``name[id]``): whole checks at the full ci budget that PASS or find
 nothing (600 examples: tens of seconds each), a long focused search, the kill matrix of
 the client programs, the product explorer per mutant, the two deepest model counts (the
-shallower pins stay fast)."""
+shallower pins stay fast), and the two checks of the symmetry reduction over the states
+reachable in two or three steps (about a minute each on a core; the reduced counts and
+the orbit tests stay fast)."""
 
 
 def _slow_reason(item: pytest.Item) -> str | None:

@@ -8,6 +8,8 @@ search alone, as before the battery) the same engines pass (the slow tier shows 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import time
 from pathlib import Path
 
 import attrs
@@ -193,6 +195,40 @@ def test_every_verdict_states_its_bounds(tmp_path):
     assert attrs.evolve(back.battery, seconds=0) == attrs.evolve(
         r.battery, seconds=round(r.battery.seconds, 3) * 0
     )
+
+
+def _load_counting(made: Path) -> None:
+    """A forked process's ``battery.load`` on a cold cache, whose generation (a stand-in
+    that takes a second) leaves a line in ``made``."""
+    from kvfence.conformance.fingerprint import source_fingerprint
+
+    fingerprint = source_fingerprint()
+
+    def slow(workers: int = 1) -> battery.Battery:
+        with made.open("a") as f:
+            f.write("generated\n")
+        time.sleep(1.0)
+        scenario = battery.Scenario("s", ("INV-001",), (), Policy(), (SyncWeights(1),))
+        return battery.Battery((scenario,), SPEC_VERSION, fingerprint, 1.0)
+
+    battery.generate = slow
+    assert battery.load().fingerprint == fingerprint
+
+
+def test_processes_on_a_cold_cache_generate_the_battery_once(tmp_path, monkeypatch):
+    """Two processes that start together on a cold cache (two pytest-xdist workers, two
+    checks) generate it once: the second waits for the first's file and reads it."""
+    monkeypatch.setenv("KVFENCE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(battery, "_LOADED", [])
+    made = tmp_path / "made.txt"
+    fork = multiprocessing.get_context("fork")
+    procs = [fork.Process(target=_load_counting, args=(made,)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert made.read_text().splitlines() == ["generated"]
 
 
 def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):

@@ -97,9 +97,10 @@ def test_the_matrices_and_the_real_engines_are_slow(collected):
 
 def test_a_module_scoped_fixture_keeps_its_module_on_one_worker(collected):
     designs = _of(collected, "tests/test_designs.py")
-    for fixture in ("matrices", "explorations"):  # each a whole pass matrix: built once
-        using = [r for r in designs if fixture in r["fixtures"]]
-        assert using and {r["group"] for r in using} == {"test_designs.py"}, fixture
+    using = [r for r in designs if "matrices" in r["fixtures"]]  # both matrices: built once
+    assert using and {r["group"] for r in using} == {"test_designs.py"}
+    explored = _of(collected, "tests/test_designs.py::test_design_passes_under_the_explorer")
+    assert explored and {r["group"] for r in explored} == {None}  # a design per test, spread
     cli = [r for r in _of(collected, "tests/test_cli.py") if "should_only_trace" in r["fixtures"]]
     assert cli and {r["group"] for r in cli} == {"test_cli.py"}
     free = [r for r in designs + _of(collected, "tests/test_cli.py") if not r["group"]]
