@@ -365,6 +365,8 @@ class Endpoint:
         s.processed_tokens_counter = 0
         self.refuse_next_flush = False
         self.holding_fault = False
+        self.window: dict[str, Any] | None = None
+        self.fail_next_chunk = False
         s.flush_cache = self._faulty_flush(s.flush_cache)
         s.init_weight_updater()
         if self.FlushWrapper is not None:
@@ -400,14 +402,23 @@ class Endpoint:
                 out.append(funnel)
         return out
 
+    def window_mechanism(self) -> str | None:
+        """How this scheduler code opens a two-phase update window, from the funnels it
+        has: ``"two_phase"`` (a fork's prepare/complete pair), ``"session"`` (upstream's
+        ``begin/end_weight_update``, 0.5.20+, with the chunks as tensor calls inside it), or
+        ``None`` (no window: a window action is N/A there)."""
+        have = self.funnels()
+        if "two_phase" in have:
+            return "two_phase"
+        return "session" if "bucketed" in have else None
+
     def _faulty_flush(self, flush: Any) -> Any:
         """``Scheduler.flush_cache`` with kvfence's injected refusal (``FaultRefuseFlush``):
         while armed, the next flush attempt answers ``False`` and changes nothing, as the
         real method does when ``is_fully_idle`` is false (KV pinned). Installed before
         ``init_weight_updater`` and the flush wrapper read the method, so the manager's
-        post-update flush and ``/flush_cache`` both see it. A release of KV memory asserts
-        idleness first (``release_memory_occupation``) and is no flush attempt of the
-        spec's: the fault is held across it (``holding_fault``)."""
+        post-update flush, ``/flush_cache`` and the flush inside a release of KV memory
+        all see it; while ``holding_fault`` the release's flush does not spend it."""
 
         def flush_cache(*args: Any, **kwargs: Any) -> bool:
             if self.refuse_next_flush and not self.holding_fault:
@@ -587,7 +598,11 @@ class Endpoint:
         if session:
             self._dispatch(self._request("BeginWeightUpdateReqInput"))
         try:
-            for call in calls:
+            for k, call in enumerate(calls):
+                if funnel == "two_phase" and k == 1 and self.runner.armed is not None:
+                    # the trainer's transfer, between prepare and complete: every chunk
+                    # lands where the prepare pointed the receivers
+                    self.runner.armed.write(version, final=True, fail=False)
                 outs.append(self._dispatch(call))
                 if getattr(outs[-1], "success", None) is not True:
                     break  # a failed prepare is not followed by its complete
@@ -599,6 +614,120 @@ class Endpoint:
         if success:
             self.tm_label = version
         return {"status": "ok" if success else "rejected", "detail": message}
+
+    # ----- a two-phase update window ----------------------------------------------------
+
+    def begin_window(self, version: int, funnel: str) -> dict[str, Any]:
+        """``BeginWeightUpdate``: through the window this code has (``window_mechanism``):
+        a fork's ``PrepareWeightsUpdateReqInput`` (with ``funnel="two_phase"``: the fork's
+        prepare arms the receivers, where the trainer's chunks will land), or upstream's
+        ``BeginWeightUpdateReqInput`` (every other funnel: SGLang's session is the window
+        whatever transport fills it; the chunks go as tensor calls, as
+        ``weight_sync/utils.update_weights`` documents). Nothing lands yet."""
+        have = self.funnels()
+        mechanism = "two_phase" if funnel == "two_phase" else "session"
+        if {"two_phase": "two_phase", "session": "bucketed"}[mechanism] not in have:
+            raise Broken(f"SGLang {self.version}: no two-phase window through {funnel!r}")
+        self.runner.pending = version
+        self.runner.armed = None
+        if mechanism == "two_phase":
+            label = stubs.version_label(version)
+            req = self._request(
+                "PrepareWeightsUpdateReqInput", group_name="kvfence", weight_version=label
+            )
+        else:
+            req = self._request("BeginWeightUpdateReqInput")
+        out = self._dispatch(req)
+        success = getattr(out, "success", None) is True
+        if success:
+            self.window = {"version": version, "mechanism": mechanism}
+        return {"status": "ok" if success else "rejected", "detail": str(out.message)}
+
+    def _window(self) -> dict[str, Any]:
+        if self.window is None:
+            raise Broken(f"SGLang {self.version}: a window action with no window open")
+        return self.window
+
+    def chunk(self) -> dict[str, Any]:
+        """``UpdateWeightChunk``: one non-final chunk. Two-phase: the trainer writes it into
+        the receivers the fork's prepare armed (live parameters or a staging buffer: the
+        fork's code chose). Session: ``UpdateWeightsFromTensorReqInput`` with a non-final
+        chunk, ``flush_cache=False`` and no ``weight_version`` (a trainer labels and
+        flushes with the last chunk), through upstream's manager. ``FaultChunkFails``
+        armed: this chunk fails after some tensors landed."""
+        w = self._window()
+        fail, self.fail_next_chunk = self.fail_next_chunk, False
+        if w["mechanism"] == "two_phase":
+            if self.runner.armed is None:
+                return {"status": "rejected", "detail": "no receivers armed"}
+            success, message = self.runner.armed.write(w["version"], final=False, fail=fail)
+            return {"status": "ok" if success else "rejected", "detail": message}
+        self.runner.fail_midway = fail
+        req = self._request(
+            "UpdateWeightsFromTensorReqInput",
+            serialized_named_tensors=[stubs.CHUNK_TENSOR.encode()],
+            flush_cache=False,
+        )
+        out = self._dispatch(req)
+        success = getattr(out, "success", None) is True
+        return {"status": "ok" if success else "rejected", "detail": str(out.message)}
+
+    def finish_window(self, flush_cache: bool | None, back_to: int | None = None) -> dict[str, Any]:
+        """``FinishWeightUpdate``: the last chunk lands, then the close that publishes:
+        the fork's ``CompleteWeightsUpdateReqInput`` or, in a session, the final tensor call
+        (``weight_version``, ``flush_cache`` as asked) and ``EndWeightUpdateReqInput``.
+        ``back_to``: an abort (neither SGLang nor the seed fork has one): the trainer
+        closes the window with the old version's weights, ``flush_cache=False`` (the old
+        KV is still good; KV served under torn weights is the engine's to drop, WIN-002)."""
+        w = self._window()
+        version = w["version"] if back_to is None else back_to
+        fields: dict[str, Any] = {"weight_version": stubs.version_label(version)}
+        if flush_cache is not None:
+            fields["flush_cache"] = flush_cache
+        self.runner.pending = version
+        outs = []
+        try:
+            if w["mechanism"] == "two_phase":
+                if back_to is not None:  # re-arm, as a retry of the transfer would
+                    outs.append(
+                        self._dispatch(
+                            self._request(
+                                "PrepareWeightsUpdateReqInput", group_name="kvfence", **fields
+                            )
+                        )
+                    )
+                if self.runner.armed is not None:
+                    self.runner.armed.write(version, final=True, fail=False)
+                outs.append(
+                    self._dispatch(
+                        self._request(
+                            "CompleteWeightsUpdateReqInput", group_name="kvfence", **fields
+                        )
+                    )
+                )
+            else:
+                outs.append(
+                    self._dispatch(
+                        self._request(
+                            "UpdateWeightsFromTensorReqInput",
+                            serialized_named_tensors=[b"x"],
+                            **fields,
+                        )
+                    )
+                )
+                outs.append(self._dispatch(self._request("EndWeightUpdateReqInput")))
+        finally:
+            self.window = None
+        success = all(getattr(o, "success", None) is True for o in outs)
+        if success:
+            self.tm_label = version
+        message = "; ".join(str(getattr(o, "message", "")) for o in outs)
+        return {"status": "ok" if success else "rejected", "detail": message}
+
+    def abort_window(self) -> dict[str, Any]:
+        """``AbortWeightUpdate``: closed with the old version's weights (``finish_window``
+        with ``back_to``): the last version loaded whole."""
+        return self.finish_window(False, back_to=self.whole)
 
     def _dispatch(self, req: Any) -> Any:
         """Through the scheduler's real request dispatcher; a request type it does not
@@ -652,12 +781,13 @@ class Endpoint:
                 s.running_batch.reqs.append(req)
         return {"status": "ok"}
 
-    def sleep(self, tags: list[str]) -> dict[str, Any]:
+    def sleep(self, tags: list[str], spend_refusal: bool = True) -> dict[str, Any]:
         """``ReleaseMemoryOccupationReqInput(tags=...)``: the tags as given (``kv_cache``,
         ``weights``), through the real manager (``release_memory_occupation``: it asserts
-        idleness, pauses the memory saver, and for ``kv_cache`` flushes, ignoring the
-        result). An injected flush refusal is held across it (``_faulty_flush``)."""
-        self.holding_fault = True
+        idleness, pauses the memory saver, and for ``kv_cache`` flushes; 0.5.17-0.5.23
+        ignore that flush's result). An injected flush refusal is spent on that flush
+        (``spend_refusal``, the spec's Sleep allows either), or held across it."""
+        self.holding_fault = not spend_refusal
         try:
             self._dispatch(self._request("ReleaseMemoryOccupationReqInput", tags=list(tags)))
         finally:
@@ -714,10 +844,15 @@ class Endpoint:
                 args["version"], args["funnel"], args["flush_cache"], args.get("fail_midway", False)
             ),
             "fault_refuse_flush": lambda: (setattr(self, "refuse_next_flush", True), ok)[1],
+            "fault_chunk_fails": lambda: (setattr(self, "fail_next_chunk", True), ok)[1],
+            "begin_window": lambda: self.begin_window(args["version"], args["funnel"]),
+            "chunk": self.chunk,
+            "finish_window": lambda: self.finish_window(args["flush_cache"]),
+            "abort_window": self.abort_window,
             "flush": self.flush,
             "pause": lambda: self.pause(args["mode"]),
             "resume": self.resume,
-            "sleep": lambda: self.sleep(args["tags"]),
+            "sleep": lambda: self.sleep(args["tags"], args.get("spend_refusal", True)),
             "wake_up": lambda: self.wake_up(args["tags"]),
             "restart": self.restart,
             "reset": lambda: (self.restart_fresh(), {"status": "ok"})[1],
@@ -855,6 +990,7 @@ def main(conn: Any, spec: dict[str, Any]) -> None:
             "version": ep.version,
             "tree": type(ep.s.tree_cache).__name__,
             "funnels": ep.funnels(),
+            "window": ep.window_mechanism(),
         }
         conn.send(("ok", {**started, "optimize": sys.flags.optimize}))
     except Broken as e:
