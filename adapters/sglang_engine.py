@@ -75,8 +75,9 @@ served prefix matched against the real tree, which never evicts here), ``provena
 (the weight version stored in each KV slot the tree returned), ``flush_result``,
 ``inflight``, ``pause``, ``sleep``, ``memory_tags``, ``faults``, ``restart``,
 ``exact_lane``; ``two_phase`` with ``window=True`` (a host whose code has no window is
-then an ``AdapterFailure`` naming it: N/A, never aliased onto a one-shot update). Not ``byte_oracle`` (no model runs), not ``attribution`` (response versions
-would come from the stub), and no tiers, draft, encoder, FP8 or LoRA. A refused flush
+then an ``AdapterFailure`` naming it: N/A, never aliased onto a one-shot update). Not
+``byte_oracle`` (no model runs), not ``attribution`` (response versions would come from
+the stub), and no tiers, draft, encoder, FP8 or LoRA. A refused flush
 comes from real running requests as well as from the injected fault.
 
 Versions side by side: ``version`` names a folder ``$KVFENCE_SGLANG_HOME/VERSION`` (default
