@@ -1067,3 +1067,66 @@ def dp_flush(spec: dict[str, Any]) -> dict[str, Any]:
         "ranks": [bool(r.success) for r in replies],
         "cached": cached,
     }
+
+
+def dp_update(spec: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's data-parallel fan-in of an IPC weight update, run for real over two real
+    schedulers (PF-26: sgl-project/sglang PR #39534, an IPC update answered with the first
+    rank's reply).
+
+    As :func:`dp_flush`: two endpoints (standard lane) stand for DP ranks 0 and 1 in this
+    process, the real ``FanOutCommunicator`` with ``fan_out=2`` sends the real
+    ``UpdateWeightsFromIPCReqInput`` to both schedulers' dispatchers, and the real
+    ``TokenizerControlMixin.update_weights_from_ipc`` answers with what it makes of the two
+    replies. The tokenizer manager reads the DP size from the runtime context
+    (``get_parallel().dp_size``); this process runs no DP launch, so that one read is
+    answered with 2 (``spec["dp_size"]``). Rank ``spec["failing_rank"]`` (or none) fails
+    its load after some tensors landed.
+
+    Returns ``{"merged": [success, message] the caller gets, "sent": how many ranks got
+    the request, "weights": [each rank's runner version, MIXED while torn]}``."""
+    import asyncio
+    import contextlib
+
+    sys.path.insert(0, spec["sglang_path"])
+    apply_shims()
+    ranks = [Endpoint("standard", os.path.join(spec["workdir"], f"rank{k}")) for k in range(2)]
+    from sglang.srt.managers import tokenizer_control_mixin as mixin
+    from sglang.srt.managers.communicator import FanOutCommunicator
+
+    mixin.get_parallel = lambda: SimpleNamespace(dp_size=spec.get("dp_size", 2))
+    sent: list[int] = []
+
+    async def update() -> Any:
+        loop = asyncio.get_running_loop()
+
+        def send(req: Any) -> None:
+            for k, ep in enumerate(ranks):
+                ep.runner.pending = 1
+                ep.runner.fail_midway = k == spec.get("failing_rank")
+                sent.append(k)
+                loop.call_soon(comm.handle_recv, ep._dispatch(req))
+
+        comm = FanOutCommunicator(send, 2)
+
+        @contextlib.asynccontextmanager
+        async def lock() -> Any:
+            yield
+
+        manager = SimpleNamespace(
+            auto_create_handle_loop=lambda: None,
+            update_weights_from_ipc_communicator=comm,
+            is_pause_cond=asyncio.Condition(),
+            is_pause=False,
+            model_update_lock=SimpleNamespace(writer_lock=lock()),
+            mm_processor=None,
+            _update_weight_version_if_provided=lambda version: None,
+        )
+        req = ranks[0]._request(
+            "UpdateWeightsFromIPCReqInput", zmq_handles={}, weight_version="v1", flush_cache=True
+        )
+        return await mixin.TokenizerControlMixin.update_weights_from_ipc(manager, req)
+
+    success, message = asyncio.run(update())
+    weights = [ep.runner.version for ep in ranks]
+    return {"merged": [bool(success), str(message)], "sent": len(sent), "weights": weights}
