@@ -260,6 +260,9 @@ def build_parser() -> Parser:
     g.add_argument(
         "--optimize", action="store_true", help="sglang engines: the scheduler under python -O"
     )
+    g.add_argument(
+        "--window", action="store_true", help="sglang engines: two-phase update windows drawn"
+    )
 
     p = sub.add_parser("explore", help="exhaustive breadth-first search within bounds")
     p.add_argument(
