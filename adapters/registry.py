@@ -171,6 +171,13 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         help="sglang engines: draw two-phase update windows, through the code's own window "
         "(a fork's prepare/complete, else SGLang's begin/end_weight_update session)",
     )
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        help="sglang engines: data-parallel ranks per endpoint, each a real scheduler behind "
+        "SGLang's own fan-in (2 checks RNK-001..003)",
+    )
 
 
 def parse_checkpoints(items: list[str]) -> dict[int, Path]:
@@ -205,6 +212,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         options["optimize"] = True
     if getattr(args, "window", False):
         options["window"] = True
+    if getattr(args, "ranks", 1) not in (None, 1):
+        options["ranks"] = args.ranks
     return options
 
 
@@ -224,8 +233,8 @@ def system(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """How to reach the engine ``name`` built with ``options`` again, as a trace header
     records it (``system``): ``engine`` as given (a ``module:factory`` verbatim), and
     when set ``url`` (no user, password or query), ``checkpoints`` (``{"v0": PATH}``),
-    ``served_model``, ``overlay``, ``optimize``, ``window`` and ``sglang_version``. Nothing
-    secret is kept."""
+    ``served_model``, ``overlay``, ``optimize``, ``window``, ``ranks`` and
+    ``sglang_version``. Nothing secret is kept."""
     out: dict[str, Any] = {"engine": name}
     if options.get("url") is not None:
         out["url"] = _public_url(str(options["url"]))
@@ -239,6 +248,8 @@ def system(name: str, options: dict[str, Any]) -> dict[str, Any]:
         out["optimize"] = True
     if options.get("window"):
         out["window"] = True
+    if options.get("ranks", 1) != 1:
+        out["ranks"] = options["ranks"]
     bare = _bare(name)
     if bare == "sglang" or bare.startswith("sglang@"):
         from .sglang_engine import DEFAULT_VERSION
@@ -266,6 +277,10 @@ def system_options(recorded: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(recorded[key], bool):
                 raise ValueError(f"the trace header's system.{key} is not true or false")
             out[key] = recorded[key]
+    if "ranks" in recorded:
+        if type(recorded["ranks"]) is not int or recorded["ranks"] < 1:
+            raise ValueError("the trace header's system.ranks is not a positive whole number")
+        out["ranks"] = recorded["ranks"]
     return out
 
 
@@ -289,13 +304,14 @@ def build_engine(name: str, **options: Any) -> EngineAdapter:
     ignored by others; ``url``, ``checkpoints``, ``served_model``, ``allow_remote`` attach
     ``vllm-http`` or ``sglang-http`` to a running server and are a usage error for any
     other engine (``sglang-http`` needs them);
-    ``overlay`` (a folder of fork files), ``optimize`` (the hosts under ``python -O``) and
-    ``window`` (two-phase update windows drawn) are only for ``sglang`` /
-    ``sglang@VERSION``."""
+    ``overlay`` (a folder of fork files), ``optimize`` (the hosts under ``python -O``),
+    ``window`` (two-phase update windows drawn) and ``ranks`` (data-parallel ranks per
+    endpoint) are only for ``sglang`` / ``sglang@VERSION``."""
     log_dir = options.pop("log_dir", None)
     overlay = options.pop("overlay", None)
     optimize = bool(options.pop("optimize", False))
     window = bool(options.pop("window", False))
+    ranks = int(options.pop("ranks", 1) or 1)
     options = {k: v for k, v in options.items() if v is not None}
     if name.partition(":")[0] in KIND_PREFIXES:
         name = _kind_name(name, "engine")
@@ -308,7 +324,9 @@ def build_engine(name: str, **options: Any) -> EngineAdapter:
         version = name.partition("@")[2] if "@" in name else DEFAULT_VERSION
         if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", version):
             raise ValueError(f"engine {name!r}: {version!r} is not an SGLang version number")
-        adapter = SglangAdapter(version=version, overlay=overlay, optimize=optimize, window=window)
+        adapter = SglangAdapter(
+            version=version, overlay=overlay, optimize=optimize, window=window, ranks=ranks
+        )
         try:
             adapter.sglang_path()  # not installed: a usage error naming the install command
         except Exception as e:
@@ -320,6 +338,8 @@ def build_engine(name: str, **options: Any) -> EngineAdapter:
         raise ValueError(f"--optimize applies to the sglang engines, not {name!r}")
     if window:
         raise ValueError(f"--window applies to the sglang engines, not {name!r}")
+    if ranks != 1:
+        raise ValueError(f"--ranks applies to the sglang engines, not {name!r}")
     if options and name not in ATTACH_ENGINES:
         flags = ", ".join("--" + k.replace("_", "-").rstrip("s") for k in options)
         raise ValueError(f"{flags}: only for --engine vllm-http or sglang-http, not {name!r}")

@@ -117,6 +117,7 @@ from ..model.actions import (
     BeginWeightUpdate,
     ContinueGeneration,
     FaultChunkFails,
+    FaultRankUpdateFails,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FinishRequest,
@@ -178,7 +179,26 @@ def _optimized(on: bool) -> Iterator[None]:
             os.environ["PYTHONOPTIMIZE"] = before
 
 
-def _config(lane: str) -> Config:
+RANKED_CAPABILITIES = frozenset(
+    {
+        C.WEIGHTS_PROBE.value,
+        C.CACHE_PROBE.value,
+        C.EXACT_CACHE.value,
+        C.PROVENANCE.value,
+        C.FLUSH_RESULT.value,
+        C.INFLIGHT.value,
+        C.PAUSE.value,
+        C.EXACT_LANE.value,
+        C.FAULTS.value,
+        C.RANKS.value,
+    }
+)
+"""What an endpoint of data-parallel ranks (``ranks=2``) declares: the ranked vocabulary
+(requests placed per rank, flushes, updates, pauses, the rank fault); sleep, restart and
+windows are not driven across ranks."""
+
+
+def _config(lane: str, ranks: int = 1) -> Config:
     info = {
         "disable_radix_cache": False,
         "rl_on_policy_target": "fsdp" if lane == "exact" else None,
@@ -188,6 +208,7 @@ def _config(lane: str) -> Config:
         lane=Lane.EXACT if lane == "exact" else Lane.STANDARD,
         info=server_info(**info),
         flush_default=True,  # UpdateWeight*ReqInput.flush_cache defaults to true (io_struct)
+        ranks=ranks,
     )
 
 
@@ -231,6 +252,7 @@ class SglangAdapter:
         fault_funnel: str = "distributed",
         window: bool = False,
         refusal_at_release: bool = True,
+        ranks: int = 1,
     ) -> None:
         bad = [lane for lane in lanes if lane not in LANES]
         if bad or not lanes:
@@ -248,12 +270,17 @@ class SglangAdapter:
         if window:
             self.capabilities = type(self).capabilities | {C.TWO_PHASE.value}
         self.refusal_at_release = refusal_at_release
+        if ranks < 1 or (ranks > 1 and window):
+            raise ValueError("ranks must be >= 1 (and windows are not driven across ranks)")
+        self.ranks = ranks
+        if ranks > 1:
+            self.capabilities = RANKED_CAPABILITIES
         self.name = (
             f"sglang@{version}"
             + ("+overlay" if overlay is not None else "")
             + (" (python -O)" if optimize else "")
         )
-        self.fixed_configs: tuple[Config, ...] = tuple(_config(lane) for lane in self.lanes)
+        self.fixed_configs: tuple[Config, ...] = tuple(_config(lane, ranks) for lane in self.lanes)
         self._hosts: list[tuple[Any, Any]] = []
         self._workdir: str | None = None
         self.loaded: dict[str, str] = {}
@@ -313,6 +340,7 @@ class SglangAdapter:
                 "workdir": workdir,
                 "log": os.path.join(self._workdir, f"endpoint{i}.log"),
                 "overlay": None if self.overlay is None else str(self.overlay.resolve()),
+                "ranks": self.ranks,
             }
             proc = ctx.Process(target=sglang_host.main, args=(child, spec), daemon=True)
             with _optimized(self.optimize):
@@ -413,9 +441,11 @@ class SglangAdapter:
         if isinstance(a, (ServeRequest, StartRequest)) and a.lora:
             raise Unsupported(f"{self.name} serves no LoRA adapter")
         if isinstance(a, ServeRequest):
-            return "serve", {"prefix": a.prefix}
+            return "serve", {"prefix": a.prefix, "rank": a.rank}
         if isinstance(a, StartRequest):
-            return "start", {"rid": a.rid, "prefix": a.prefix}
+            return "start", {"rid": a.rid, "prefix": a.prefix, "rank": a.rank}
+        if isinstance(a, FaultRankUpdateFails):
+            return "fault_rank_update_fails", {"rank": a.rank}
         if isinstance(a, FinishRequest):
             return "finish", {"rid": a.rid}
         own = self.funnels

@@ -985,7 +985,10 @@ def main(conn: Any, spec: dict[str, Any]) -> None:
             except HARNESS_ERRORS as e:
                 what = f"overlay {spec['overlay']}: {type(e).__name__}: {e}{_where(e)}"
                 raise Broken(what) from e
-        ep = Endpoint(spec["lane"], workdir)
+        if spec.get("ranks", 1) > 1:
+            ep = RankedEndpoint(spec["lane"], workdir, spec["ranks"])
+        else:
+            ep = Endpoint(spec["lane"], workdir)
         started = {
             "version": ep.version,
             "tree": type(ep.s.tree_cache).__name__,
@@ -1130,3 +1133,174 @@ def dp_update(spec: dict[str, Any]) -> dict[str, Any]:
     success, message = asyncio.run(update())
     weights = [ep.runner.version for ep in ranks]
     return {"merged": [bool(success), str(message)], "sent": len(sent), "weights": weights}
+
+
+class RankedEndpoint:
+    """One endpoint of ``n`` data-parallel ranks, each a real scheduler (:class:`Endpoint`)
+    in this process, behind SGLang's own fan-in: ``/flush_cache`` is the real
+    ``TokenizerControlMixin.flush_cache`` over the real ``FanOutCommunicator``, and a disk
+    update the real ``TokenizerManager.update_weights_from_disk`` (its
+    ``_wait_for_model_update_from_disk`` and ``_handle_update_weights_from_disk_req_
+    output``, which merge the ranks' replies). Only the ZMQ hop is replaced: each rank's
+    reply is handed to the receive handler on the event loop. Requests go to the rank they
+    name (``GenerateReqInput.data_parallel_rank``); pause and continue go to every rank, as
+    the tokenizer manager sends them. The label is the tokenizer manager's
+    (``_update_weight_version_if_provided``, after a merged success).
+
+    The tensor, distributed and IPC paths refuse DP replicas (``assert dp_size == 1`` in
+    the tokenizer manager): on a ranked endpoint only ``disk`` is a funnel."""
+
+    def __init__(self, lane: str, workdir: str, n: int) -> None:
+        self.ranks = [Endpoint(lane, os.path.join(workdir, f"rank{k}")) for k in range(n)]
+        self.version = self.ranks[0].version
+        self.s = self.ranks[0].s
+        self.reset()
+
+    def reset(self) -> None:
+        for ep in self.ranks:
+            ep.restart_fresh()
+        self.label = 0
+        self.placed: dict[str, int] = {}
+        self.failing: set[int] = set()
+
+    def funnels(self) -> list[str]:
+        return ["disk"] if "disk" in self.ranks[0].funnels() else []
+
+    def window_mechanism(self) -> None:
+        return None
+
+    def server_info(self) -> dict[str, Any]:
+        return self.ranks[0].server_info()
+
+    def probe(self) -> dict[str, Any]:
+        views = [ep.probe() for ep in self.ranks]
+        weights = {v["weights"] for v in views}
+        cache = sorted({tuple(e) for v in views for e in v["cache"]})
+        whole = weights.pop() if len(weights) == 1 else None
+        return {"weights": whole, "label": self.label, "cache": [list(e) for e in cache]}
+
+    def _fan_in(self, call: Any) -> Any:
+        import asyncio
+
+        return asyncio.run(call())
+
+    def flush(self) -> dict[str, Any]:
+        from sglang.srt.managers.communicator import FanOutCommunicator
+        from sglang.srt.managers.tokenizer_control_mixin import TokenizerControlMixin
+
+        async def flush() -> Any:
+            loop = asyncio.get_running_loop()
+
+            def send(req: Any) -> None:
+                for ep in self.ranks:
+                    loop.call_soon(comm.handle_recv, ep._dispatch(req))
+
+            comm = FanOutCommunicator(send, len(self.ranks))
+            manager = SimpleNamespace(
+                auto_create_handle_loop=lambda: None,
+                flush_cache_communicator=comm,
+                mm_processor=None,
+            )
+            return await TokenizerControlMixin.flush_cache(manager)
+
+        import asyncio
+
+        out = self._fan_in(flush)
+        success = getattr(out, "success", None)
+        return {
+            "status": "ok" if success is True else "rejected",
+            "flushed": success,
+            "detail": str(getattr(out, "message", "")),
+        }
+
+    def update(self, version: int, flush_cache: bool | None, fail_all: bool) -> dict[str, Any]:
+        import asyncio
+        import contextlib
+        import types
+
+        from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+        fields: dict[str, Any] = {"weight_version": stubs.version_label(version)}
+        if flush_cache is not None:
+            fields["flush_cache"] = flush_cache
+        for k, ep in enumerate(self.ranks):
+            ep.runner.pending = version
+            ep.runner.fail_midway = fail_all or k in self.failing
+        self.failing.clear()
+        req = self.ranks[0]._request(
+            "UpdateWeightFromDiskReqInput", model_path="/ckpt", load_format="auto", **fields
+        )
+        labelled: list[str] = []
+
+        async def update() -> Any:
+            loop = asyncio.get_running_loop()
+
+            @contextlib.asynccontextmanager
+            async def lock() -> Any:
+                yield
+
+            manager = SimpleNamespace(
+                auto_create_handle_loop=lambda: None,
+                abort_request=lambda **k: None,
+                is_pause_cond=asyncio.Condition(),
+                is_pause=False,
+                model_update_lock=SimpleNamespace(writer_lock=lock()),
+                elastic_worker_count=len(self.ranks),
+                mm_processor=None,
+                _update_model_path_info=lambda *a: None,
+                _update_weight_version_if_provided=labelled.append,
+            )
+            manager._handle_update_weights_from_disk_req_output = types.MethodType(
+                TokenizerManager._handle_update_weights_from_disk_req_output, manager
+            )
+            manager._wait_for_model_update_from_disk = types.MethodType(
+                TokenizerManager._wait_for_model_update_from_disk, manager
+            )
+
+            def dispatch(obj: Any) -> None:
+                for ep in self.ranks:
+                    reply = ep._dispatch(obj)
+                    loop.call_soon(manager._handle_update_weights_from_disk_req_output, reply)
+
+            manager._dispatch_to_scheduler = dispatch
+            return await TokenizerManager.update_weights_from_disk(manager, req)
+
+        success, message, _ = self._fan_in(update)
+        if labelled:
+            self.label = stubs.label_version(labelled[-1])
+        return {"status": "ok" if success else "rejected", "detail": str(message)}
+
+    def apply(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        rank = args.get("rank", 0)
+
+        def start() -> dict[str, Any]:
+            self.placed[args["rid"]] = rank
+            return self.ranks[rank].start_request(args["rid"], args["prefix"])
+
+        def fault_rank() -> dict[str, Any]:
+            self.failing.add(args["rank"])
+            return {"status": "ok"}
+
+        handlers = {
+            "serve": lambda: self.ranks[rank].serve(args["prefix"]),
+            "start": start,
+            "finish": lambda: self.ranks[self.placed.pop(args["rid"])].finish_request(args["rid"]),
+            "update": lambda: self.update(
+                args["version"], args["flush_cache"], args.get("fail_midway", False)
+            ),
+            "fault_rank_update_fails": fault_rank,
+            "flush": self.flush,
+            "pause": lambda: [ep.pause(args["mode"]) for ep in self.ranks][-1],
+            "resume": lambda: [ep.resume() for ep in self.ranks][-1],
+            "reset": lambda: (self.reset(), {"status": "ok"})[1],
+        }
+        if op not in handlers:
+            raise Broken(f"SGLang {self.version}: {op} is not driven on a ranked endpoint")
+        try:
+            out = handlers[op]()
+        except Broken:
+            raise
+        except HARNESS_ERRORS as e:
+            raise Broken(self.ranks[0]._say(e, op)) from e
+        out["view"] = self.probe()
+        return out

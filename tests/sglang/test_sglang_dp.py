@@ -16,10 +16,10 @@ from __future__ import annotations
 import multiprocessing
 
 import pytest
-from test_sglang_engine import need
+from test_sglang_engine import need, observed, rules, script
 
 from kvfence.adapters import sglang_host
-from kvfence.adapters.sglang_engine import sglang_home
+from kvfence.adapters.sglang_engine import SglangAdapter, sglang_home
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     FaultRankUpdateFails,
@@ -28,6 +28,7 @@ from kvfence.model.actions import (
     StartRequest,
     UpdateWeights,
 )
+from kvfence.model.capabilities import Capability
 from kvfence.model.state import Config, initial_state
 from kvfence.model.vocabulary import MIXED, Funnel
 
@@ -143,3 +144,45 @@ def test_ipc_update_under_python_o_merges_every_reply_but_leaves_ranks_torn(upda
     assert {status for status, _, _ in allowed} == {"rejected"}
     assert all(closed or weights == [0, 0] for _, weights, closed in allowed)
     assert not any(weights[0] == 1 and not closed for _, weights, closed in allowed)
+
+
+# ----- the fan-in inside the lockstep: an endpoint of two real schedulers --------------
+
+
+@pytest.fixture(scope="module")
+def ranked(shared):
+    """One standard-lane endpoint of two DP ranks (``SglangAdapter(ranks=2)``): two real
+    schedulers in one host, behind SGLang's own flush and disk-update fan-in."""
+    need("0.5.23")
+    adapter = SglangAdapter("0.5.23", lanes=("standard",), ranks=2)
+    yield shared(adapter)
+    adapter.close()
+
+
+BOTH_SERVED = [ServeRequest(0, "P", rank=0), ServeRequest(0, "P", rank=1)]
+
+
+def test_ranked_lane_judges_the_first_reply_flush_rnk_001(ranked):
+    """SGL-R1 in lockstep: a request on rank 1, ``FlushCache`` -> success while rank 1
+    still holds P: RNK-001 FAIL. With the request on rank 0 the reply is a refusal (PASS)."""
+    assert Capability.RANKS.value in ranked.capabilities
+    bad, steps = script(ranked, [*BOTH_SERVED, StartRequest(0, "r1", "P", rank=1), FlushCache(0)])
+    assert rules(bad) == {"RNK-001"}, bad
+    seen = observed(steps)
+    assert seen["status"] == "ok" and seen["flushed"] is True
+    assert [e["version"] for e in seen["view"]["cache"]] == [0]  # rank 1 kept P
+    bad, steps = script(ranked, [*BOTH_SERVED, StartRequest(0, "r1", "P", rank=0), FlushCache(0)])
+    assert bad == [] and observed(steps)["flushed"] is False
+
+
+def test_ranked_lane_judges_a_rank_that_fails_its_update_rnk_002(ranked):
+    """A disk update failing on rank 1 (it rolls back) through the real
+    ``TokenizerManager.update_weights_from_disk``: every reply is merged, so the caller is
+    told failure, but rank 0 keeps v1 and the endpoint stays open: RNK-002 FAIL."""
+    actions = [ServeRequest(0, "P"), FaultRankUpdateFails(0, 1), UpdateWeights(0, 1, Funnel.DISK)]
+    bad, steps = script(ranked, actions)
+    assert "RNK-002" in rules(bad), bad
+    seen = observed(steps)
+    assert seen["status"] == "rejected" and "Rolling back" in seen["detail"]
+    assert seen["view"]["weights"] is None and seen["view"]["label"] == 0  # split, v0 label
+    assert ranked.funnels == (Funnel.DISK,)  # tensor, distributed, ipc assert dp_size == 1
