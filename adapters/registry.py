@@ -165,6 +165,19 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="sglang engines: run the scheduler hosts under python -O (asserts removed)",
     )
+    parser.add_argument(
+        "--window",
+        action="store_true",
+        help="sglang engines: draw two-phase update windows, through the code's own window "
+        "(a fork's prepare/complete, else SGLang's begin/end_weight_update session)",
+    )
+    parser.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        help="sglang engines: data-parallel ranks per endpoint, each a real scheduler behind "
+        "SGLang's own fan-in (2 checks RNK-001..003)",
+    )
 
 
 def parse_checkpoints(items: list[str]) -> dict[int, Path]:
@@ -197,6 +210,10 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
         options["overlay"] = args.overlay
     if getattr(args, "optimize", False):
         options["optimize"] = True
+    if getattr(args, "window", False):
+        options["window"] = True
+    if getattr(args, "ranks", 1) not in (None, 1):
+        options["ranks"] = args.ranks
     return options
 
 
@@ -216,8 +233,8 @@ def system(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """How to reach the engine ``name`` built with ``options`` again, as a trace header
     records it (``system``): ``engine`` as given (a ``module:factory`` verbatim), and
     when set ``url`` (no user, password or query), ``checkpoints`` (``{"v0": PATH}``),
-    ``served_model``, ``overlay``, ``optimize`` and ``sglang_version``. Nothing secret is
-    kept."""
+    ``served_model``, ``overlay``, ``optimize``, ``window``, ``ranks`` and
+    ``sglang_version``. Nothing secret is kept."""
     out: dict[str, Any] = {"engine": name}
     if options.get("url") is not None:
         out["url"] = _public_url(str(options["url"]))
@@ -229,6 +246,10 @@ def system(name: str, options: dict[str, Any]) -> dict[str, Any]:
         out["overlay"] = str(options["overlay"])
     if options.get("optimize"):
         out["optimize"] = True
+    if options.get("window"):
+        out["window"] = True
+    if options.get("ranks", 1) != 1:
+        out["ranks"] = options["ranks"]
     bare = _bare(name)
     if bare == "sglang" or bare.startswith("sglang@"):
         from .sglang_engine import DEFAULT_VERSION
@@ -251,10 +272,15 @@ def system_options(recorded: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(items, dict) or not all(isinstance(v, str) for v in items.values()):
             raise ValueError("the trace header's system.checkpoints is not {vN: PATH}")
         out["checkpoints"] = parse_checkpoints([f"{k}={v}" for k, v in items.items()])
-    if "optimize" in recorded:
-        if not isinstance(recorded["optimize"], bool):
-            raise ValueError("the trace header's system.optimize is not true or false")
-        out["optimize"] = recorded["optimize"]
+    for key in ("optimize", "window"):
+        if key in recorded:
+            if not isinstance(recorded[key], bool):
+                raise ValueError(f"the trace header's system.{key} is not true or false")
+            out[key] = recorded[key]
+    if "ranks" in recorded:
+        if type(recorded["ranks"]) is not int or recorded["ranks"] < 1:
+            raise ValueError("the trace header's system.ranks is not a positive whole number")
+        out["ranks"] = recorded["ranks"]
     return out
 
 
@@ -278,11 +304,14 @@ def build_engine(name: str, **options: Any) -> EngineAdapter:
     ignored by others; ``url``, ``checkpoints``, ``served_model``, ``allow_remote`` attach
     ``vllm-http`` or ``sglang-http`` to a running server and are a usage error for any
     other engine (``sglang-http`` needs them);
-    ``overlay`` (a folder of fork files) and ``optimize`` (the hosts under ``python -O``)
-    are only for ``sglang`` / ``sglang@VERSION``."""
+    ``overlay`` (a folder of fork files), ``optimize`` (the hosts under ``python -O``),
+    ``window`` (two-phase update windows drawn) and ``ranks`` (data-parallel ranks per
+    endpoint) are only for ``sglang`` / ``sglang@VERSION``."""
     log_dir = options.pop("log_dir", None)
     overlay = options.pop("overlay", None)
     optimize = bool(options.pop("optimize", False))
+    window = bool(options.pop("window", False))
+    ranks = int(options.pop("ranks", 1) or 1)
     options = {k: v for k, v in options.items() if v is not None}
     if name.partition(":")[0] in KIND_PREFIXES:
         name = _kind_name(name, "engine")
@@ -295,7 +324,9 @@ def build_engine(name: str, **options: Any) -> EngineAdapter:
         version = name.partition("@")[2] if "@" in name else DEFAULT_VERSION
         if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", version):
             raise ValueError(f"engine {name!r}: {version!r} is not an SGLang version number")
-        adapter = SglangAdapter(version=version, overlay=overlay, optimize=optimize)
+        adapter = SglangAdapter(
+            version=version, overlay=overlay, optimize=optimize, window=window, ranks=ranks
+        )
         try:
             adapter.sglang_path()  # not installed: a usage error naming the install command
         except Exception as e:
@@ -305,6 +336,10 @@ def build_engine(name: str, **options: Any) -> EngineAdapter:
         raise ValueError(f"--overlay applies to the sglang engines, not {name!r}")
     if optimize:
         raise ValueError(f"--optimize applies to the sglang engines, not {name!r}")
+    if window:
+        raise ValueError(f"--window applies to the sglang engines, not {name!r}")
+    if ranks != 1:
+        raise ValueError(f"--ranks applies to the sglang engines, not {name!r}")
     if options and name not in ATTACH_ENGINES:
         flags = ", ".join("--" + k.replace("_", "-").rstrip("s") for k in options)
         raise ValueError(f"{flags}: only for --engine vllm-http or sglang-http, not {name!r}")

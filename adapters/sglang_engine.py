@@ -49,6 +49,24 @@ sent through the scheduler's real ``_request_dispatcher``; files are SGLang's
 ``(i, v)``                      some tensors landed; the stub runner answers as upstream's
                                 model runner does for that funnel, the rest is upstream's.
 ``Restart(i)``                  a new scheduler and ServerArgs from the last loaded version.
+``BeginWeightUpdate(i, v, f)``  with ``window=True``, through the window the code has
+                                (:meth:`sglang_host.Endpoint.window_mechanism`): with
+                                ``f=two_phase``, a fork's ``PrepareWeightsUpdateReqInput``
+                                (its prepare arms the receivers); otherwise upstream's
+                                ``BeginWeightUpdateReqInput`` session (0.5.20+).
+``UpdateWeightChunk(i)``        two-phase: the trainer writes a chunk into the receivers the
+                                fork's prepare armed (live parameters or staging buffers,
+                                as the fork's code chose); session: a non-final
+                                ``UpdateWeightsFromTensorReqInput`` (``flush_cache=False``,
+                                no ``weight_version``).
+``FinishWeightUpdate(i, fc)``   the last chunk, then the fork's
+                                ``CompleteWeightsUpdateReqInput`` or the final tensor call
+                                (``weight_version``, ``flush_cache``) and
+                                ``EndWeightUpdateReqInput``.
+``AbortWeightUpdate(i)``        neither SGLang nor the seed fork has one: the window is
+                                closed with the old version's weights (``flush_cache=
+                                False``).
+``FaultChunkFails(i)``          the next chunk fails after some tensors landed.
 ==============================  =============================================================
 
 Capabilities: ``weights_probe`` (the stub runner's version; the label where SGLang records
@@ -56,8 +74,10 @@ it: ``Scheduler.record_weight_version_change``), ``cache_probe`` and ``exact_cac
 served prefix matched against the real tree, which never evicts here), ``provenance``
 (the weight version stored in each KV slot the tree returned), ``flush_result``,
 ``inflight``, ``pause``, ``sleep``, ``memory_tags``, ``faults``, ``restart``,
-``exact_lane``. Not ``byte_oracle`` (no model runs), not ``attribution`` (response versions
-would come from the stub), and no tiers, draft, encoder, FP8 or LoRA. A refused flush
+``exact_lane``; ``two_phase`` with ``window=True`` (a host whose code has no window is
+then an ``AdapterFailure`` naming it: N/A, never aliased onto a one-shot update). Not
+``byte_oracle`` (no model runs), not ``attribution`` (response versions would come from
+the stub), and no tiers, draft, encoder, FP8 or LoRA. A refused flush
 comes from real running requests as well as from the injected fault.
 
 Versions side by side: ``version`` names a folder ``$KVFENCE_SGLANG_HOME/VERSION`` (default
@@ -68,7 +88,10 @@ modules (see :func:`adapters.sglang_host.install_overlay`). ``optimize``: each h
 under ``python -O`` (``PYTHONOPTIMIZE=1``): every bare ``assert`` in SGLang or the overlay
 is gone, as on a server started with ``python -O -m sglang.launch_server``; a fork whose
 fail-closed is an ``assert`` is checked as it would run there. The host reports
-``sys.flags.optimize`` and a mismatch is an ``AdapterFailure``.
+``sys.flags.optimize`` and a mismatch is an ``AdapterFailure``. ``refusal_at_release``
+(default on): an injected flush refusal is spent on the flush ``release_memory_
+occupation`` runs for the ``kv_cache`` tag (the spec's Sleep allows it spent or not);
+off, it is held across the release for the next flush.
 
 Errors: anything that means the harness does not fit the SGLang version (import error,
 missing attribute, changed signature) is an ``AdapterFailure`` naming the version and the
@@ -89,17 +112,23 @@ from pathlib import Path
 from typing import Any
 
 from ..model.actions import (
+    AbortWeightUpdate,
     Action,
+    BeginWeightUpdate,
     ContinueGeneration,
+    FaultChunkFails,
+    FaultRankUpdateFails,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FinishRequest,
+    FinishWeightUpdate,
     FlushCache,
     PauseGeneration,
     Restart,
     ServeRequest,
     Sleep,
     StartRequest,
+    UpdateWeightChunk,
     UpdateWeights,
     WakeUp,
 )
@@ -150,7 +179,26 @@ def _optimized(on: bool) -> Iterator[None]:
             os.environ["PYTHONOPTIMIZE"] = before
 
 
-def _config(lane: str) -> Config:
+RANKED_CAPABILITIES = frozenset(
+    {
+        C.WEIGHTS_PROBE.value,
+        C.CACHE_PROBE.value,
+        C.EXACT_CACHE.value,
+        C.PROVENANCE.value,
+        C.FLUSH_RESULT.value,
+        C.INFLIGHT.value,
+        C.PAUSE.value,
+        C.EXACT_LANE.value,
+        C.FAULTS.value,
+        C.RANKS.value,
+    }
+)
+"""What an endpoint of data-parallel ranks (``ranks=2``) declares: the ranked vocabulary
+(requests placed per rank, flushes, updates, pauses, the rank fault); sleep, restart and
+windows are not driven across ranks."""
+
+
+def _config(lane: str, ranks: int = 1) -> Config:
     info = {
         "disable_radix_cache": False,
         "rl_on_policy_target": "fsdp" if lane == "exact" else None,
@@ -160,6 +208,7 @@ def _config(lane: str) -> Config:
         lane=Lane.EXACT if lane == "exact" else Lane.STANDARD,
         info=server_info(**info),
         flush_default=True,  # UpdateWeight*ReqInput.flush_cache defaults to true (io_struct)
+        ranks=ranks,
     )
 
 
@@ -201,6 +250,9 @@ class SglangAdapter:
         lanes: tuple[str, ...] = LANES,
         optimize: bool = False,
         fault_funnel: str = "distributed",
+        window: bool = False,
+        refusal_at_release: bool = True,
+        ranks: int = 1,
     ) -> None:
         bad = [lane for lane in lanes if lane not in LANES]
         if bad or not lanes:
@@ -214,12 +266,21 @@ class SglangAdapter:
         if fault_funnel not in FAULT_FUNNELS:
             raise ValueError(f"fault_funnel must be one of {FAULT_FUNNELS}, got {fault_funnel!r}")
         self.fault_funnel = fault_funnel
+        self.window = window
+        if window:
+            self.capabilities = type(self).capabilities | {C.TWO_PHASE.value}
+        self.refusal_at_release = refusal_at_release
+        if ranks < 1 or (ranks > 1 and window):
+            raise ValueError("ranks must be >= 1 (and windows are not driven across ranks)")
+        self.ranks = ranks
+        if ranks > 1:
+            self.capabilities = RANKED_CAPABILITIES
         self.name = (
             f"sglang@{version}"
             + ("+overlay" if overlay is not None else "")
             + (" (python -O)" if optimize else "")
         )
-        self.fixed_configs: tuple[Config, ...] = tuple(_config(lane) for lane in self.lanes)
+        self.fixed_configs: tuple[Config, ...] = tuple(_config(lane, ranks) for lane in self.lanes)
         self._hosts: list[tuple[Any, Any]] = []
         self._workdir: str | None = None
         self.loaded: dict[str, str] = {}
@@ -279,6 +340,7 @@ class SglangAdapter:
                 "workdir": workdir,
                 "log": os.path.join(self._workdir, f"endpoint{i}.log"),
                 "overlay": None if self.overlay is None else str(self.overlay.resolve()),
+                "ranks": self.ranks,
             }
             proc = ctx.Process(target=sglang_host.main, args=(child, spec), daemon=True)
             with _optimized(self.optimize):
@@ -295,6 +357,13 @@ class SglangAdapter:
             found = self.loaded.get("version")
             self.close()
             raise AdapterFailure(f"asked for SGLang {self.version}, the host imported {found}")
+        if self.window and self.loaded.get("window") is None:
+            self.close()
+            raise AdapterFailure(
+                f"SGLang {self.version}: window=True, but this scheduler code has no "
+                "two-phase window (no begin/end_weight_update session, no prepare/complete "
+                "pair): the window actions are N/A here; check it without window"
+            )
         if bool(self.loaded.get("optimize")) != self.optimize:
             flag = self.loaded.get("optimize")
             self.close()
@@ -372,9 +441,11 @@ class SglangAdapter:
         if isinstance(a, (ServeRequest, StartRequest)) and a.lora:
             raise Unsupported(f"{self.name} serves no LoRA adapter")
         if isinstance(a, ServeRequest):
-            return "serve", {"prefix": a.prefix}
+            return "serve", {"prefix": a.prefix, "rank": a.rank}
         if isinstance(a, StartRequest):
-            return "start", {"rid": a.rid, "prefix": a.prefix}
+            return "start", {"rid": a.rid, "prefix": a.prefix, "rank": a.rank}
+        if isinstance(a, FaultRankUpdateFails):
+            return "fault_rank_update_fails", {"rank": a.rank}
         if isinstance(a, FinishRequest):
             return "finish", {"rid": a.rid}
         own = self.funnels
@@ -396,7 +467,25 @@ class SglangAdapter:
             }
         if isinstance(a, (Sleep, WakeUp)):
             tags = sorted(t.value for t in a.tags)
-            return ("sleep" if isinstance(a, Sleep) else "wake_up"), {"tags": tags}
+            if isinstance(a, WakeUp):
+                return "wake_up", {"tags": tags}
+            return "sleep", {"tags": tags, "spend_refusal": self.refusal_at_release}
+        window = (BeginWeightUpdate, UpdateWeightChunk, FinishWeightUpdate, AbortWeightUpdate)
+        if isinstance(a, (*window, FaultChunkFails)) and not self.window:
+            raise Unsupported(f"{self.name} was not started with window=True")
+        if isinstance(a, BeginWeightUpdate):
+            if own is not None and a.funnel not in own:
+                raise Unsupported(f"{self.name} has no {a.funnel.value} funnel")
+            return "begin_window", {"version": a.version, "funnel": a.funnel.value}
+        if isinstance(a, FinishWeightUpdate):
+            return "finish_window", {"flush_cache": a.flush_cache}
+        window_ops = {
+            UpdateWeightChunk: "chunk",
+            AbortWeightUpdate: "abort_window",
+            FaultChunkFails: "fault_chunk_fails",
+        }
+        if type(a) in window_ops:
+            return window_ops[type(a)], {}
         simple = {
             FlushCache: "flush",
             ContinueGeneration: "resume",

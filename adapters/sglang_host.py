@@ -365,6 +365,8 @@ class Endpoint:
         s.processed_tokens_counter = 0
         self.refuse_next_flush = False
         self.holding_fault = False
+        self.window: dict[str, Any] | None = None
+        self.fail_next_chunk = False
         s.flush_cache = self._faulty_flush(s.flush_cache)
         s.init_weight_updater()
         if self.FlushWrapper is not None:
@@ -400,14 +402,23 @@ class Endpoint:
                 out.append(funnel)
         return out
 
+    def window_mechanism(self) -> str | None:
+        """How this scheduler code opens a two-phase update window, from the funnels it
+        has: ``"two_phase"`` (a fork's prepare/complete pair), ``"session"`` (upstream's
+        ``begin/end_weight_update``, 0.5.20+, with the chunks as tensor calls inside it), or
+        ``None`` (no window: a window action is N/A there)."""
+        have = self.funnels()
+        if "two_phase" in have:
+            return "two_phase"
+        return "session" if "bucketed" in have else None
+
     def _faulty_flush(self, flush: Any) -> Any:
         """``Scheduler.flush_cache`` with kvfence's injected refusal (``FaultRefuseFlush``):
         while armed, the next flush attempt answers ``False`` and changes nothing, as the
         real method does when ``is_fully_idle`` is false (KV pinned). Installed before
         ``init_weight_updater`` and the flush wrapper read the method, so the manager's
-        post-update flush and ``/flush_cache`` both see it. A release of KV memory asserts
-        idleness first (``release_memory_occupation``) and is no flush attempt of the
-        spec's: the fault is held across it (``holding_fault``)."""
+        post-update flush, ``/flush_cache`` and the flush inside a release of KV memory
+        all see it; while ``holding_fault`` the release's flush does not spend it."""
 
         def flush_cache(*args: Any, **kwargs: Any) -> bool:
             if self.refuse_next_flush and not self.holding_fault:
@@ -587,7 +598,11 @@ class Endpoint:
         if session:
             self._dispatch(self._request("BeginWeightUpdateReqInput"))
         try:
-            for call in calls:
+            for k, call in enumerate(calls):
+                if funnel == "two_phase" and k == 1 and self.runner.armed is not None:
+                    # the trainer's transfer, between prepare and complete: every chunk
+                    # lands where the prepare pointed the receivers
+                    self.runner.armed.write(version, final=True, fail=False)
                 outs.append(self._dispatch(call))
                 if getattr(outs[-1], "success", None) is not True:
                     break  # a failed prepare is not followed by its complete
@@ -599,6 +614,120 @@ class Endpoint:
         if success:
             self.tm_label = version
         return {"status": "ok" if success else "rejected", "detail": message}
+
+    # ----- a two-phase update window ----------------------------------------------------
+
+    def begin_window(self, version: int, funnel: str) -> dict[str, Any]:
+        """``BeginWeightUpdate``: through the window this code has (``window_mechanism``):
+        a fork's ``PrepareWeightsUpdateReqInput`` (with ``funnel="two_phase"``: the fork's
+        prepare arms the receivers, where the trainer's chunks will land), or upstream's
+        ``BeginWeightUpdateReqInput`` (every other funnel: SGLang's session is the window
+        whatever transport fills it; the chunks go as tensor calls, as
+        ``weight_sync/utils.update_weights`` documents). Nothing lands yet."""
+        have = self.funnels()
+        mechanism = "two_phase" if funnel == "two_phase" else "session"
+        if {"two_phase": "two_phase", "session": "bucketed"}[mechanism] not in have:
+            raise Broken(f"SGLang {self.version}: no two-phase window through {funnel!r}")
+        self.runner.pending = version
+        self.runner.armed = None
+        if mechanism == "two_phase":
+            label = stubs.version_label(version)
+            req = self._request(
+                "PrepareWeightsUpdateReqInput", group_name="kvfence", weight_version=label
+            )
+        else:
+            req = self._request("BeginWeightUpdateReqInput")
+        out = self._dispatch(req)
+        success = getattr(out, "success", None) is True
+        if success:
+            self.window = {"version": version, "mechanism": mechanism}
+        return {"status": "ok" if success else "rejected", "detail": str(out.message)}
+
+    def _window(self) -> dict[str, Any]:
+        if self.window is None:
+            raise Broken(f"SGLang {self.version}: a window action with no window open")
+        return self.window
+
+    def chunk(self) -> dict[str, Any]:
+        """``UpdateWeightChunk``: one non-final chunk. Two-phase: the trainer writes it into
+        the receivers the fork's prepare armed (live parameters or a staging buffer: the
+        fork's code chose). Session: ``UpdateWeightsFromTensorReqInput`` with a non-final
+        chunk, ``flush_cache=False`` and no ``weight_version`` (a trainer labels and
+        flushes with the last chunk), through upstream's manager. ``FaultChunkFails``
+        armed: this chunk fails after some tensors landed."""
+        w = self._window()
+        fail, self.fail_next_chunk = self.fail_next_chunk, False
+        if w["mechanism"] == "two_phase":
+            if self.runner.armed is None:
+                return {"status": "rejected", "detail": "no receivers armed"}
+            success, message = self.runner.armed.write(w["version"], final=False, fail=fail)
+            return {"status": "ok" if success else "rejected", "detail": message}
+        self.runner.fail_midway = fail
+        req = self._request(
+            "UpdateWeightsFromTensorReqInput",
+            serialized_named_tensors=[stubs.CHUNK_TENSOR.encode()],
+            flush_cache=False,
+        )
+        out = self._dispatch(req)
+        success = getattr(out, "success", None) is True
+        return {"status": "ok" if success else "rejected", "detail": str(out.message)}
+
+    def finish_window(self, flush_cache: bool | None, back_to: int | None = None) -> dict[str, Any]:
+        """``FinishWeightUpdate``: the last chunk lands, then the close that publishes:
+        the fork's ``CompleteWeightsUpdateReqInput`` or, in a session, the final tensor call
+        (``weight_version``, ``flush_cache`` as asked) and ``EndWeightUpdateReqInput``.
+        ``back_to``: an abort (neither SGLang nor the seed fork has one): the trainer
+        closes the window with the old version's weights, ``flush_cache=False`` (the old
+        KV is still good; KV served under torn weights is the engine's to drop, WIN-002)."""
+        w = self._window()
+        version = w["version"] if back_to is None else back_to
+        fields: dict[str, Any] = {"weight_version": stubs.version_label(version)}
+        if flush_cache is not None:
+            fields["flush_cache"] = flush_cache
+        self.runner.pending = version
+        outs = []
+        try:
+            if w["mechanism"] == "two_phase":
+                if back_to is not None:  # re-arm, as a retry of the transfer would
+                    outs.append(
+                        self._dispatch(
+                            self._request(
+                                "PrepareWeightsUpdateReqInput", group_name="kvfence", **fields
+                            )
+                        )
+                    )
+                if self.runner.armed is not None:
+                    self.runner.armed.write(version, final=True, fail=False)
+                outs.append(
+                    self._dispatch(
+                        self._request(
+                            "CompleteWeightsUpdateReqInput", group_name="kvfence", **fields
+                        )
+                    )
+                )
+            else:
+                outs.append(
+                    self._dispatch(
+                        self._request(
+                            "UpdateWeightsFromTensorReqInput",
+                            serialized_named_tensors=[b"x"],
+                            **fields,
+                        )
+                    )
+                )
+                outs.append(self._dispatch(self._request("EndWeightUpdateReqInput")))
+        finally:
+            self.window = None
+        success = all(getattr(o, "success", None) is True for o in outs)
+        if success:
+            self.tm_label = version
+        message = "; ".join(str(getattr(o, "message", "")) for o in outs)
+        return {"status": "ok" if success else "rejected", "detail": message}
+
+    def abort_window(self) -> dict[str, Any]:
+        """``AbortWeightUpdate``: closed with the old version's weights (``finish_window``
+        with ``back_to``): the last version loaded whole."""
+        return self.finish_window(False, back_to=self.whole)
 
     def _dispatch(self, req: Any) -> Any:
         """Through the scheduler's real request dispatcher; a request type it does not
@@ -652,12 +781,13 @@ class Endpoint:
                 s.running_batch.reqs.append(req)
         return {"status": "ok"}
 
-    def sleep(self, tags: list[str]) -> dict[str, Any]:
+    def sleep(self, tags: list[str], spend_refusal: bool = True) -> dict[str, Any]:
         """``ReleaseMemoryOccupationReqInput(tags=...)``: the tags as given (``kv_cache``,
         ``weights``), through the real manager (``release_memory_occupation``: it asserts
-        idleness, pauses the memory saver, and for ``kv_cache`` flushes, ignoring the
-        result). An injected flush refusal is held across it (``_faulty_flush``)."""
-        self.holding_fault = True
+        idleness, pauses the memory saver, and for ``kv_cache`` flushes; 0.5.17-0.5.23
+        ignore that flush's result). An injected flush refusal is spent on that flush
+        (``spend_refusal``, the spec's Sleep allows either), or held across it."""
+        self.holding_fault = not spend_refusal
         try:
             self._dispatch(self._request("ReleaseMemoryOccupationReqInput", tags=list(tags)))
         finally:
@@ -714,10 +844,15 @@ class Endpoint:
                 args["version"], args["funnel"], args["flush_cache"], args.get("fail_midway", False)
             ),
             "fault_refuse_flush": lambda: (setattr(self, "refuse_next_flush", True), ok)[1],
+            "fault_chunk_fails": lambda: (setattr(self, "fail_next_chunk", True), ok)[1],
+            "begin_window": lambda: self.begin_window(args["version"], args["funnel"]),
+            "chunk": self.chunk,
+            "finish_window": lambda: self.finish_window(args["flush_cache"]),
+            "abort_window": self.abort_window,
             "flush": self.flush,
             "pause": lambda: self.pause(args["mode"]),
             "resume": self.resume,
-            "sleep": lambda: self.sleep(args["tags"]),
+            "sleep": lambda: self.sleep(args["tags"], args.get("spend_refusal", True)),
             "wake_up": lambda: self.wake_up(args["tags"]),
             "restart": self.restart,
             "reset": lambda: (self.restart_fresh(), {"status": "ok"})[1],
@@ -850,11 +985,15 @@ def main(conn: Any, spec: dict[str, Any]) -> None:
             except HARNESS_ERRORS as e:
                 what = f"overlay {spec['overlay']}: {type(e).__name__}: {e}{_where(e)}"
                 raise Broken(what) from e
-        ep = Endpoint(spec["lane"], workdir)
+        if spec.get("ranks", 1) > 1:
+            ep = RankedEndpoint(spec["lane"], workdir, spec["ranks"])
+        else:
+            ep = Endpoint(spec["lane"], workdir)
         started = {
             "version": ep.version,
             "tree": type(ep.s.tree_cache).__name__,
             "funnels": ep.funnels(),
+            "window": ep.window_mechanism(),
         }
         conn.send(("ok", {**started, "optimize": sys.flags.optimize}))
     except Broken as e:
@@ -931,3 +1070,237 @@ def dp_flush(spec: dict[str, Any]) -> dict[str, Any]:
         "ranks": [bool(r.success) for r in replies],
         "cached": cached,
     }
+
+
+def dp_update(spec: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's data-parallel fan-in of an IPC weight update, run for real over two real
+    schedulers (PF-26: sgl-project/sglang PR #39534, an IPC update answered with the first
+    rank's reply).
+
+    As :func:`dp_flush`: two endpoints (standard lane) stand for DP ranks 0 and 1 in this
+    process, the real ``FanOutCommunicator`` with ``fan_out=2`` sends the real
+    ``UpdateWeightsFromIPCReqInput`` to both schedulers' dispatchers, and the real
+    ``TokenizerControlMixin.update_weights_from_ipc`` answers with what it makes of the two
+    replies. The tokenizer manager reads the DP size from the runtime context
+    (``get_parallel().dp_size``); this process runs no DP launch, so that one read is
+    answered with 2 (``spec["dp_size"]``). Rank ``spec["failing_rank"]`` (or none) fails
+    its load after some tensors landed.
+
+    Returns ``{"merged": [success, message] the caller gets, "sent": how many ranks got
+    the request, "weights": [each rank's runner version, MIXED while torn]}``."""
+    import asyncio
+    import contextlib
+
+    sys.path.insert(0, spec["sglang_path"])
+    apply_shims()
+    ranks = [Endpoint("standard", os.path.join(spec["workdir"], f"rank{k}")) for k in range(2)]
+    from sglang.srt.managers import tokenizer_control_mixin as mixin
+    from sglang.srt.managers.communicator import FanOutCommunicator
+
+    mixin.get_parallel = lambda: SimpleNamespace(dp_size=spec.get("dp_size", 2))
+    sent: list[int] = []
+
+    async def update() -> Any:
+        loop = asyncio.get_running_loop()
+
+        def send(req: Any) -> None:
+            for k, ep in enumerate(ranks):
+                ep.runner.pending = 1
+                ep.runner.fail_midway = k == spec.get("failing_rank")
+                sent.append(k)
+                loop.call_soon(comm.handle_recv, ep._dispatch(req))
+
+        comm = FanOutCommunicator(send, 2)
+
+        @contextlib.asynccontextmanager
+        async def lock() -> Any:
+            yield
+
+        manager = SimpleNamespace(
+            auto_create_handle_loop=lambda: None,
+            update_weights_from_ipc_communicator=comm,
+            is_pause_cond=asyncio.Condition(),
+            is_pause=False,
+            model_update_lock=SimpleNamespace(writer_lock=lock()),
+            mm_processor=None,
+            _update_weight_version_if_provided=lambda version: None,
+        )
+        req = ranks[0]._request(
+            "UpdateWeightsFromIPCReqInput", zmq_handles={}, weight_version="v1", flush_cache=True
+        )
+        return await mixin.TokenizerControlMixin.update_weights_from_ipc(manager, req)
+
+    success, message = asyncio.run(update())
+    weights = [ep.runner.version for ep in ranks]
+    return {"merged": [bool(success), str(message)], "sent": len(sent), "weights": weights}
+
+
+class RankedEndpoint:
+    """One endpoint of ``n`` data-parallel ranks, each a real scheduler (:class:`Endpoint`)
+    in this process, behind SGLang's own fan-in: ``/flush_cache`` is the real
+    ``TokenizerControlMixin.flush_cache`` over the real ``FanOutCommunicator``, and a disk
+    update the real ``TokenizerManager.update_weights_from_disk`` (its
+    ``_wait_for_model_update_from_disk`` and ``_handle_update_weights_from_disk_req_
+    output``, which merge the ranks' replies). Only the ZMQ hop is replaced: each rank's
+    reply is handed to the receive handler on the event loop. Requests go to the rank they
+    name (``GenerateReqInput.data_parallel_rank``); pause and continue go to every rank, as
+    the tokenizer manager sends them. The label is the tokenizer manager's
+    (``_update_weight_version_if_provided``, after a merged success).
+
+    The tensor, distributed and IPC paths refuse DP replicas (``assert dp_size == 1`` in
+    the tokenizer manager): on a ranked endpoint only ``disk`` is a funnel."""
+
+    def __init__(self, lane: str, workdir: str, n: int) -> None:
+        self.ranks = [Endpoint(lane, os.path.join(workdir, f"rank{k}")) for k in range(n)]
+        self.version = self.ranks[0].version
+        self.s = self.ranks[0].s
+        self.reset()
+
+    def reset(self) -> None:
+        for ep in self.ranks:
+            ep.restart_fresh()
+        self.label = 0
+        self.placed: dict[str, int] = {}
+        self.failing: set[int] = set()
+
+    def funnels(self) -> list[str]:
+        return ["disk"] if "disk" in self.ranks[0].funnels() else []
+
+    def window_mechanism(self) -> None:
+        return None
+
+    def server_info(self) -> dict[str, Any]:
+        return self.ranks[0].server_info()
+
+    def probe(self) -> dict[str, Any]:
+        views = [ep.probe() for ep in self.ranks]
+        weights = {v["weights"] for v in views}
+        cache = sorted({tuple(e) for v in views for e in v["cache"]})
+        whole = weights.pop() if len(weights) == 1 else None
+        return {"weights": whole, "label": self.label, "cache": [list(e) for e in cache]}
+
+    def _fan_in(self, call: Any) -> Any:
+        import asyncio
+
+        return asyncio.run(call())
+
+    def flush(self) -> dict[str, Any]:
+        from sglang.srt.managers.communicator import FanOutCommunicator
+        from sglang.srt.managers.tokenizer_control_mixin import TokenizerControlMixin
+
+        async def flush() -> Any:
+            loop = asyncio.get_running_loop()
+
+            def send(req: Any) -> None:
+                for ep in self.ranks:
+                    loop.call_soon(comm.handle_recv, ep._dispatch(req))
+
+            comm = FanOutCommunicator(send, len(self.ranks))
+            manager = SimpleNamespace(
+                auto_create_handle_loop=lambda: None,
+                flush_cache_communicator=comm,
+                mm_processor=None,
+            )
+            return await TokenizerControlMixin.flush_cache(manager)
+
+        import asyncio
+
+        out = self._fan_in(flush)
+        success = getattr(out, "success", None)
+        return {
+            "status": "ok" if success is True else "rejected",
+            "flushed": success,
+            "detail": str(getattr(out, "message", "")),
+        }
+
+    def update(self, version: int, flush_cache: bool | None, fail_all: bool) -> dict[str, Any]:
+        import asyncio
+        import contextlib
+        import types
+
+        from sglang.srt.managers.tokenizer_manager import TokenizerManager
+
+        fields: dict[str, Any] = {"weight_version": stubs.version_label(version)}
+        if flush_cache is not None:
+            fields["flush_cache"] = flush_cache
+        for k, ep in enumerate(self.ranks):
+            ep.runner.pending = version
+            ep.runner.fail_midway = fail_all or k in self.failing
+        self.failing.clear()
+        req = self.ranks[0]._request(
+            "UpdateWeightFromDiskReqInput", model_path="/ckpt", load_format="auto", **fields
+        )
+        labelled: list[str] = []
+
+        async def update() -> Any:
+            loop = asyncio.get_running_loop()
+
+            @contextlib.asynccontextmanager
+            async def lock() -> Any:
+                yield
+
+            manager = SimpleNamespace(
+                auto_create_handle_loop=lambda: None,
+                abort_request=lambda **k: None,
+                is_pause_cond=asyncio.Condition(),
+                is_pause=False,
+                model_update_lock=SimpleNamespace(writer_lock=lock()),
+                elastic_worker_count=len(self.ranks),
+                mm_processor=None,
+                _update_model_path_info=lambda *a: None,
+                _update_weight_version_if_provided=labelled.append,
+            )
+            manager._handle_update_weights_from_disk_req_output = types.MethodType(
+                TokenizerManager._handle_update_weights_from_disk_req_output, manager
+            )
+            manager._wait_for_model_update_from_disk = types.MethodType(
+                TokenizerManager._wait_for_model_update_from_disk, manager
+            )
+
+            def dispatch(obj: Any) -> None:
+                for ep in self.ranks:
+                    reply = ep._dispatch(obj)
+                    loop.call_soon(manager._handle_update_weights_from_disk_req_output, reply)
+
+            manager._dispatch_to_scheduler = dispatch
+            return await TokenizerManager.update_weights_from_disk(manager, req)
+
+        success, message, _ = self._fan_in(update)
+        if labelled:
+            self.label = stubs.label_version(labelled[-1])
+        return {"status": "ok" if success else "rejected", "detail": str(message)}
+
+    def apply(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        rank = args.get("rank", 0)
+
+        def start() -> dict[str, Any]:
+            self.placed[args["rid"]] = rank
+            return self.ranks[rank].start_request(args["rid"], args["prefix"])
+
+        def fault_rank() -> dict[str, Any]:
+            self.failing.add(args["rank"])
+            return {"status": "ok"}
+
+        handlers = {
+            "serve": lambda: self.ranks[rank].serve(args["prefix"]),
+            "start": start,
+            "finish": lambda: self.ranks[self.placed.pop(args["rid"])].finish_request(args["rid"]),
+            "update": lambda: self.update(
+                args["version"], args["flush_cache"], args.get("fail_midway", False)
+            ),
+            "fault_rank_update_fails": fault_rank,
+            "flush": self.flush,
+            "pause": lambda: [ep.pause(args["mode"]) for ep in self.ranks][-1],
+            "resume": lambda: [ep.resume() for ep in self.ranks][-1],
+            "reset": lambda: (self.reset(), {"status": "ok"})[1],
+        }
+        if op not in handlers:
+            raise Broken(f"SGLang {self.version}: {op} is not driven on a ranked endpoint")
+        try:
+            out = handlers[op]()
+        except Broken:
+            raise
+        except HARNESS_ERRORS as e:
+            raise Broken(self.ranks[0]._say(e, op)) from e
+        out["view"] = self.probe()
+        return out

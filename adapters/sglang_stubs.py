@@ -81,11 +81,14 @@ class StubWeightUpdater:
     def __init__(self, runner: StubRunner) -> None:
         self._runner = runner
 
-    def _load(self, funnel: str) -> tuple[bool, str]:
+    def _load(self, funnel: str, final: bool = True) -> tuple[bool, str]:
+        """Load the weights a call carries: all of them (``final``), or one chunk of an
+        open session, which lands in the live parameters beside the old ones (torn until
+        the final chunk)."""
         runner = self._runner
         if not runner.fail_midway:
-            runner.version = runner.pending
-            return True, "stub runner: loaded"
+            runner.version = runner.pending if final else MIXED
+            return True, "stub runner: loaded" if final else "stub runner: chunk loaded"
         runner.fail_midway = False
         old, runner.version = runner.version, MIXED  # some tensors landed
         how = FUNNEL_FAILURES[funnel]
@@ -103,7 +106,8 @@ class StubWeightUpdater:
         return self._load("disk")
 
     def update_weights_from_tensor(self, named_tensors=None, load_format=None, **kwargs):
-        return self._load("tensor")
+        names = [name for name, _ in named_tensors or ()]
+        return self._load("tensor", final=CHUNK_TENSOR not in names)
 
     def receive_weights_from_distributed(self, **kwargs):
         return ["stub-weights"]
@@ -120,11 +124,75 @@ class StubWeightUpdater:
     def end_weight_update(self, *args, **kwargs) -> None:
         pass
 
+    # P2P (one-sided writes), as the seed fork's model runner names it
+    def prepare_weights_update_p2p(self, group_name, **kwargs):
+        """Register the live parameters' memory for the trainer's one-sided writes: every
+        chunk written from now on lands where the forward reads (``LiveParameters``)."""
+        self._runner.armed = LiveParameters(self._runner)
+        return True, "stub runner: live parameters registered", None, "stub-session"
+
+    def complete_weights_update_p2p(self, group_name, **kwargs):
+        return self._runner.complete_armed()
+
+
+CHUNK_TENSOR = "stub.chunk"
+"""The tensor name of a non-final chunk of a session (``update_weights_from_tensor`` inside
+``begin/end_weight_update``): it lands beside the old weights, which are torn until the
+final call, whose tensors (``stub.weight``) complete the version."""
+
+
+class LiveParameters:
+    """Receive targets in the live parameters (what a P2P prepare registers for one-sided
+    writes, the seed fork's ``prepare_weights_update_p2p``): a chunk written here is read
+    by every forward from then on, so the weights are torn until the final chunk."""
+
+    staged = False
+
+    def __init__(self, runner: StubRunner) -> None:
+        self.runner = runner
+        self.failed = False
+        self.whole = False
+
+    def write(self, version: int, final: bool, fail: bool) -> tuple[bool, str]:
+        if self.failed:
+            return False, "stub transfer: the receivers failed; nothing more is taken"
+        if fail:
+            self.failed = True
+            self.runner.version = MIXED
+            return False, "stub transfer: a chunk failed after some tensors landed"
+        self.whole = final
+        self.runner.version = version if final else MIXED
+        return True, "stub transfer: chunk written into the live parameters"
+
+
+class StagingBuffer:
+    """Receive targets set aside (what the receivers ``prepare_weights_update`` arms write
+    into: temporary buffers no forward reads); the live weights change only when the
+    complete step swaps the staged tensors in."""
+
+    staged = True
+
+    def __init__(self) -> None:
+        self.version: int | None = None
+        self.failed = False
+        self.whole = False
+
+    def write(self, version: int, final: bool, fail: bool) -> tuple[bool, str]:
+        if self.failed:
+            return False, "stub transfer: the receivers failed; nothing more is taken"
+        if fail:
+            self.failed = True
+            return False, "stub transfer: a chunk failed; the staged tensors are incomplete"
+        self.version, self.whole = version, final
+        return True, "stub transfer: chunk staged"
+
 
 class StubRunner:
     """A model runner with one integer weight version (``MIXED`` while torn) and a torch
     module for SGLang's static-state export on release_memory_occupation.
-    ``fail_midway``: the next load fails after some tensors landed (one shot)."""
+    ``fail_midway``: the next load fails after some tensors landed (one shot). ``armed``:
+    the receive targets the last prepare armed (``LiveParameters`` or ``StagingBuffer``),
+    where the trainer's chunks land."""
 
     def __init__(self, version: int = 0) -> None:
         import torch
@@ -132,8 +200,23 @@ class StubRunner:
         self.version = version
         self.pending = version
         self.fail_midway = False
+        self.armed: LiveParameters | StagingBuffer | None = None
         self.weight_updater = StubWeightUpdater(self)
         self.model = torch.nn.Linear(2, 2)
+
+    def complete_armed(self) -> tuple[bool, str]:
+        """The complete step over what the prepare armed: staged tensors are swapped into
+        the live parameters; live ones only post-processed. Fails, changing nothing more,
+        when a chunk failed or the final chunk never arrived."""
+        armed, self.armed = self.armed, None
+        if armed is None:
+            return False, "stub runner: no receivers armed"
+        if armed.failed or not armed.whole:
+            return False, "stub runner: the transfer did not complete; nothing applied"
+        if armed.staged:
+            self.version = armed.version
+            return True, "stub runner: staged weights swapped in"
+        return True, "stub runner: live parameters post-processed"
 
 
 class StubTpWorker:
@@ -149,7 +232,8 @@ class StubTpWorker:
     def deserialize_own_rank(self, serialized):
         import torch
 
-        return [("stub.weight", torch.zeros(1))]
+        name = CHUNK_TENSOR if list(serialized or ()) == [CHUNK_TENSOR.encode()] else "stub.weight"
+        return [(name, torch.zeros(1))]
 
     # 0.5.17: the manager calls the worker with the request
     def _load(self, funnel: str) -> tuple[bool, str]:
@@ -169,10 +253,17 @@ class StubTpWorker:
 
     # the seed fork's tp_worker API (togethercomputer/xorl-sglang): two-phase, sparse delta
     def prepare_weights_update(self, recv_req):
+        """Arm receivers into temporary buffers (``StagingBuffer``): the seed fork's NCCL
+        two-phase prepare, whose recv threads store what arrives aside."""
+        self.model_runner.armed = StagingBuffer()
         return True, "stub runner: receivers armed"
 
     def complete_weights_update(self, recv_req):
-        return self._load("two_phase")
+        """Apply what the receivers got. With nothing armed (a caller that skipped the
+        transfer), a plain load of the pending version, as before two-phase chunks."""
+        if self.model_runner.armed is None:
+            return self._load("two_phase")
+        return self.model_runner.complete_armed()
 
     def update_weights_from_sparse_delta(self, recv_req, validate_only=False):
         return (True, "stub runner: delta valid") if validate_only else self._load("sparse_delta")

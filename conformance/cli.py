@@ -260,6 +260,10 @@ def build_parser() -> Parser:
     g.add_argument(
         "--optimize", action="store_true", help="sglang engines: the scheduler under python -O"
     )
+    g.add_argument(
+        "--window", action="store_true", help="sglang engines: two-phase update windows drawn"
+    )
+    g.add_argument("--ranks", type=int, default=None, help="sglang engines: DP ranks per endpoint")
 
     p = sub.add_parser("explore", help="exhaustive breadth-first search within bounds")
     p.add_argument(

@@ -26,7 +26,9 @@ from ..adapters.clients import ReferenceClient
 from ..adapters.protocol import AdapterFailure
 from ..model.actions import (
     Action,
+    BeginWeightUpdate,
     ContinueGeneration,
+    FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FlushCache,
     PauseGeneration,
@@ -34,6 +36,7 @@ from ..model.actions import (
     ServeRequest,
     Sleep,
     StartRequest,
+    UpdateWeightChunk,
     UpdateWeights,
     WakeUp,
 )
@@ -129,6 +132,19 @@ SCENARIOS: tuple[Scenario, ...] = (
         (Sleep(1, frozenset({MemoryTag.KV_CACHE})), WakeUp(1)),
     ),
     Scenario(
+        "release kv_cache with its flush refused, resume kv_cache",
+        (
+            ServeRequest(1, "P"),
+            FaultRefuseFlush(1),
+            Sleep(1, frozenset({MemoryTag.KV_CACHE})),
+            WakeUp(1, frozenset({MemoryTag.KV_CACHE})),
+        ),
+    ),
+    Scenario(
+        "update session as a window (begin, one tensor chunk)",
+        (ServeRequest(1, "P"), BeginWeightUpdate(1, 1, Funnel.TENSOR), UpdateWeightChunk(1)),
+    ),
+    Scenario(
         "release all, resume weights, update with flush, resume kv_cache, serve",
         (
             ServeRequest(1, "P"),
@@ -157,7 +173,8 @@ SCENARIOS: tuple[Scenario, ...] = (
 
 def judge(adapter: object, scenario: Scenario) -> str:
     """One cell: ``ok``, the rules broken (``FAIL ENG-001``), ``stopped``, ``N/A`` (an
-    update through a funnel this version's code lacks) or ``ERROR ...``."""
+    update through a funnel, or a window, this version's code lacks) or ``ERROR ...``. A
+    script with a window runs with the adapter's windows on for that script alone."""
     steps = Lockstep(adapter, ReferenceClient(), Recorder())  # type: ignore[arg-type]
     try:
         steps.start(adapter.fixed_configs, scenario.policy)  # type: ignore[attr-defined]
@@ -165,8 +182,19 @@ def judge(adapter: object, scenario: Scenario) -> str:
         used = {a.funnel for a in scenario.actions if isinstance(a, UpdateWeights)}
         if isinstance(own, tuple) and used - set(own):
             return "N/A (no " + ", ".join(sorted(f.value for f in used - set(own))) + ")"
-        for action in scenario.actions:
-            steps.run(action)
+        windowed = any(isinstance(a, BeginWeightUpdate) for a in scenario.actions)
+        loaded = getattr(adapter, "loaded", {})
+        if windowed and loaded.get("window", "?") is None:
+            return "N/A (no window)"
+        before = getattr(adapter, "window", None)
+        if windowed and before is False:
+            adapter.window = True  # type: ignore[attr-defined]  # this script's windows only
+        try:
+            for action in scenario.actions:
+                steps.run(action)
+        finally:
+            if windowed and before is False:
+                adapter.window = False  # type: ignore[attr-defined]
     except ConformanceFailure as failure:
         stopped = _stopped(steps)
         broken = " ".join(sorted({v.rule for v in failure.violations}))

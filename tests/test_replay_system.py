@@ -82,6 +82,12 @@ def test_the_header_keeps_no_secret():
     assert options["url"] == "http://127.0.0.1:8000/v1"
     assert registry.system("sglang", {})["sglang_version"]
     assert registry.system("sglang@0.4.1", {})["sglang_version"] == "0.4.1"
+    windows = registry.system("sglang", {"window": True, "optimize": True, "ranks": 2})
+    assert registry.system_options(windows) == {"window": True, "optimize": True, "ranks": 2}
+    with pytest.raises(ValueError, match=r"system\.ranks"):
+        registry.system_options({"ranks": "2"})
+    with pytest.raises(ValueError, match="--window applies to the sglang engines"):
+        registry.build_engine("reference", window=True)
 
 
 def _attached_trace(tmp_path: Path, capsys) -> Path:

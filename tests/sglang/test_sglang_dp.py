@@ -1,21 +1,36 @@
-"""SGLang's data-parallel flush fan-in, run for real (``adapters.sglang_host.dp_flush``):
-the real ``FanOutCommunicator`` fans ``FlushCacheReqInput`` out to two real schedulers and
-the real ``TokenizerControlMixin.flush_cache`` answers with what it makes of the two
-replies. Judged by the spec's ranked semantics (RNK-001, sgl-project/sglang PR #39562,
-PF-25): a flush reports success only if every rank flushed."""
+"""SGLang's data-parallel fan-in, run for real (``adapters.sglang_host.dp_flush``,
+``dp_update``): the real ``FanOutCommunicator`` fans a request out to two real schedulers
+and the real ``TokenizerControlMixin`` method answers with what it makes of the two
+replies. Judged by the spec's ranked semantics:
+
+* the flush (RNK-001, sgl-project/sglang PR #39562, PF-25): success only if every rank
+  flushed; 0.5.23 answers with the first rank's reply (SGL-R1);
+* the IPC update (RNK-002, sgl-project/sglang PR #39534, PF-26): 0.5.23 refuses it under
+  DP with a bare ``assert`` before sending anything; under ``python -O`` it is sent to both
+  ranks and every reply is merged (no first reply any more), but a rank that failed is
+  not rolled back and nothing closes the endpoint (SGL-R2).
+"""
 
 from __future__ import annotations
 
 import multiprocessing
 
 import pytest
-from test_sglang_engine import need
+from test_sglang_engine import need, observed, rules, script
 
 from kvfence.adapters import sglang_host
-from kvfence.adapters.sglang_engine import sglang_home
+from kvfence.adapters.sglang_engine import SglangAdapter, sglang_home
 from kvfence.model import semantics as spec
-from kvfence.model.actions import FlushCache, ServeRequest, StartRequest
+from kvfence.model.actions import (
+    FaultRankUpdateFails,
+    FlushCache,
+    ServeRequest,
+    StartRequest,
+    UpdateWeights,
+)
+from kvfence.model.capabilities import Capability
 from kvfence.model.state import Config, initial_state
+from kvfence.model.vocabulary import MIXED, Funnel
 
 pytestmark = pytest.mark.sglang
 
@@ -37,7 +52,8 @@ def allowed_flush_replies(busy_rank: int) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """{busy rank: what dp_flush measured}, both in one spawned process."""
+    """{busy rank: what dp_flush measured} and {(False, failing rank): what dp_update
+    measured with assertions on}, all in one spawned process."""
     need("0.5.23")
     path = str((sglang_home() / "0.5.23").resolve())
     out = {}
@@ -47,6 +63,10 @@ def measured(tmp_path_factory):
             out[busy] = pool.apply(
                 sglang_host.dp_flush, ({"sglang_path": path, "workdir": work, "busy_rank": busy},)
             )
+        for failing in (None, 1):  # the IPC update with assertions on, in the same process
+            work = str(tmp_path_factory.mktemp("dpu"))
+            job = {"sglang_path": path, "workdir": work, "failing_rank": failing}
+            out[False, failing] = pool.apply(sglang_host.dp_update, (job,))
     return out
 
 
@@ -68,3 +88,101 @@ def test_the_same_merge_is_honest_when_rank_0_refuses(measured):
     """Order decides: with the refusing rank first the merged reply is a refusal."""
     seen = measured[0]
     assert seen["ranks"] == [False, True] and seen["merged"] is False
+
+
+def allowed_after_rank_failure() -> list[tuple[str, list[int], bool]]:
+    """Every answer the spec allows to an IPC update failing on rank 1: (status, each
+    rank's weights, whether the endpoint is closed)."""
+    state = spec.step(initial_state((Config(ranks=2),)), FaultRankUpdateFails(0, 1))[0][0]
+    out = []
+    for s2, o in spec.step(state, UpdateWeights(0, 1, Funnel.IPC, True)):
+        ep = s2.endpoint(0)
+        out.append((o.observation.status.value, [r.weights for r in ep.ranks], ep.torn))
+    return out
+
+
+@pytest.fixture(scope="module")
+def updates(measured, tmp_path_factory):
+    """{(optimize, failing rank): what dp_update measured}: with assertions on (in
+    ``measured``'s process), and under ``python -O`` in one more spawned process
+    (``PYTHONOPTIMIZE`` in its environment, as ``SglangAdapter(optimize=True)`` sets it)."""
+    path = str((sglang_home() / "0.5.23").resolve())
+    out = {k: v for k, v in measured.items() if isinstance(k, tuple)}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONOPTIMIZE", "1")
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            for failing in (None, 1):
+                work = str(tmp_path_factory.mktemp("dpu"))
+                job = {"sglang_path": path, "workdir": work, "failing_rank": failing}
+                out[True, failing] = pool.apply(sglang_host.dp_update, (job,))
+    return out
+
+
+def test_ipc_update_under_dp_is_refused_before_anything_is_sent(updates):
+    """0.5.23: ``update_weights_from_ipc`` asserts ``dp_size == 1`` inside its ``try``:
+    the caller is told failure and no rank got the update (RNK-002 holds: every rank at
+    its old weights)."""
+    for failing in (None, 1):
+        seen = updates[False, failing]
+        assert seen["sent"] == 0 and seen["weights"] == [0, 0]
+        assert seen["merged"][0] is False
+        assert "data-parallel replicas are not supported" in seen["merged"][1]
+
+
+def test_ipc_update_under_python_o_merges_every_reply_but_leaves_ranks_torn(updates):
+    """SGL-R2: with the ``assert`` gone the update reaches both ranks. The merge is every
+    reply's (``merge_results``): a clean update succeeds, one failing on rank 1 reports
+    failure (PF-26's first reply is gone). But rank 0 stays at v1 beside rank 1's torn
+    weights and the endpoint stays open: the spec allows only every rank at its old
+    weights or the endpoint closed (RNK-002)."""
+    assert updates[True, None]["merged"][0] is True
+    assert updates[True, None]["weights"] == [1, 1]
+    seen = updates[True, 1]
+    assert seen["sent"] == 2 and seen["merged"][0] is False
+    assert seen["weights"] == [1, MIXED]
+    allowed = allowed_after_rank_failure()
+    assert {status for status, _, _ in allowed} == {"rejected"}
+    assert all(closed or weights == [0, 0] for _, weights, closed in allowed)
+    assert not any(weights[0] == 1 and not closed for _, weights, closed in allowed)
+
+
+# ----- the fan-in inside the lockstep: an endpoint of two real schedulers --------------
+
+
+@pytest.fixture(scope="module")
+def ranked(shared):
+    """One standard-lane endpoint of two DP ranks (``SglangAdapter(ranks=2)``): two real
+    schedulers in one host, behind SGLang's own flush and disk-update fan-in."""
+    need("0.5.23")
+    adapter = SglangAdapter("0.5.23", lanes=("standard",), ranks=2)
+    yield shared(adapter)
+    adapter.close()
+
+
+BOTH_SERVED = [ServeRequest(0, "P", rank=0), ServeRequest(0, "P", rank=1)]
+
+
+def test_ranked_lane_judges_the_first_reply_flush_rnk_001(ranked):
+    """SGL-R1 in lockstep: a request on rank 1, ``FlushCache`` -> success while rank 1
+    still holds P: RNK-001 FAIL. With the request on rank 0 the reply is a refusal (PASS)."""
+    assert Capability.RANKS.value in ranked.capabilities
+    bad, steps = script(ranked, [*BOTH_SERVED, StartRequest(0, "r1", "P", rank=1), FlushCache(0)])
+    assert rules(bad) == {"RNK-001"}, bad
+    seen = observed(steps)
+    assert seen["status"] == "ok" and seen["flushed"] is True
+    assert [e["version"] for e in seen["view"]["cache"]] == [0]  # rank 1 kept P
+    bad, steps = script(ranked, [*BOTH_SERVED, StartRequest(0, "r1", "P", rank=0), FlushCache(0)])
+    assert bad == [] and observed(steps)["flushed"] is False
+
+
+def test_ranked_lane_judges_a_rank_that_fails_its_update_rnk_002(ranked):
+    """A disk update failing on rank 1 (it rolls back) through the real
+    ``TokenizerManager.update_weights_from_disk``: every reply is merged, so the caller is
+    told failure, but rank 0 keeps v1 and the endpoint stays open: RNK-002 FAIL."""
+    actions = [ServeRequest(0, "P"), FaultRankUpdateFails(0, 1), UpdateWeights(0, 1, Funnel.DISK)]
+    bad, steps = script(ranked, actions)
+    assert "RNK-002" in rules(bad), bad
+    seen = observed(steps)
+    assert seen["status"] == "rejected" and "Rolling back" in seen["detail"]
+    assert seen["view"]["weights"] is None and seen["view"]["label"] == 0  # split, v0 label
+    assert ranked.funnels == (Funnel.DISK,)  # tensor, distributed, ipc assert dp_size == 1

@@ -33,8 +33,11 @@ from kvfence.conformance.runner import run_check
 from kvfence.conformance.trace import step_json
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (
+    AbortWeightUpdate,
     Action,
+    BeginWeightUpdate,
     ContinueGeneration,
+    FaultChunkFails,
     FaultRefuseFlush,
     FaultUpdateFailsMidway,
     FlushCache,
@@ -42,6 +45,7 @@ from kvfence.model.actions import (
     ServeRequest,
     Sleep,
     StartRequest,
+    UpdateWeightChunk,
     UpdateWeights,
     WakeUp,
 )
@@ -131,11 +135,12 @@ def test_refused_requested_flush_reports_failure_but_keeps_serving(sglang):
 def test_ci_run_fails_on_the_exact_lane_guard(sglang, tmp_path):
     """scripts/check-sglang.sh's run: searched until ENG-001 is shown; the findings met on
     the way (FC-004 for a distributed update failing midway, FC-001/002 for a refused
-    flush, LIV-002 for a resume of memory never released) FAIL too."""
+    flush, LIV-002 for a resume of memory never released, MEM-002 for a refusal spent on
+    the release's flush) FAIL too."""
     result = run_check(sglang, ReferenceClient(), out_dir=tmp_path, focus="ENG-001")
     assert result.verdict == "FAIL", result.error
     assert "ENG-001" in result.caught()
-    known = {"ENG-001", "FC-001", "FC-002", "FC-004", "LIV-002"}
+    known = {"ENG-001", "FC-001", "FC-002", "FC-004", "LIV-002", "MEM-002"}
     assert set(result.caught()) <= known, result.violations
     assert result.counterexample is not None and result.steps <= 3
     verdicts = {r.rule.id: r.verdict for r in result.rules}
@@ -258,6 +263,49 @@ def test_injected_refusal_reaches_the_real_flush(sglang):
     assert rules(bad) == {"FC-002"} and "not flushed" in observed(steps, 2)["detail"]
 
 
+# ----- upstream's update session as a two-phase window ------------------------------------
+
+
+def test_session_chunk_serves_torn_weights_under_the_old_label(sglang, monkeypatch):
+    """docs/findings.md, SGL-W1: 0.5.23's ``begin_weight_update`` .. ``end_weight_update``
+    session is the two-phase window (``window=True``, set here on the module's host). A
+    non-final ``update_weights_from_tensor`` chunk (``flush_cache=False``, no
+    ``weight_version``) lands in the live parameters, the label stays v0 (the manager
+    records ``None``: no change) and nothing holds generation between the calls (the
+    tokenizer manager takes ``model_update_lock`` per call, not per session): WIN-001."""
+    monkeypatch.setattr(sglang.inner, "window", True)
+    open_ = [ServeRequest(0, "P"), BeginWeightUpdate(0, 1, Funnel.TENSOR)]
+    bad, steps = script(sglang, [*open_, UpdateWeightChunk(0)])
+    assert rules(bad) == {"WIN-001"}, bad
+    seen = observed(steps)
+    assert seen["status"] == "ok" and seen["detail"] == "stub runner: chunk loaded"
+    assert seen["view"]["weights"] is None and seen["view"]["label"] == 0
+    # no chunk yet: the session's begin changes nothing, and an abort (the trainer
+    # re-sending the old weights, flush_cache=false) leaves v0 whole with its KV
+    bad, steps = script(sglang, [*open_, AbortWeightUpdate(0), ServeRequest(0, "P")])
+    assert bad == [] and observed(steps)["view"]["cache"][0]["version"] == 0
+
+
+def test_session_chunk_that_fails_stops_the_scheduler(sglang, monkeypatch):
+    """A chunk whose load fails midway: ``update_weights_from_tensor`` has no ``try``
+    around the load, so the exception leaves the handler and the process exits (WIN-003
+    wants a reported failure, rolled back or closed)."""
+    monkeypatch.setattr(sglang.inner, "window", True)
+    actions = [BeginWeightUpdate(1, 1, Funnel.TENSOR), FaultChunkFails(1), UpdateWeightChunk(1)]
+    bad, steps = script(sglang, actions)
+    assert rules(bad) == {"WIN-003"}, bad
+    assert observed(steps)["status"] == "stopped"
+
+
+def test_window_actions_are_unsupported_without_window(sglang):
+    from kvfence.adapters.protocol import Unsupported
+
+    sglang.start(sglang.fixed_configs)
+    assert "two_phase" not in sglang.capabilities and sglang.loaded["window"] == "session"
+    with pytest.raises(Unsupported, match="window=True"):
+        sglang.apply(BeginWeightUpdate(0, 1, Funnel.TENSOR))
+
+
 # ----- memory release and resume with tags ----------------------------------------------
 
 KV = frozenset({MemoryTag.KV_CACHE})
@@ -289,6 +337,22 @@ def test_colocated_order_updates_and_flushes_with_the_kv_released(sglang):
     bad, steps = script(sglang, actions)
     assert bad == [] and observed(steps, 3)["status"] == "ok"
     assert [e["version"] for e in observed(steps)["view"]["cache"]] == [1]
+
+
+def test_refused_flush_inside_release_brings_the_index_back(sglang, monkeypatch):
+    """docs/findings.md, SGL-M1: ``release_memory_occupation`` runs ``flush_cache()`` for
+    the ``kv_cache`` tag and drops its answer. A refusal spent on that flush (the spec's
+    Sleep allows it; ``refusal_at_release``, the default) leaves the tree indexing KV memory
+    the release gave back, and the resume brings the index back: MEM-002. Held across the
+    release instead, the refusal changes nothing there."""
+    actions = [ServeRequest(1, "P"), FaultRefuseFlush(1), Sleep(1, KV), WakeUp(1, KV)]
+    bad, steps = script(sglang, actions)
+    assert rules(bad) == {"MEM-002"}, bad
+    assert [e["version"] for e in observed(steps)["view"]["cache"]] == [0]
+    assert sglang.inner.refusal_at_release is True
+    monkeypatch.setattr(sglang.inner, "refusal_at_release", False)
+    bad, steps = script(sglang, actions)
+    assert bad == [] and observed(steps)["view"]["cache"] == []
 
 
 def test_resuming_memory_never_released_stops_the_scheduler(sglang):

@@ -20,8 +20,15 @@ import pytest
 from test_sglang_engine import need, observed, rules, script
 
 from kvfence.adapters.sglang_engine import SglangAdapter
-from kvfence.model.actions import FaultUpdateFailsMidway, ServeRequest, StartRequest, UpdateWeights
-from kvfence.model.vocabulary import Funnel
+from kvfence.model.actions import (
+    FaultUpdateFailsMidway,
+    ServeRequest,
+    Sleep,
+    StartRequest,
+    UpdateWeights,
+    WakeUp,
+)
+from kvfence.model.vocabulary import Funnel, MemoryTag
 
 pytestmark = pytest.mark.sglang
 
@@ -96,3 +103,28 @@ def test_torn_update_that_resumes_serving_fails_fc_004(tmp_path):
     assert seen["status"] == "rejected"  # answered, and the process lives on ...
     assert seen["view"]["weights"] is None and seen["view"]["label"] == 0  # ... torn
     assert "Failed to update weights from tensor" in seen["detail"]
+
+
+KV = frozenset({MemoryTag.KV_CACHE})
+
+
+def test_release_with_a_request_running_is_safe_only_while_asserts_run(assert_guard):
+    """Upstream's own release (the overlay changes only the update's flush): its idle
+    ``assert`` is all that keeps a release from running while a request holds KV. With it,
+    the scheduler stops; under ``python -O`` the release goes on, its flush is refused
+    (``is_fully_idle`` is false) and ignored, and the resumed KV memory is indexed by the
+    old tree: MEM-002's mechanism with a real request (the spec draws no Sleep with a
+    request in flight, so this is driven directly)."""
+    assert_guard.start(assert_guard.fixed_configs)
+    assert_guard.apply(ServeRequest(0, "P"))
+    assert_guard.apply(StartRequest(0, "r1", "Q"))
+    released = assert_guard.apply(Sleep(0, KV))
+    if not assert_guard.optimize:
+        assert released.status.value == "stopped"
+        assert "release_memory_occupation should be called only when server is idle" in (
+            released.detail
+        )
+        return
+    assert released.status.value == "ok"
+    resumed = assert_guard.apply(WakeUp(0, KV))
+    assert {e.prefix for e in resumed.view.cache} == {"P", "Q"}  # indexed over garbage
