@@ -108,12 +108,16 @@ def test_mixed_response_is_attributed_to_every_version():
     assert not check_state(s)
 
 
-def test_flush_clears_every_tier_and_kind():
+def test_flush_clears_every_tier_and_kind_of_older_weights():
+    """Every entry computed under weights no longer in force goes, whatever its tier or
+    kind; entries of the weights in force may stay (tests/test_current_entries.py)."""
     cfg = Config(tiers=frozenset(Tier), draft=True, encoder=True)
     s = go(initial_state((cfg,)), ServeRequest(0, "P"), EvictPrefix(0, "P", Tier.STORAGE))
     assert {e.tier for e in s.endpoint(0).cache} == {Tier.STORAGE, Tier.DEVICE}
     assert {e.kind for e in s.endpoint(0).cache} == set(Kind)
-    assert go(s, FlushCache(0)).endpoint(0).cache == frozenset()
+    stale = go(s, PauseGeneration(0, PauseMode.ABORT), UpdateWeights(0, 1, T, False))
+    assert {e.version for e in stale.endpoint(0).cache} == {0}
+    assert go(stale, FlushCache(0)).endpoint(0).cache == frozenset()
 
 
 def test_load_back_restores_draft_kv_with_target():
