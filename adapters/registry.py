@@ -2,11 +2,12 @@
 
 Engines: ``reference``, ``reference-closing`` (the other fail-closed branch), ``vllm``
 (offline in-process vLLM on CPU), ``vllm-raw`` (the same engine without the adapter's
-fail-closed guard and label updates), ``vllm-lora`` / ``vllm-lora-raw`` (the same, serving
-one LoRA adapter reloaded by ``LoadLora``: each revision in its own directory / new bytes
-over the old directory, vllm-project/vllm #42125), ``vllm-rl`` / ``vllm-rl-raw`` (the same,
-with the RL lifecycle actions: publish a version, pause with clear_cache, the native
-two-phase update and a restart oracle), ``vllm-http`` (vLLM's OpenAI server on
+fail-closed guard and label updates); both serve one LoRA adapter reloaded by
+``LoadLora`` (each revision in its own directory / on ``vllm-raw`` new bytes over the old
+directory, vllm-project/vllm #42125) and run the RL lifecycle actions (publish a version,
+pause with clear_cache, the native two-phase update and a restart oracle);
+``vllm-lora``/``vllm-rl`` and their ``-raw`` twins are aliases of them (``ALIASES``, kept
+for one release), ``vllm-http`` (vLLM's OpenAI server on
 loopback), ``sglang-http`` (a user's SGLang server by URL), ``sglang`` / ``sglang@VERSION``
 (upstream SGLang's scheduler control plane on CPU, optionally with a fork's ``overlay``),
 every engine mutant and every correct design by its catalog name. Clients: ``reference``,
@@ -60,33 +61,23 @@ ENGINES: dict[str, Callable[..., EngineAdapter]] = {
         fail_closed=False,
         label_updates=False,
     ),
-    # The same engines serving one LoRA adapter (LoadLora, ENG-007): a separate name
-    # because the LoRA actions dilute the ci budget (docs/engines.md).
-    "vllm-lora": _lazy(
-        "kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline", lora=True, name="vllm-lora"
-    ),
+    # Aliases kept for one release: ``vllm`` and ``vllm-raw`` now declare LoRA and the RL
+    # lifecycle actions themselves (ALIASES; docs/engines.md).
+    "vllm-lora": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline"),
     "vllm-lora-raw": _lazy(
         "kvfence.adapters.vllm_engine",
         "VllmAdapter",
         mode="offline",
         fail_closed=False,
         label_updates=False,
-        lora=True,
-        name="vllm-lora-raw",
     ),
-    # The same engines with the RL lifecycle actions (publish, pause clear_cache, two-phase
-    # update, restart oracle): a separate name because they dilute the ci budget.
-    "vllm-rl": _lazy(
-        "kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline", rl=True, name="vllm-rl"
-    ),
+    "vllm-rl": _lazy("kvfence.adapters.vllm_engine", "VllmAdapter", mode="offline"),
     "vllm-rl-raw": _lazy(
         "kvfence.adapters.vllm_engine",
         "VllmAdapter",
         mode="offline",
         fail_closed=False,
         label_updates=False,
-        rl=True,
-        name="vllm-rl-raw",
     ),
     "sglang-http": _lazy("kvfence.adapters.sglang_http", "SglangHttpAdapter"),
 }
@@ -96,6 +87,15 @@ for _m in MUTANTS:
 for _d in DESIGNS:  # the correct designs of the pass matrix (adapters/designs.py)
     if _d.side == "engine" and _d.name not in ENGINES:
         ENGINES[_d.name] = lambda d=_d: InProcessAdapter(d.build(), d.name)
+
+ALIASES: dict[str, str] = {
+    "vllm-lora": "vllm",
+    "vllm-lora-raw": "vllm-raw",
+    "vllm-rl": "vllm",
+    "vllm-rl-raw": "vllm-raw",
+}
+"""Old engine names and the one each now builds (the same adapter, under that name): kept
+for one release, when ``vllm`` declared neither LoRA nor the RL lifecycle actions."""
 
 VLLM_ENGINES_NAMES = tuple(n for n in ENGINES if n.startswith("vllm"))
 
@@ -448,12 +448,13 @@ def _summary(doc: str) -> str:
 
 
 REAL_SUMMARIES = {
-    "vllm": "vLLM offline in-process on CPU, with the adapter's fail-closed guard",
+    "vllm": "vLLM offline in-process on CPU, every capability (LoRA, publish, two-phase, "
+    "restart oracle, derived), with the adapter's fail-closed guard",
     "vllm-raw": "the same vLLM without the adapter's guard and label updates",
-    "vllm-lora": "vLLM serving one LoRA adapter, each revision in its own directory",
-    "vllm-lora-raw": "the same, new LoRA bytes over the old directory, without the guard",
-    "vllm-rl": "vLLM with the RL lifecycle actions (publish, pause, two-phase update)",
-    "vllm-rl-raw": "the same without the adapter's guard and label updates",
+    "vllm-lora": "alias of vllm (kept for one release)",
+    "vllm-lora-raw": "alias of vllm-raw (kept for one release)",
+    "vllm-rl": "alias of vllm (kept for one release)",
+    "vllm-rl-raw": "alias of vllm-raw (kept for one release)",
     "vllm-http": "vLLM's OpenAI server (started by kvfence, or --url to attach)",
     "sglang": "upstream SGLang's scheduler control plane on CPU (default version)",
     "sglang@VERSION": "the same, another installed SGLang release (scripts/install-sglang.sh)",

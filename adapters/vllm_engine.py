@@ -85,7 +85,7 @@ parameters cannot be read over HTTP):
   hash); its version is the version loaded when the adapter first saw that block
   appear (a block survives a reload unchanged: that is the stale entry).
 
-* ``lora`` (offline, ``lora=True``: engines ``vllm-lora`` / ``vllm-lora-raw``): the engine
+* ``lora`` (offline; ``lora=False`` turns it off): the engine
   runs with ``enable_lora`` (the CPU platform's punica wrapper) and serves one tiny adapter
   (:func:`adapters.tiny_model.write_tiny_lora`, built locally) under the name
   ``kvfence-lora``. ``ServeRequest(lora=True)`` / ``StartRequest(lora=True)`` carry its
@@ -228,10 +228,9 @@ OFFLINE_CAPABILITIES = frozenset(
     }
 )
 
-#: The RL lifecycle capabilities: only the ``vllm-rl`` engines declare them, so that
-#: on ``vllm`` the ci budget of a few dozen examples still reaches stale reuse with the
-#: never-flush client (drawing the window and publish actions dilutes it; as LoRA, which has
-#: the ``vllm-lora`` engines).
+#: The RL lifecycle capabilities (publish, pause with clear_cache, the two-phase update,
+#: the restart oracle, derived state): the offline engine declares them unless built with
+#: ``rl=False``.
 RL_CAPABILITIES = frozenset({C.PUBLISH, C.PAUSE_CLEAR, C.TWO_PHASE, C.RESTART_ORACLE, C.DERIVED})
 
 #: Why the vLLM engines lack each capability they do not declare: the SKIP notes of the
@@ -251,7 +250,6 @@ MISSING_REASONS: dict[str, str] = {
     "tiers": "not wired: vLLM's KV offloading connectors are not started",
     "encoder": "not wired: the local tiny model is text-only (no multimodal encoder)",
     "encoder_reset": "not wired: needs a multimodal model",
-    "lora": "served by the vllm-lora engines (off here so the ci budget reaches stale reuse)",
     "namespaces": "not wired: requests carry no namespace (cache_salt) yet",
     "ranks": "not wired: one engine core (data_parallel_size 1), so no data-parallel "
     "ranks answer a flush or an update separately",
@@ -312,10 +310,17 @@ class VllmAdapter:
     start_timeout: float = 600.0
     """Seconds the checker allows the first ``start()``: it imports vLLM and starts the
     engine (the HTTP server took 110 s on a busy 2-core machine)."""
-    budget: dict[str, int] = {"max_examples": 20, "stateful_step_count": 12}
-    """What the ``ci`` profile runs against this adapter when no ``--max-examples`` is
-    given: enough to reach REACH-001 (a prefix served again after an update) in a few
-    examples, small enough for a CI job (a real engine answers in ~10-100 ms, not µs)."""
+    budget: dict[str, int] = {"max_examples": 10, "stateful_step_count": 12}
+    """What the ``ci`` profile's random search runs against this adapter when no
+    ``--max-examples`` is given, after the battery (``battery_budget``): a few examples
+    beyond the battery's fixed scenarios, small enough for a CI job (a real engine answers
+    in ~10-100 ms, not µs)."""
+    battery_budget: int = 100
+    """The most battery scenarios a ``ci`` check starts here, apart from ``budget``: every
+    one the engine can run (55 of the battery's 85 on this tree: the rest need a second
+    endpoint or a capability it lacks, or repeat another on its one endpoint), so that
+    the rules the battery reaches on vLLM do not depend on the draw
+    (``runner.battery_budget``)."""
 
     def __init__(
         self,
@@ -332,9 +337,9 @@ class VllmAdapter:
         log_dir: Path | None = None,
         name: str | None = None,
         progress: bool = True,
-        lora: bool = False,
+        lora: bool | None = None,
         lora_fresh_path: bool | None = None,
-        rl: bool = False,
+        rl: bool | None = None,
     ):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
@@ -353,15 +358,17 @@ class VllmAdapter:
         default = "vllm" if mode == "offline" else "vllm-http"
         self.name = name or (default if fail_closed and label_updates else f"{default}-raw")
         self.capabilities = OFFLINE_CAPABILITIES if mode == "offline" else HTTP_CAPABILITIES
-        #: LoRA (offline only): the engine serves one adapter, reloaded by ``LoadLora``.
-        self.lora = bool(lora)
+        #: LoRA (offline only, on by default there): the engine serves one adapter,
+        #: reloaded by ``LoadLora``.
+        self.lora = (mode == "offline") if lora is None else bool(lora)
         if self.lora and mode != "offline":
             raise ValueError("LoRA is wired for mode='offline' only")
         if not self.lora:
             self.capabilities = self.capabilities - {C.LORA}
         #: The RL lifecycle actions (offline only): publish, pause with clear_cache, the
-        #: two-phase update, the restart oracle and derived state (``RL_CAPABILITIES``).
-        self.rl = bool(rl)
+        #: two-phase update, the restart oracle and derived state (``RL_CAPABILITIES``);
+        #: on by default there.
+        self.rl = (mode == "offline") if rl is None else bool(rl)
         if self.rl and mode != "offline":
             raise ValueError("the RL lifecycle actions are wired for mode='offline' only")
         if not self.rl:
@@ -370,11 +377,10 @@ class VllmAdapter:
         self.missing_reasons = {
             k: v for k, v in MISSING_REASONS.items() if Capability(k) not in self.capabilities
         }
-        if mode == "offline" and not self.rl:
-            for cap in RL_CAPABILITIES:
-                self.missing_reasons[cap.value] = (
-                    "served by the vllm-rl engines (off here so the ci budget reaches stale reuse)"
-                )
+        if mode == "offline":
+            off = (RL_CAPABILITIES if not self.rl else set()) | ({C.LORA} - self.capabilities)
+            for cap in off:
+                self.missing_reasons[cap.value] = "turned off when this adapter was built"
         if mode == "http":
             for cap in OFFLINE_CAPABILITIES - self.capabilities:
                 self.missing_reasons.setdefault(

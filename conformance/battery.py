@@ -8,6 +8,10 @@ actions, with the rules it is for. The battery is generated, never hand-written:
   search finds it (``explore.kill_search``), for the mutant's rule;
 - **witnesses**: for each setup of the product explorer (``explore.SETUPS``), a shortest
   path of the model to each REACH rule (``model.explore.witnesses``);
+- **cases**: for each mutant the breadth-first kill cannot reach (``BEYOND_FIRST_KILL``),
+  the trace of the public case it mirrors (``adapters.cases``), where it has one: the
+  catalogue's own minimal scenario of that report, so that its kill does not wait for the
+  random search to draw it;
 - **long**: on the plain setup, ``LONG_UPDATES`` updates with every prefix served around
   each; ``LONG_SERVES`` serves of one prefix before an update; three prompts and three
   requests in flight across an update (``BATTERY_BOUNDS``); three endpoints; and on the
@@ -34,10 +38,13 @@ Python and Hypothesis versions). The same tree always generates the same battery
 search in it is breadth-first and deterministic); a changed tree generates a new one.
 
 **Running** (``run_battery``): every scenario is run in lockstep from a fresh start, in
-order, on the engine and client under check. A scenario is adapted to the engine: its
+order (a focused check's scenarios for its rule first), on the engine and client under
+check. A scenario is adapted to the engine: its
 configs are the engine's own when the engine runs fixed endpoints, and it is skipped, with
 the reason, when it needs a config feature or an action the engine does not declare, more
-endpoints than it runs, or a step its endpoints do not enable. At most ``limit`` scenarios
+endpoints than it runs, or a step its endpoints do not enable, or when on the engine's
+fixed endpoints it is the same run as a scenario before it (a real engine's one endpoint
+makes many setups' witnesses one scenario). At most ``limit`` scenarios
 run (the check's example budget); the rest are skipped as over the budget.
 """
 
@@ -111,12 +118,14 @@ BEYOND_FIRST_KILL: dict[str, str] = {
     "reuse) kills it with INV-001",
     "in-place-pause-races-weight-write": "its KV of no version needs a request paused in "
     "place across an update and served after it, beyond the breadth-first kill's setups at "
-    "depth 5 (measured: no kill in 350 s); the stateful search kills it with INV-001",
+    "depth 5 (measured: no kill in 350 s); the battery's case scenario (PF-28's trace) "
+    "kills it with INV-001",
 }
 """Mutants the breadth-first kill cannot reach at its setups, each with the reason: the
 kill matrix goes straight to the stateful search for them (``matrix.run_job``), and the
-battery holds no kill of theirs (the stateful search, the battery's other scenarios
-included, kills them)."""
+battery holds no breadth-first kill of theirs: it holds their public case's trace where
+they have one (``case_scenarios``), and its other scenarios or the client table kill the
+rest (``scripts/budget.py`` shows each killed before the random search)."""
 
 
 @frozen
@@ -229,6 +238,24 @@ def witness_scenarios() -> list[Scenario]:
     return out
 
 
+def case_scenarios() -> list[Scenario]:
+    """For each mutant of ``BEYOND_FIRST_KILL`` with a public case (``adapters.cases``),
+    that case's trace, for the case's rule."""
+    from ..adapters.cases import CASES
+
+    return [
+        Scenario(
+            f"case {c.id} {c.mutant}",
+            (c.rule,),
+            tuple(_plain(x) for x in c.configs),
+            c.policy,
+            c.actions,
+        )
+        for c in CASES
+        if c.mutant in BEYOND_FIRST_KILL
+    ]
+
+
 def long_scenarios() -> list[Scenario]:
     """The long scenarios (the module docstring's list), each on the model's path."""
     from .explore import SETUPS
@@ -314,7 +341,9 @@ def generate(workers: int = 1) -> Battery:
 
     started = time.monotonic()
     fingerprint = source_fingerprint()
-    scenarios = _merged([*witness_scenarios(), *long_scenarios(), *kill_scenarios(workers)])
+    scenarios = _merged(
+        [*witness_scenarios(), *long_scenarios(), *kill_scenarios(workers), *case_scenarios()]
+    )
     scenarios = _with_evidence(scenarios)
     seconds = time.monotonic() - started
     return Battery(tuple(scenarios), SPEC_VERSION, fingerprint, seconds)
@@ -577,12 +606,18 @@ def run_battery(
                 c["reason"] = f"{s.name}: {reason}"
 
     started_count = 0
-    for s in battery.scenarios:
+    seen: dict[tuple, str] = {}
+    for s in focused_first(battery.scenarios, focus):
         stop_if_asked()
         configs, why = adapted(engine, s)
         if configs is None:
             tally(s, "skipped", why)
             continue
+        key = (configs, s.policy, s.actions)
+        if key in seen:  # an engine's fixed endpoints make distinct scenarios one
+            tally(s, "skipped", f"the same steps on this engine's endpoints as {seen[key]!r}")
+            continue
+        seen[key] = s.name
         if limit is not None and started_count >= limit:
             tally(s, "skipped", "over the check's example budget (raise --max-examples)")
             continue
@@ -610,6 +645,14 @@ def run_battery(
     )
 
 
+def focused_first(scenarios: Iterable[Scenario], focus: str | None) -> list[Scenario]:
+    """``scenarios`` in battery order, those for ``focus`` (in their ``rules``) first: a
+    focused check is after that rule, so its own scenarios (a mutant's shortest kill among
+    them) run before the others."""
+    ordered = list(scenarios)
+    return ordered if focus is None else sorted(ordered, key=lambda s: focus not in s.rules)
+
+
 def _index(order: list[str], rule: str) -> int:
     return order.index(rule) if rule in order else len(order)
 
@@ -625,6 +668,8 @@ __all__ = [
     "adapted",
     "battery_path",
     "cache_dir",
+    "case_scenarios",
+    "focused_first",
     "generate",
     "load",
     "run_battery",

@@ -452,6 +452,8 @@ class Lockstep:
         the engine is driven with the client's own plan, so the stale reuse it causes can
         be observed. A client violation without a consequence is still a FAIL."""
         self.note("client violated: " + "; ".join(str(v) for v in violations))
+        for v in violations:
+            self.recorder.shown.setdefault(v.rule, self.recorder.examples)
         self.pending += violations
         self.off_contract = True
         soft = self.recorder.soft
@@ -461,6 +463,8 @@ class Lockstep:
 
     def fail(self, violations: list[Violation], step: int) -> None:
         violations = self.pending + [self.blame_server_info(v) for v in violations]
+        for v in violations:
+            self.recorder.shown.setdefault(v.rule, self.recorder.examples)
         if self.focus is not None and self.focus not in {v.rule for v in violations}:
             for v in violations:
                 self.recorder.other.setdefault(v.rule, v)

@@ -72,6 +72,9 @@ class Recorder:
     ``skipped``: rule ID -> why the client under test cannot be judged by it (a program,
     for plan rules): SKIP. ``timing``: the seconds spent inside the engine and the client
     (``Timing``); pass one to share it across recorders (shrinking's replays).
+    ``shown``: rule ID -> ``examples`` when a violation of it was first recorded (the
+    example that showed it, counted from 1: a battery scenario or a drawn example), as
+    ``scripts/budget.py`` reports examples-to-kill.
     """
 
     def __init__(self, timing: Timing | None = None) -> None:
@@ -79,6 +82,7 @@ class Recorder:
         self.exercised: Counter[str] = Counter()
         self.reached: set[str] = set()
         self.examples = 0
+        self.shown: dict[str, int] = {}
         self.steps = 0
         self.failure: Run | None = None
         self.cold = ColdBytes()

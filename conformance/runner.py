@@ -437,12 +437,14 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
     machine = build_machine(engine, client, search.recorder, opts.bounds, opts.timeout, opts.focus)
     budget = _settings(engine, opts)
     if opts.battery:
-        _battery(engine, client, search, opts, budget.max_examples)
+        own = battery_budget(engine, opts)
+        _battery(engine, client, search, opts, budget.max_examples if own is None else own)
         if search.error is not None or search.recorder.failure is not None:
             return search
         assert search.battery is not None
-        left = max(1, budget.max_examples - search.battery.ran - search.battery.failed)
-        budget = settings(budget, max_examples=left)
+        if own is None:
+            left = max(1, budget.max_examples - search.battery.ran - search.battery.failed)
+            budget = settings(budget, max_examples=left)
     runs = _chunks(budget, opts.seed)
     for config, seed in runs:
         _search(machine, config, seed, search, opts)
@@ -456,6 +458,18 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
         if search.error is not None or search.recorder.failure is not None:
             break
     return search
+
+
+def battery_budget(engine: EngineAdapter, opts: Options) -> int | None:
+    """The most battery scenarios a check starts on ``engine`` apart from its example
+    budget: the adapter's ``battery_budget`` at the ``ci`` profile without
+    ``--max-examples`` (a real engine's ``budget`` sizes its random search; the battery,
+    which reaches the rules that search would not, is not cut to fit it), else ``None``:
+    the battery's scenarios count against the example budget."""
+    own = getattr(engine, "battery_budget", None)
+    if opts.profile != "ci" or opts.max_examples is not None or own is None:
+        return None
+    return int(own)
 
 
 def _battery(

@@ -5,18 +5,15 @@
 #
 # 1. installs vLLM into PYTHON's environment (scripts/install-vllm.sh; a no-op when
 #    `import vllm` already works) and kvfence itself if that Python lacks it;
-# 2. kvfence check --engine vllm --client reference   -> expects PASS  (exit 0), with 24
-#    of the 47 rules exercised (docs/engines.md says why each other one is SKIP);
+# 2. kvfence check --engine vllm --client reference   -> expects PASS  (exit 0): one engine
+#    name with every capability the adapter has (LoRA, publish, pause clear_cache, the
+#    native two-phase update, the restart oracle, derived), the battery first;
+#    docs/engines.md lists the rules exercised and says why each other one is SKIP;
 # 3. kvfence check --engine vllm --client never-flush -> expects FAIL  (exit 1):
 #    a client that skips the flush makes vLLM reuse KV computed under the old weights,
-#    and the byte oracle shows it (INV-001, NoStalePrefixReuse);
-# 4. kvfence check --engine vllm-lora --client reference -> expects PASS (exit 0): the same
-#    engine serving a tiny LoRA adapter reloaded under its name, each revision in its own
-#    directory: ENG-007 added. KVFENCE_VLLM_LORA=0 skips it.
-# 5. kvfence check --engine vllm-rl --client reference -> expects PASS (exit 0): the same
-#    engine with the RL lifecycle actions (publish, pause clear_cache, the native two-phase
-#    update, the restart oracle): PUB-001/002, WIN-001/002, DER-001 added (29 of 47).
-#    KVFENCE_VLLM_RL=0 skips it.
+#    and the byte oracle shows it (INV-001, NoStalePrefixReuse).
+# vllm-lora and vllm-rl are aliases of vllm now (docs/engines.md): KVFENCE_VLLM_LORA and
+# KVFENCE_VLLM_RL are accepted and ignored.
 # Every verdict table is printed, then a line counting the rules exercised (PASS or FAIL,
 # not SKIP or UNKNOWN) and naming each SKIP with its reason; results (tables, JUnit XML, JSON, counterexample
 # JSONL) go to kvfence-results/ (override with KVFENCE_OUT). Exits 1 if either verdict
@@ -25,8 +22,7 @@
 # $OUT/vllm-engine.log; the terminal shows kvfence's engine start time and a line per
 # example. vLLM logs only errors there unless VLLM_LOGGING_LEVEL is set.
 # The reference check takes ~2-3 min on 2 cores (~30 s of it: importing vLLM and starting
-# the engine; each Restart starts a fresh engine, ~3 s); the vllm-lora run about as long
-# (both 10-15 min on a 2-core machine shared with other suites).
+# the engine; each Restart starts a fresh engine, ~3 s).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -99,12 +95,6 @@ run() { # run CLIENT EXPECTED_EXIT EXPECTED_VERDICT [ENGINE] [RULE that must FAI
 
 run reference 0 PASS
 run never-flush 1 FAIL vllm INV-001
-if [ "${KVFENCE_VLLM_LORA:-1}" != 0 ]; then
-    run reference 0 PASS vllm-lora
-fi
-if [ "${KVFENCE_VLLM_RL:-1}" != 0 ]; then
-    run reference 0 PASS vllm-rl
-fi
 
 if [ "$status" -eq 0 ]; then
     echo "check-vllm: every verdict as expected; results in $OUT/"

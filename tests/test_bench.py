@@ -66,3 +66,33 @@ def test_bench_judges_each_target_from_the_figures():
     text = "\n".join(bench.targets(_figures(61.0, 7, 24_999.0, 1.5, 0.2)))
     assert text.count("NOT MET") == 5 and "why: " in text
     assert "not measured" in "\n".join(bench.targets({"vllm": {"note": "no vLLM"}}))
+
+
+def test_bench_prints_the_battery_figures(tmp_path):
+    """``battery`` (its generation on a cold cache) and ``battery-kills`` (each mutant's
+    first kill with the battery) print, with tiny bounds."""
+    base = tmp_path / "base.json"
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--baseline"]
+    cmd += [str(base), "--only", "battery", "battery-kills"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "battery: seconds=" in proc.stdout and "scenarios=" in proc.stdout
+    assert "battery-kills: mutants=3" in proc.stdout and "slowest_kill_seconds=" in proc.stdout
+
+
+def test_bench_judges_the_battery_kill_target():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import bench
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+    def judged(slowest: float) -> str:
+        kills = {"slowest_kill_seconds": slowest, "slowest_mutant": "m", "mutants": 62}
+        battery = {"seconds": 61.0, "cpu_seconds": 58.0, "scenarios": 85}
+        figures = {"battery-kills": kills, "battery": battery}
+        return "\n".join(bench.targets(figures))
+
+    assert "MET          every mutant's first kill with the battery" in judged(0.4)
+    assert "NOT MET      every mutant's first kill with the battery" in judged(1.2)
+    assert "battery generation (cold cache): 61.0 s (58.0 s of CPU) for 85" in judged(0.4)

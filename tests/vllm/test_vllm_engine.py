@@ -108,9 +108,9 @@ def assert_never_flush_caught(result: Result) -> None:
 
 
 def test_offline_rl_reference_client_passes(tmp_path):
-    """``vllm-rl``: the engine with the RL lifecycle actions (``vllm`` itself, without them,
-    is checked by scripts/check-vllm.sh in the main job)."""
-    adapter = engine("vllm-rl", log_dir=tmp_path / "vllm-log")
+    """``vllm``: one name with every capability (LoRA and the RL lifecycle actions), the
+    battery first; ``vllm-rl`` is an alias of it."""
+    adapter = engine("vllm", log_dir=tmp_path / "vllm-log")
     try:
         result = run_check(adapter, client("reference"), profile="ci", out_dir=tmp_path)
     finally:
@@ -122,7 +122,7 @@ def test_offline_rl_reference_client_passes(tmp_path):
     # lifecycle actions it dispatches: PUB-001/002 (publish), WIN-001/002
     # (two_phase), DER-001 (derived + restart_oracle) (docs/engines.md).
     assert len(exercised) >= 29, _table(result)
-    for rule in ("PUB-001", "PUB-002", "WIN-001", "WIN-002", "DER-001"):
+    for rule in ("PUB-001", "PUB-002", "WIN-001", "WIN-002", "DER-001", "ENG-007"):
         assert rule in exercised, _table(result)
 
 
