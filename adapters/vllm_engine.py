@@ -255,6 +255,8 @@ MISSING_REASONS: dict[str, str] = {
     "ranks answer a flush or an update separately",
     "store": "not wired: vLLM's KV connectors to a store shared across engines (LMCache, "
     "Mooncake) are not started",
+    "roles": "not wired: one engine, no prefill/decode disaggregation (vLLM's KV transfer "
+    "connectors, such as NixlConnector, are not started)",
 }
 
 #: The LoRA adapter's name on the engine; every revision is loaded under it.

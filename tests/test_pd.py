@@ -196,12 +196,12 @@ def test_the_pd_deployment_is_opt_in():
 def test_the_pd_model_state_count_is_pinned():
     """``kvfence explore --deployment pd --depth 4`` at the CLI's other default bounds
     (one prefix, one request ID, versions <= 2, symmetry on): a prefill and a decode
-    engine. 3,469 states: requests and live transfers on the decode side, each side's
+    engine. 3,436 states: requests and live transfers on the decode side, each side's
     updates, flushes, pauses and continues; the count moves only with the P/D semantics.
-    (At the CLI's default depth 6: 7,706 states, about 30 s on two cores.)"""
+    (At the CLI's default depth 6: 7,345 states, about 30 s on two cores.)"""
     code, text = main_explore(depth=4, workers=1, deployment_name="pd")
     assert code == 0, text
-    assert "distinct states: 3,469 up to symmetry" in text and "transitions: 29,662" in text
+    assert "distinct states: 3,436 up to symmetry" in text and "transitions: 29,536" in text
     assert "PASS" in text
 
 
