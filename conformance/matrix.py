@@ -328,16 +328,17 @@ def run_matrices(
         else:
             pool.shutdown()
     else:
-        for j in todo:
-            if runner.STOPPED.is_set():
-                results.append(_stopped(j))
-                continue
+        for i, j in enumerate(todo):
             try:
+                if runner.STOPPED.is_set():
+                    results.append(_stopped(j))
+                    continue
                 results.append(run_job(j))
-            except KeyboardInterrupt:  # outside a search (the breadth-first kill search)
+                done(j.label)
+            except KeyboardInterrupt:  # outside a search, or while the progress was printed
                 runner.STOPPED.set()
-                results.append(_stopped(j))
-            done(j.label)
+                if len(results) == i:  # this run had not finished
+                    results.append(_stopped(j))
     n = len(designs)
     return Matrices(
         tuple(zip(designs, results[:n], strict=True)),
