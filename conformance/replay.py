@@ -427,6 +427,35 @@ def undiscriminating(trace: Trace) -> str:
     return ""
 
 
+def unobserved_failure(trace: Trace) -> str:
+    """Why the trace's recorded FAIL cannot be shown fixed from its recorded observations
+    (``""`` when it can): the field a recorded violation read (``where``: ``endpoint 0
+    flushed``, ``... view.cache``, ``... response.hit``) is absent from the observation
+    recorded at its step, as when an engine declared a flush result and answered none, or
+    a trace was cut to its statuses. Nothing observed is no evidence: UNKNOWN, never FIXED."""
+    verdict = trace.verdict or {}
+    if verdict.get("verdict") != "FAIL":
+        return ""
+    at = verdict.get("step")
+    step = next((s for s in trace.steps if s.step == at and s.within is None), None)
+    if step is None or step.observed is None:
+        return ""
+    for v in verdict.get("violations") or ():
+        where = str(v.get("where", "")) if isinstance(v, dict) else ""
+        path = where.split()[-1] if where.split() else ""
+        if path.split(".")[0] not in ("flushed", "aborted", "view", "response"):
+            continue
+        value: object = step.observed
+        for name in path.split("."):
+            value = getattr(value, name, None)
+            if value is None:
+                return (
+                    f"step {at}: the recorded FAIL of {v.get('rule')} read {path}, which the "
+                    "recorded observation does not hold, so the spec cannot judge it fixed"
+                )
+    return ""
+
+
 def replay_trace(
     trace: Trace,
     engine: EngineAdapter | None,
@@ -451,7 +480,7 @@ def replay_trace(
     # draws: the bounds widen to hold the trace (they are the search's, not the spec's).
     keyed = any(getattr(a, "namespace", None) is not None for a in actions)
     bounds = evolve(holding(MACHINE_BOUNDS, actions), namespaces=keyed)
-    blind = undiscriminating(trace) if recorded is not None else ""
+    blind = (undiscriminating(trace) or unobserved_failure(trace)) if recorded is not None else ""
     try:
         out = replay_actions(
             engine,

@@ -253,6 +253,31 @@ def test_a_passing_trace_cut_to_status_is_unknown_not_fixed(tmp_path):
     assert r.returncode == 2 and r.stdout.startswith("UNKNOWN"), r.stdout + r.stderr
 
 
+def test_a_check_fail_whose_read_field_was_not_recorded_is_unknown_not_fixed(tmp_path):
+    """A real FAIL counterexample of ``kvfence check``: the stub flush answers without a
+    flush result although the engine declares one (LIV-001 read ``flushed``). Judged from
+    the recorded observations alone, whole or cut to statuses, nothing observed shows the
+    flush: UNKNOWN (exit 2), never FIXED."""
+    from kvfence.adapters import registry
+    from kvfence.conformance.runner import run_check
+
+    result = run_check(
+        registry.engine("flush-is-a-stub"),
+        registry.client("reference"),
+        out_dir=tmp_path / "out",
+        battery=False,
+    )
+    assert str(result.verdict) == "FAIL" and result.counterexample is not None
+    recorded = json.loads(result.counterexample.read_text().splitlines()[-1])
+    read = [v["where"].split()[-1] for v in recorded["violations"]]
+    assert "flushed" in read, recorded
+    cut = cut_to_status(result.counterexample, tmp_path / "cut.jsonl")
+    for trace in (result.counterexample, cut):
+        r = kvfence("replay", str(trace), "--model-only")
+        assert r.returncode == 2 and r.stdout.startswith("UNKNOWN"), r.stdout + r.stderr
+        assert "does not hold" in r.stdout.replace("\n", " "), r.stdout
+
+
 @pytest.mark.parametrize(
     "where",
     ["prefix", "detail", "engine"],
