@@ -207,3 +207,21 @@ class Shared:
 def shared() -> type[Shared]:
     """``shared(adapter)``: wrap a module-scoped real engine (tests/vllm, tests/sglang)."""
     return Shared
+
+
+def explores_clean(name: str, setup: str, min_states: int) -> None:
+    """Design ``name`` under the product explorer on deployment ``setup`` (``kvfence
+    explore --deployment``) at depth 4 with the reference client: no violation, no error,
+    the search complete and past its first steps (more than ``min_states`` states)."""
+    from kvfence.conformance.explore import deployment, explore_adapter
+
+    x = explore_adapter(
+        registry.engine(name),
+        registry.client("reference"),
+        depth=4,
+        out_dir=None,
+        setups=deployment(setup),
+    )
+    assert not x.error and not x.violation and not x.other, (x.error, x.violation, x.other)
+    assert x.complete and x.depth_reached == 4 and x.setups == (setup,)
+    assert x.states > min_states, x.states

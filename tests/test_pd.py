@@ -8,6 +8,7 @@ catalog's P/D mutants and designs are also in the catalog-wide tests
 from __future__ import annotations
 
 import pytest
+from conftest import explores_clean
 
 from kvfence.adapters import registry
 from kvfence.adapters.pd import PD_CONFIGS, DecodeEndpoint, PrefillEndpoint
@@ -214,16 +215,7 @@ def test_the_pd_model_state_count_is_pinned():
     ],
 )
 def test_pd_designs_pass_under_the_explorer(name):
-    x = explore_adapter(
-        registry.engine(name),
-        registry.client("reference"),
-        depth=4,
-        out_dir=None,
-        setups=deployment("pd"),
-    )
-    assert not x.error and not x.violation and not x.other, (x.error, x.violation, x.other)
-    assert x.complete and x.depth_reached == 4 and x.setups == ("pd",)
-    assert x.states > 400  # the search went past the first steps
+    explores_clean(name, "pd", 400)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ tests (tests/test_mutants.py, tests/test_designs.py, tests/test_cases.py)."""
 from __future__ import annotations
 
 import pytest
+from conftest import explores_clean
 
 from kvfence.adapters import registry
 from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
@@ -173,16 +174,7 @@ def test_the_store_model_state_count_is_pinned():
 
 @pytest.mark.parametrize("name", ["keys-store-by-weights", "rotates-store-namespace"])
 def test_store_designs_pass_under_the_explorer(name):
-    x = explore_adapter(
-        registry.engine(name),
-        registry.client("reference"),
-        depth=4,
-        out_dir=None,
-        setups=deployment("store"),
-    )
-    assert not x.error and not x.violation and not x.other, (x.error, x.violation, x.other)
-    assert x.complete and x.depth_reached == 4 and x.setups == ("store",)
-    assert x.states > 500  # the search went past the first steps
+    explores_clean(name, "store", 500)
 
 
 def test_the_explorer_kills_the_token_keyed_store_with_sto_001():
