@@ -87,7 +87,7 @@ def test_skyrl_040_client_verdicts(tmp_path):
     assert "INV-001" not in reference, reference
     # the stub answers its reset without a flush result (LIV-001); SkyRL resets before the
     # update, when every entry is of the weights in force, which a flush may keep, so the
-    # stub's missing flush is not FC-003 there (spec 0.4)
+    # stub's missing flush is not FC-003 there
     assert stub.get("LIV-001") == "availability", stub
     assert no_reset.get("INV-001") == "safety", no_reset
     assert refused.get("INV-001") == "safety" and "CLI-002" in refused, refused
