@@ -179,25 +179,6 @@ def _optimized(on: bool) -> Iterator[None]:
             os.environ["PYTHONOPTIMIZE"] = before
 
 
-RANKED_CAPABILITIES = frozenset(
-    {
-        C.WEIGHTS_PROBE.value,
-        C.CACHE_PROBE.value,
-        C.EXACT_CACHE.value,
-        C.PROVENANCE.value,
-        C.FLUSH_RESULT.value,
-        C.INFLIGHT.value,
-        C.PAUSE.value,
-        C.EXACT_LANE.value,
-        C.FAULTS.value,
-        C.RANKS.value,
-    }
-)
-"""What an endpoint of data-parallel ranks (``ranks=2``) declares: the ranked vocabulary
-(requests placed per rank, flushes, updates, pauses, the rank fault); sleep, restart and
-windows are not driven across ranks."""
-
-
 def _config(lane: str, ranks: int = 1) -> Config:
     info = {
         "disable_radix_cache": False,
@@ -520,3 +501,11 @@ class SglangAdapter:
             view=view,
             detail=str(out.get("detail", "")),
         )
+
+
+RANKED_CAPABILITIES = (
+    SglangAdapter.capabilities - {C.SLEEP.value, C.RESTART.value, C.MEMORY_TAGS.value}
+) | {C.RANKS.value}
+"""What an endpoint of data-parallel ranks (``ranks=2``) declares: the ranked vocabulary
+(requests placed per rank, flushes, updates, pauses, the rank fault); sleep, restart and
+windows are not driven across ranks."""

@@ -225,3 +225,15 @@ def explores_clean(name: str, setup: str, min_states: int) -> None:
     assert not x.error and not x.violation and not x.other, (x.error, x.violation, x.other)
     assert x.complete and x.depth_reached == 4 and x.setups == (setup,)
     assert x.states > min_states, x.states
+
+
+def after(state, *acts):
+    """``state`` after ``acts`` under the model's semantics, each enabled and taking its
+    first branch."""
+    from kvfence.model.semantics import step
+
+    for a in acts:
+        branches = step(state, a)
+        assert branches, f"{a} is not enabled"
+        state = branches[0][0]
+    return state

@@ -8,7 +8,7 @@ catalog's P/D mutants and designs are also in the catalog-wide tests
 from __future__ import annotations
 
 import pytest
-from conftest import explores_clean
+from conftest import after, explores_clean
 
 from kvfence.adapters import registry
 from kvfence.adapters.pd import PD_CONFIGS, DecodeEndpoint, PrefillEndpoint
@@ -38,15 +38,6 @@ P, D = PD_CONFIGS
 DISK = Funnel.DISK
 
 
-def _after(state, *acts):
-    """``state`` after ``acts``, each taking its first branch (and enabled)."""
-    for a in acts:
-        branches = step(state, a)
-        assert branches, f"{a} is not enabled"
-        state = branches[0][0]
-    return state
-
-
 def _statuses(state, action):
     return [(o.observation.status, o.because.status) for _, o in step(state, action)]
 
@@ -69,7 +60,7 @@ def test_a_role_endpoint_is_one_plain_scheduler_and_decode_has_no_tree_of_its_ow
     assert not enabled(s, Sleep(0)) and not enabled(s, Restart(1))
     assert enabled(s, SyncWeights(1, DISK))
     # while the prefill engine is paused the decode engine admits nothing
-    paused = _after(s, PauseGeneration(0, PauseMode.RETRACT))
+    paused = after(s, PauseGeneration(0, PauseMode.RETRACT))
     assert not enabled(paused, ServeRequest(1, "P"))
 
 
@@ -93,7 +84,7 @@ def test_a_request_is_prefilled_on_p_and_served_by_d_at_one_version():
 
 
 def test_at_two_versions_a_request_is_refused_by_pd_001_before_or_after_the_prefill():
-    s = _after(initial_state((P, D)), UpdateWeights(1, 1, DISK, True))
+    s = after(initial_state((P, D)), UpdateWeights(1, 1, DISK, True))
     branches = step(s, ServeRequest(1, "P"))
     assert {(o.observation.status, o.because.status) for _, o in branches} == {
         (Status.REJECTED, RuleId.PD_001)
@@ -103,12 +94,12 @@ def test_at_two_versions_a_request_is_refused_by_pd_001_before_or_after_the_pref
 
 
 def test_a_live_transfer_outdated_by_an_update_on_the_decode_side_is_aborted():
-    s = _after(initial_state((P, D)), StartRequest(1, "r1", "P"), UpdateWeights(1, 1, DISK, False))
+    s = after(initial_state((P, D)), StartRequest(1, "r1", "P"), UpdateWeights(1, 1, DISK, False))
     ((_, o),) = step(s, FinishRequest(1, "r1"))
     assert o.observation.status is Status.REJECTED and o.because.status == RuleId.PD_001
     assert o.observation.aborted == frozenset({"r1"})
     # at one version the live request finishes as any
-    fresh = _after(initial_state((P, D)), StartRequest(1, "r1", "P"))
+    fresh = after(initial_state((P, D)), StartRequest(1, "r1", "P"))
     assert [o.observation.status for _, o in step(fresh, FinishRequest(1, "r1"))] == [Status.OK]
 
 
@@ -116,7 +107,7 @@ def test_a_live_transfer_outdated_by_an_update_on_the_decode_side_is_aborted():
 
 
 def test_a_live_transfer_holds_the_prefill_side_kv():
-    s = _after(initial_state((P, D)), StartRequest(1, "r1", "P"))
+    s = after(initial_state((P, D)), StartRequest(1, "r1", "P"))
     assert [r.rid for r in transfers(s)] == ["r1"] and s.endpoint(0).requests == ()
     assert _statuses(s, FlushCache(0)) == [(Status.REJECTED, RuleId.PD_002)]
     # an update whose flush is required fails while it lives, each refusal PD-002's
@@ -127,7 +118,7 @@ def test_a_live_transfer_holds_the_prefill_side_kv():
     # no state the model reaches puts a phantom request on the prefill side
     assert all(s2.endpoint(0).requests == () for s2, _ in step(s, UpdateWeights(0, 1, DISK, True)))
     # a retract frees the transfer's KV: the flush may run
-    retracted = _after(s, PauseGeneration(1, PauseMode.RETRACT))
+    retracted = after(s, PauseGeneration(1, PauseMode.RETRACT))
     assert transfers(retracted) == ()
     assert [st[0] for st in _statuses(retracted, FlushCache(0))] == [Status.OK]
 

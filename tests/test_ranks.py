@@ -7,7 +7,7 @@ explorer. The catalog's ranked mutants and designs are also in the catalog-wide 
 from __future__ import annotations
 
 import pytest
-from conftest import explores_clean
+from conftest import after, explores_clean
 
 from kvfence.adapters import registry
 from kvfence.adapters.designs import BY_NAME as DESIGNS
@@ -41,15 +41,6 @@ from kvfence.model.vocabulary import Funnel, PauseMode, Status
 
 RANKED = Config(ranks=2)
 DISK = Funnel.DISK
-
-
-def _after(state, *acts):
-    """``state`` after ``acts``, each taking its first branch (and enabled)."""
-    for a in acts:
-        branches = step(state, a)
-        assert branches, f"{a} is not enabled"
-        state = branches[0][0]
-    return state
 
 
 # ----- vocabulary ---------------------------------------------------------------------------
@@ -118,7 +109,7 @@ def test_single_scheduler_enumeration_is_unchanged():
 
 def test_a_flush_is_a_success_only_if_every_rank_flushed():
     """PF-25: r1 holds KV on rank 1; rank 0 can flush, rank 1 cannot."""
-    s = _after(initial_state((RANKED,)), ServeRequest(0, "P"), StartRequest(0, "r1", "Q", rank=1))
+    s = after(initial_state((RANKED,)), ServeRequest(0, "P"), StartRequest(0, "r1", "Q", rank=1))
     branches = step(s, FlushCache(0))
     assert {o.observation.status for _, o in branches} == {Status.REJECTED}
     assert {o.observation.flushed for _, o in branches} == {False}
@@ -129,14 +120,14 @@ def test_a_flush_is_a_success_only_if_every_rank_flushed():
     assert caches == {frozenset({"P"})}
     # rank 1 keeps the KV its request holds in every branch
     assert all({e.prefix for e in t.endpoint(0).ranks[1].cache} == {"Q"} for t, _ in branches)
-    s = _after(s, FinishRequest(0, "r1"))
+    s = after(s, FinishRequest(0, "r1"))
     ((_, done),) = step(s, FlushCache(0))
     assert done.observation.status is Status.OK and done.observation.flushed is True
 
 
 def test_an_update_failing_on_one_rank_rolls_back_or_closes():
     """PF-26: rank 1's update fails, rank 0's goes through."""
-    s = _after(initial_state((RANKED,)), ServeRequest(0, "P"), FaultRankUpdateFails(0, 1))
+    s = after(initial_state((RANKED,)), ServeRequest(0, "P"), FaultRankUpdateFails(0, 1))
     branches = step(s, UpdateWeights(0, 1, DISK, True))
     assert {o.observation.status for _, o in branches} == {Status.REJECTED}
     assert {o.because.status for _, o in branches} == {RuleId.RNK_002}
@@ -158,7 +149,7 @@ def test_an_update_failing_on_one_rank_rolls_back_or_closes():
 
 
 def test_a_flush_refused_on_one_rank_fails_the_update_as_fc_001():
-    s = _after(initial_state((RANKED,)), StartRequest(0, "r1", "P", rank=1))
+    s = after(initial_state((RANKED,)), StartRequest(0, "r1", "P", rank=1))
     branches = step(s, UpdateWeights(0, 1, DISK, True))
     assert {o.because.status for _, o in branches} == {RuleId.FC_001}
     # a claim of success is judged against the update as if every flush had run (REACH-003)
@@ -167,7 +158,7 @@ def test_a_flush_refused_on_one_rank_fails_the_update_as_fc_001():
 
 
 def test_a_request_runs_on_its_rank():
-    s = _after(initial_state((RANKED,)), ServeRequest(0, "P", rank=1))
+    s = after(initial_state((RANKED,)), ServeRequest(0, "P", rank=1))
     assert [{e.prefix for e in r.cache} for r in s.endpoint(0).ranks] == [set(), {"P"}]
     ((_, o),) = [(t, o) for t, o in step(s, ServeRequest(0, "P", rank=0)) if not o.dropped]
     assert o.observation.response.hit is False  # rank 0's tree holds nothing

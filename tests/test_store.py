@@ -7,7 +7,7 @@ tests (tests/test_mutants.py, tests/test_designs.py, tests/test_cases.py)."""
 from __future__ import annotations
 
 import pytest
-from conftest import explores_clean
+from conftest import after, explores_clean
 
 from kvfence.adapters import registry
 from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
@@ -39,15 +39,6 @@ OTHER = Config(store=True, lineage="sft-b")
 DISK = Funnel.DISK
 
 
-def _after(state, *acts):
-    """``state`` after ``acts``, each taking its first branch (and enabled)."""
-    for a in acts:
-        branches = step(state, a)
-        assert branches, f"{a} is not enabled"
-        state = branches[0][0]
-    return state
-
-
 # ----- vocabulary ---------------------------------------------------------------------------
 
 
@@ -72,15 +63,15 @@ def test_config_fields_round_trip_and_stay_out_of_plain_traces():
 
 
 def test_every_response_writes_its_entry_and_the_store_survives_restart_flush_update():
-    s = _after(initial_state((BF16, FP8)), ServeRequest(0, "P"))
+    s = after(initial_state((BF16, FP8)), ServeRequest(0, "P"))
     mine = StoreEntry("P", "base", 0, "bf16")
     assert s.store == {mine}
-    s = _after(s, Restart(0), FlushCache(0), UpdateWeights(0, 1, DISK, True))
+    s = after(s, Restart(0), FlushCache(0), UpdateWeights(0, 1, DISK, True))
     assert s.store == {mine}
 
 
 def test_a_miss_may_load_only_the_entry_of_its_lineage_version_and_format():
-    s = _after(initial_state((BF16, FP8)), ServeRequest(0, "P"), Restart(0))
+    s = after(initial_state((BF16, FP8)), ServeRequest(0, "P"), Restart(0))
     branches = step(s, ServeRequest(0, "P"))
     loads = [o for _, o in branches if o.observation.response.hit]
     # the store's hit after the restart (and the device KV of the weights in force, which
@@ -95,12 +86,12 @@ def test_a_miss_may_load_only_the_entry_of_its_lineage_version_and_format():
     assert [o.observation.response.hit for _, o in other] == [False]
     assert other[0][1].because.stored == RuleId.STO_001  # a wrong key would have matched
     # after an update, the v0 entry is no longer the endpoint's
-    s2 = _after(s, UpdateWeights(0, 1, DISK, True))
+    s2 = after(s, UpdateWeights(0, 1, DISK, True))
     assert [o.observation.response.hit for _, o in step(s2, ServeRequest(0, "P"))] == [False]
 
 
 def test_a_load_of_another_entry_is_sto_001_and_only_with_the_capability():
-    s = _after(initial_state((BF16, FP8)), ServeRequest(0, "P"))
+    s = after(initial_state((BF16, FP8)), ServeRequest(0, "P"))
     _, outcome = step(s, ServeRequest(1, "P"))[0]
     wrong = StoreEntry("P", "base", 0, "bf16")
     got = evolve(
