@@ -386,7 +386,8 @@ def test_vllm_init_and_probe_routes_answer_as_vllm(tmp_path):
 
 
 def test_sglang_init_and_session_routes_are_logged_no_ops(tmp_path):
-    """AReaL's distributed path (``/init_weights_update_group``), SGLang 0.5.23's update
+    """AReaL's distributed path (``/init_weights_update_group``; Trinity-RFT's teardown,
+    ``/destroy_weights_update_group``), SGLang 0.5.23's update
     session (``/begin_weight_update`` ... ``/end_weight_update``) around a distributed
     update with its flush, and ``/abort_request``: the update alone is stepped."""
     s = Session("sglang", "reference", out_dir=tmp_path, probe=1)
@@ -400,11 +401,13 @@ def test_sglang_init_and_session_routes_are_logged_no_ops(tmp_path):
     assert call(s, "POST", "/update_weights_from_distributed", update)[0] == 200
     assert call(s, "POST", "/end_weight_update", {})[0] == 200
     assert call(s, "POST", "/continue_generation", {})[0] == 200
+    destroy = {"group_name": "g"}
+    assert call(s, "POST", "/destroy_weights_update_group", destroy)[1]["success"] is True
     verdict, _ = verdicts(s)
     assert verdict is Verdict.PASS, s.violations
     names = [type(a).__name__ for a in s.lockstep.actions]
     assert names[:4] == ["ServeRequest", "PauseGeneration", "UpdateWeights", "ContinueGeneration"]
-    assert sum("noop" in e for e in s.traffic) == 4
+    assert sum("noop" in e for e in s.traffic) == 5
 
 
 # ----- LoRA routes (ENG-007 over HTTP) and vLLM's token-in token-out generate -------------

@@ -309,6 +309,19 @@ def init_weights_update_group(s: Session, data, query, entry):
     return 200, {"success": True, "message": "Succeeded to initialize custom process group."}
 
 
+def destroy_weights_update_group(s: Session, data, query, entry):
+    """``POST /destroy_weights_update_group`` (``DestroyWeightsUpdateGroupReqInput``:
+    ``group_name``; SGLang 0.5.23 ``http_server.py``, the model runner's
+    ``destroy_weights_update_group``): ``{"success": true, "message"}``. Tears down the NCCL
+    group ``/init_weights_update_group`` would have formed; the weights and the cache stay as
+    they are: a logged no-op."""
+    group = data.get("group_name", "weight_update_group")
+    if not isinstance(group, str):
+        raise HttpError(HTTPStatus.BAD_REQUEST, f"group_name {group!r} is not a string")
+    entry["noop"] = "weight-update group teardown: no group on serve"
+    return 200, {"success": True, "message": "Succeeded to destroy custom process group."}
+
+
 def begin_weight_update(s: Session, data, query, entry):
     """``POST /begin_weight_update`` (sgl-project/sglang PR #28001, in 0.5.23): opens the
     scheduler's weight-update session, inside which ``/update_weights_from_*`` run, each
@@ -389,6 +402,14 @@ ROUTES: tuple[Route, ...] = (
         "",
         init_weights_update_group,
         noop="an NCCL group's init: no rendezvous on serve, nothing the cache depends on",
+    ),
+    Route(
+        "sglang",
+        ("POST",),
+        "/destroy_weights_update_group",
+        "",
+        destroy_weights_update_group,
+        noop="an NCCL group's teardown: weights and cache unchanged",
     ),
     Route(
         "sglang",
