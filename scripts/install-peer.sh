@@ -18,6 +18,10 @@
 #           verl pins imports CUDA-only sgl_kernel, and 0.5.23's EngineBase has abstract
 #           methods verl 0.9.1 lacks. Run after scripts/install-sglang.sh has put SGLang's
 #           light dependencies into PYTHON's environment (the import check needs them).
+#   trinity trinity-rft==0.6.0 and what trinity.common.models.sglang_model imports beyond
+#           torch and vLLM's dependencies (ray, msgpack, omegaconf, antlr4 4.9.3); its module
+#           imports vllm.entrypoints.chat_utils, which vLLM 0.32 serves as
+#           vllm.renderers.chat_utils (the import check aliases it, as the driver does)
 #   skyrl4  skyrl==0.4.0 (Requires-Python >=3.12) on a Python 3.12 or 3.13 (on PATH, or
 #           pyenv's), not PYTHON's (3.11); its weight-sync client needs requests, and its
 #           package imports cloudpathlib and pydantic; no torch, no .pth file
@@ -65,6 +69,13 @@ stubs.install_torchvision_stub(); stubs.tolerate_config_reregistration()
 import verl.workers.rollout.sglang_rollout.http_server_engine
 assert m.version("verl") == "0.9.1" and m.version("sglang") == "0.5.17"'
         ;;
+    trinity)
+        SPECS=(trinity-rft==0.6.0 ray msgpack omegaconf antlr4-python3-runtime==4.9.3)
+        probe='import importlib, importlib.metadata as m, sys
+sys.modules["vllm.entrypoints.chat_utils"] = importlib.import_module("vllm.renderers.chat_utils")
+import trinity.common.models.sglang_model
+assert m.version("trinity-rft") == "0.6.0"'
+        ;;
     skyrl4)
         SPECS=(skyrl==0.4.0)
         DEPS=(requests cloudpathlib pydantic)
@@ -74,7 +85,7 @@ assert m.version("skyrl") == "0.4.0"'
         BASE=$(python_312)
         ;;
     *)
-        echo "install-peer: unknown framework $NAME (one of: areal, verl, skyrl4)" >&2
+        echo "install-peer: unknown framework $NAME (one of: areal, verl, skyrl4, trinity)" >&2
         exit 2
         ;;
 esac

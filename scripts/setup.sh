@@ -79,9 +79,10 @@ else
             echo "setup: could not install TRL into .venv-trl: tests/test_peer_trl.py will skip"
         fi
         # The other frameworks' clients, each in .venv-NAME (scripts/install-peer.sh):
-        # AReaL beside the same torch (~40 s), SkyRL 0.4.0 on a Python >= 3.12 (~20 s).
-        # A failed install only skips its test.
-        for peer in areal skyrl4; do
+        # AReaL beside the same torch (~40 s), SkyRL 0.4.0 on a Python >= 3.12 (~20 s),
+        # Trinity-RFT beside the same torch and vLLM (~75 s, most of it ray's wheel and the
+        # import check). A failed install only skips its test.
+        for peer in areal skyrl4 trinity; do
             if bash scripts/install-peer.sh "$peer" .venv/bin/python; then
                 echo "setup: $peer's client installed in .venv-$peer (tests/test_peer_$peer.py)"
             else
