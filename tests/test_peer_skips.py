@@ -4,7 +4,8 @@ dropped (docs/clients.md, "Peer check"; docs/findings.md, "Not run, with the rea
 
 The frameworks that do run: SkyRL 0.3.0 (``test_peer.py``), SkyRL 0.4.0
 (``test_peer_skyrl4.py``), TRL 1.16.0 (``test_peer_trl.py``), AReaL 1.0.4
-(``test_peer_areal.py``), verl 0.9.1 (``test_peer_verl.py``).
+(``test_peer_areal.py``), verl 0.9.1 (``test_peer_verl.py``), Trinity-RFT 0.6.0
+(``test_peer_trinity.py``).
 """
 
 from __future__ import annotations
