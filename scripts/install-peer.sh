@@ -18,6 +18,9 @@
 #           verl pins imports CUDA-only sgl_kernel, and 0.5.23's EngineBase has abstract
 #           methods verl 0.9.1 lacks. Run after scripts/install-sglang.sh has put SGLang's
 #           light dependencies into PYTHON's environment (the import check needs them).
+#           Where install-sglang.sh already put 0.5.17's source in .sglang/0.5.17
+#           ($KVFENCE_SGLANG_HOME/0.5.17), a .pth file names that folder instead of a
+#           second download.
 #   trinity trinity-rft==0.6.0 and what trinity.common.models.sglang_model imports beyond
 #           torch and vLLM's dependencies (ray, msgpack, omegaconf, antlr4 4.9.3); its module
 #           imports vllm.entrypoints.chat_utils, which vLLM 0.32 serves as
@@ -62,6 +65,11 @@ assert m.version("areal") == "1.0.4"'
     verl)
         SPECS=(verl==0.9.1 sglang==0.5.17 ray msgpack tensordict pyvers omegaconf codetiming
             soundfile)
+        SOURCE="${KVFENCE_SGLANG_HOME:-.sglang}/0.5.17"
+        if [ -d "$SOURCE/sglang" ] && [ -d "$SOURCE/sglang-0.5.17.dist-info" ]; then
+            SHARED=$(cd "$SOURCE" && pwd)  # install-sglang.sh's copy: no second download
+            SPECS=(verl==0.9.1 ray msgpack tensordict pyvers omegaconf codetiming soundfile)
+        fi
         probe='import importlib.metadata as m, importlib.util as u
 spec = u.spec_from_file_location("stubs", "adapters/sglang_stubs.py")
 stubs = u.module_from_spec(spec); spec.loader.exec_module(stubs)
@@ -113,6 +121,9 @@ else
     "$base" -m venv "$VENV" || die "could not create $VENV with $base"
     own=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "$site" > "$own/kvfence-vllm-lane.pth"
+    if [ -n "${SHARED+set}" ]; then
+        echo "$SHARED" > "$own/kvfence-sglang.pth"
+    fi
 fi
 "$VENV/bin/python" -m pip install -q --no-deps "${SPECS[@]}" \
     || die "pip could not install ${SPECS[*]}"

@@ -104,8 +104,9 @@ else
             echo "setup: could not install SGLang $v: its version tests will skip"
     done
     # Peer check (tests/test_peer_verl.py): verl 0.9.1's SGLang HTTP adapter in .venv-verl
-    # beside the vLLM lane's torch and SGLang's light dependencies, now installed
-    # (scripts/install-peer.sh verl, ~70 s). A failed install only skips the test.
+    # beside the vLLM lane's torch and SGLang's light dependencies, now installed, naming
+    # the .sglang/0.5.17 just installed (scripts/install-peer.sh verl, ~70 s). A failed
+    # install only skips the test.
     if [ "${KVFENCE_SKIP_PEER:-0}" != 1 ] && [ "${KVFENCE_SKIP_VLLM:-0}" != 1 ]; then
         if bash scripts/install-peer.sh verl .venv/bin/python; then
             echo "setup: verl's client installed in .venv-verl (tests/test_peer_verl.py)"
