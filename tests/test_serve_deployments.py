@@ -266,6 +266,24 @@ def test_ranks_are_placed_round_robin_and_a_missing_rank_is_refused(tmp_path):
     assert info["num_paused_requests"] == [0, 0, 0]  # one count per rank, as SGLang's DP
 
 
+def test_the_probe_resends_a_prompt_on_the_rank_it_was_served_on(tmp_path):
+    """``--probe 1`` on ranks: a prompt served on rank 1 before a sync is re-sent there,
+    where its KV of the old weights would be, so stale reuse on rank 1 can show."""
+
+    def post(session: Session, path: str, body: dict) -> int:
+        return session.handle("POST", path, json.dumps(body).encode())[0]
+
+    session = Session("sglang", "reference-ranks", out_dir=tmp_path, ranks=2, probe=1)
+    assert post(session, "/generate", {**GENERATE, "routed_dp_rank": 1}) == 200
+    assert post(session, "/pause_generation", {"mode": "abort"}) == 200
+    assert post(session, "/update_weights_from_disk", {"model_path": "/ckpt/step-1"}) == 200
+    assert post(session, "/continue_generation", {}) == 200
+    probes = [e for e in session.traffic if "probe" in e]
+    assert probes and probes[0]["rank"] == 1, session.traffic
+    assert probes[0]["action"]["rank"] == 1
+    assert session.close().verdict.value == "PASS"
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -200,7 +200,13 @@ class Session:
     (a trainer's run goes on) but are only logged, not judged. A client rule the trainer's
     calls break (``CallSequence``) is recorded and judging goes on, as in ``check``.
 
-    Raises ``ValueError`` for an ``api`` not in ``APIS`` or an unknown ``engine_name``.
+    A deployment (``deployment_configs``): ``ranks`` N > 1 serves one endpoint of N
+    data-parallel ranks, ``fail_rank_updates`` makes the first updates fail on its last
+    rank; ``pd`` serves a prefill/decode pair, one model endpoint per listener (``handle``'s
+    ``endpoint``). Each needs an engine that declares the capability (``ranks``, ``roles``).
+
+    Raises ``ValueError`` for an ``api`` not in ``APIS``, an unknown ``engine_name``, or a
+    deployment the API or the engine cannot serve (a usage error).
     """
 
     def __init__(

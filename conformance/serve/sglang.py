@@ -164,7 +164,10 @@ def generate(s: Session, data, query, entry):
     """``POST /generate`` (``GenerateReqInput``): ServeRequest of ``text`` or
     ``input_ids``; ``extra_key`` the cache key; ``lora_path`` the name of a loaded LoRA
     adapter (SGLang resolves it in its LoRA registry; one not loaded is 400): through the
-    endpoint's adapter. ``"stream": true`` streams it (``_stream_generate``)."""
+    endpoint's adapter. ``"stream": true`` streams it (``_stream_generate``). On an
+    endpoint of data-parallel ranks it runs on the rank ``Session.place`` picks
+    (``routed_dp_rank``, else round robin); on the prefill server of a P/D pair it is the
+    router's prefill half (``Session.prefill_half``)."""
     prompt = s.prompt(data, "text", "input_ids")
     if s.config.role is Role.PREFILL:
         return s.prefill_half(prompt, data, entry)

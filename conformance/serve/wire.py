@@ -255,11 +255,7 @@ class Server:
     ) -> tuple[int, str, bytes]:
         """The session's answer to one request read whole, on the listener of
         ``endpoint``."""
-        out = (
-            self.session.handle(method, target, body, endpoint)
-            if endpoint
-            else self.session.handle(method, target, body)
-        )
+        out = self.session.handle(method, target, body, endpoint)
         self.answered += 1
         if self.answered % FREEZE_EVERY == 0:
             gc.freeze()
