@@ -304,6 +304,21 @@ def test_a_deployment_the_engine_cannot_serve_is_a_usage_error(tmp_path, kwargs,
         Session(**kwargs)
 
 
+def test_a_real_engine_serves_its_own_ranks_only(tmp_path):
+    """An engine of fixed endpoints that is not in process (the real SGLang lane,
+    ``sglang --ranks N``) is served as it is: ``--ranks`` must name its own ranks."""
+    from kvfence.model.capabilities import Capability
+    from kvfence.model.state import Config
+
+    class Fixed:
+        capabilities = frozenset({Capability.RANKS})
+        fixed_configs = (Config(ranks=2),)
+        in_process = False
+
+    with pytest.raises(ValueError, match=r"its own fixed endpoint \(2 rank"):
+        Session("sglang", "sglang", out_dir=tmp_path, engine=Fixed(), ranks=3)  # type: ignore[arg-type]
+
+
 def test_the_cli_serves_the_reference_deployment_by_default_and_refuses_the_rest(tmp_path):
     assert default_engine(2) == "reference-ranks"
     assert default_engine(pd=True) == "checks-transferred-kv-version"
