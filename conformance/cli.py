@@ -362,11 +362,43 @@ def build_parser() -> Parser:
         help="an HTTP server with an engine's own weight-sync routes, judged live",
     )
     p.add_argument("--api", choices=("sglang", "vllm"), required=True, help="routes to speak")
-    p.add_argument("--engine", default="reference", help="the kvfence engine behind it")
+    p.add_argument(
+        "--engine",
+        help="the kvfence engine behind it (default: reference; with --ranks, reference-ranks; "
+        "with --pd, checks-transferred-kv-version)",
+    )
     p.add_argument(
         "--port",
         type=int,
-        help="port (0: a free one; default the engine's own: SGLang 30000, vLLM 8000)",
+        help="port (0: a free one; default the engine's own: SGLang 30000, vLLM 8000); with "
+        "--pd, the prefill server's",
+    )
+    p.add_argument(
+        "--ranks",
+        type=int,
+        default=1,
+        metavar="N",
+        help="sglang API: the endpoint has N data-parallel ranks behind SGLang's DP "
+        "controller (an engine declaring the ranks capability; RNK-001..003 judged)",
+    )
+    p.add_argument(
+        "--fail-rank-updates",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --ranks: the first N weight updates fail on the last rank alone "
+        "(RNK-002, RNK-003: is the failure merged, and does the endpoint close?)",
+    )
+    p.add_argument(
+        "--pd",
+        action="store_true",
+        help="sglang API: a prefill/decode pair, the prefill server on --port and the decode "
+        "server on --decode-port, each with its own weight-sync routes (PD-001, PD-002)",
+    )
+    p.add_argument(
+        "--decode-port",
+        type=int,
+        help="with --pd: the decode server's port (0: a free one; default --port + 1)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (loopback unless allowed)")
     p.add_argument(
@@ -1118,7 +1150,7 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
     import ipaddress
 
     from ..model.vocabulary import CacheMode
-    from .serve import Session, run_server
+    from .serve import Session, default_engine, run_server
 
     try:
         loopback = ipaddress.ip_address(args.host).is_loopback
@@ -1132,13 +1164,21 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
         return EXIT_USAGE
     if args.port is None:
         args.port = 30000 if args.api == "sglang" else 8000
-    if not 0 <= args.port < 65536:
-        console.print(f"[bold red]usage:[/] --port {args.port} is not a port number")
+    more: dict[int, int] = {}
+    if args.decode_port is not None and not args.pd:
+        console.print("[bold red]usage:[/] --decode-port: only with --pd")
         return EXIT_USAGE
+    if args.pd:
+        default = args.port + 1 if args.port else 0  # beside the prefill server's
+        more[1] = args.decode_port if args.decode_port is not None else default
+    for flag, port in (("--port", args.port), ("--decode-port", more.get(1, 0))):
+        if not 0 <= port < 65536:
+            console.print(f"[bold red]usage:[/] {flag} {port} is not a port number")
+            return EXIT_USAGE
     try:
         session = Session(
             args.api,
-            args.engine,
+            args.engine or default_engine(args.ranks, args.pd),
             CacheMode(args.mode),
             args.out,
             args.timeout,
@@ -1147,13 +1187,18 @@ def cmd_serve(args: argparse.Namespace, console: Console) -> int:
             refuse_resets=args.refuse_resets,
             prefix_cache=not args.no_prefix_cache,
             stream_hold=args.stream_hold,
+            ranks=args.ranks,
+            pd=args.pd,
+            fail_rank_updates=args.fail_rank_updates,
         )
     except ValueError as e:
         console.print(f"[bold red]usage:[/] {e}")
         return EXIT_USAGE
     try:
         announce = lambda line: print(line, flush=True)  # noqa: E731
-        result = run_server(session, args.host, args.port, announce, hold_signals=True)
+        result = run_server(
+            session, args.host, args.port, announce, hold_signals=True, more=more or None
+        )
     except OSError as e:
         console.print(f"[bold red]error[/] cannot serve on {args.host}:{args.port}: {e}")
         return EXIT_ERROR

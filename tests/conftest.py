@@ -89,14 +89,24 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_the_keyed_store_passes_at_ci_with_evidence_for_sto_001",
         "test_store_designs_pass_under_the_explorer",
     },
+    "test_serve_deployments.py": {
+        "test_a_dp_flush_answers_after_every_rank[merges-every-flush-reply-400-PASS]",
+        "test_an_update_that_fails_on_one_rank_is_reported_failed[closes-on-any-rank-failure-PASS]",
+        "test_an_update_that_fails_on_one_rank_is_reported_failed[rolls-back-moved-ranks-PASS]",
+        "test_a_rolling_update_of_a_pd_pair[holds-admission-across-versions-statuses1-PASS]",
+        "test_a_rolling_update_of_a_pd_pair[drains-transfers-before-update-statuses2-PASS]",
+        "test_the_printed_replay_line_fails_as_the_deployment_did",
+    },
 }
 """Slow tests of otherwise fast modules (module file name -> test function names, or one
 parametrized case as ``name[id]``): whole checks at the full ci budget that PASS or find
 nothing (600 examples: tens of seconds each), a long focused search, the kill matrix of
 the client programs, the product explorer per mutant, the two deepest model counts (the
-shallower pins stay fast), and the two checks of the symmetry reduction over the states
+shallower pins stay fast), the two checks of the symmetry reduction over the states
 reachable in two or three steps (about a minute each on a core; the reduced counts and
-the orbit tests stay fast)."""
+the orbit tests stay fast), and the served deployments' correct designs beyond the
+reference and their replay lines (a serve subprocess of a few seconds each; the
+reference and the mutants of each deployment stay fast)."""
 
 
 def _slow_reason(item: pytest.Item) -> str | None:

@@ -51,6 +51,14 @@ How a request maps to the model (docs/clients.md, "Over HTTP: kvfence serve"):
   the version it was first given to (an update's ``weight_version``), else the newest
   version the trainer pushed; publishing it is PublishVersion of that version, which the
   model refuses when the installed weights do not back it (PUB-001).
+* Deployments (SGLang's API; docs/deployments.md, "Serving a deployment"): ``--ranks N``
+  serves one endpoint of N data-parallel ranks (a request runs on the rank it names, else
+  round robin; a flush, an update, a pause or a continue goes to every rank and is
+  answered once, merged); ``--pd`` serves a prefill server (endpoint 0) and a decode
+  server (endpoint 1) on two ports of one session, each with its own sync routes, a
+  ``/generate`` on the decode server being the deployment's request. The handlers build
+  their actions on endpoint 0; ``Session.step`` moves them to the endpoint of the listener
+  the request came in on.
 * In-flight requests: serve answers each request whole (ServeRequest), so none is in flight
   when a pause arrives: vLLM's ``mode=wait`` (drain, then pause) is a pause with nothing to
   drain, modelled as ``abort`` with nothing to abort.
@@ -63,6 +71,8 @@ from .session import (
     SESSION_BOUNDS,
     Session,
     by_checkpoint,
+    default_engine,
+    deployment_configs,
     endpoint_config,
     prefix_name,
     tokens_of,
@@ -88,6 +98,8 @@ __all__ = [
     "Route",
     "Session",
     "by_checkpoint",
+    "default_engine",
+    "deployment_configs",
     "endpoint_config",
     "make_server",
     "prefix_name",

@@ -99,15 +99,21 @@ def result(s: Session, write: bool = False) -> Result:
 def session_header(s: Session) -> dict[str, Any]:
     """The trace header of the session."""
     comment = f"kvfence serve --api {s.api}: the session's requests, in order"
+    if s.pd:
+        comment += " (a prefill/decode pair: endpoint 0 prefill, endpoint 1 decode)"
+    elif s.configs[0].ranks > 1:
+        comment += f" ({s.configs[0].ranks} data-parallel ranks)"
     return header(
         s.engine_name,
         "reference",
         None,
         "serve",
-        (s.config,),
+        s.configs,
         s.policy,
         comment=comment,
         capabilities=s.capabilities,
+        # a real engine built with options (sglang --ranks N) is built so again on replay
+        system=registry.system(s.engine_name, s.engine_options) if s.engine_options else None,
     )
 
 
@@ -133,7 +139,10 @@ def write_session(s: Session, verdict: Verdict) -> None:
         s.trace_path = unique_path(s.out_dir, stem)
     write_trace(s.trace_path, head, s.lockstep.steps, line)
     log = s.trace_path.with_suffix(".traffic.json")
-    log.write_text(json.dumps({"versions": s.weights.sources, "traffic": s.traffic}, indent=1))
+    logged: dict[str, Any] = {"versions": s.all_weights[0].sources}
+    if len(s.all_weights) > 1:  # a P/D pair: each server's own
+        logged["versions_by_role"] = {s.role(i): w.sources for i, w in enumerate(s.all_weights)}
+    log.write_text(json.dumps({**logged, "traffic": s.traffic}, indent=1))
     if s.violations and s.counterexample is None:
         s.counterexample = shrunk(s, head)
 
@@ -145,7 +154,7 @@ def shrunk(s: Session, head: dict[str, Any]) -> Path | None:
     from ..trace import verdict_line
     from .session import SESSION_BOUNDS
 
-    engine = registry.engine(s.engine_name)
+    engine = registry.engine(s.engine_name, **s.engine_options)
     try:
         run = s.lockstep.snapshot(s.violations)
         targets = {v.rule for v in s.violations}

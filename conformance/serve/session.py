@@ -9,12 +9,14 @@ recording into a verdict. How a request maps to the model: the package's docstri
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from ...model.actions import (
     Action,
     BeginWeightUpdate,
     ContinueGeneration,
+    FaultRankUpdateFails,
     FaultRefuseFlush,
     FinishRequest,
     FinishWeightUpdate,
@@ -52,6 +55,7 @@ from ...model.vocabulary import (
     Lane,
     MemoryTag,
     Phase,
+    Role,
     Status,
 )
 from ..calls import call_with_timeout, check_capabilities
@@ -100,6 +104,51 @@ def endpoint_config(api: str, prefix_cache: bool = True) -> Config:
         )
     info = server_info(enable_prefix_caching=prefix_cache)
     return Config(radix=prefix_cache, lane=Lane.STANDARD, info=info, flush_default=False, lora=True)
+
+
+def deployment_configs(
+    api: str, ranks: int = 1, pd: bool = False, prefix_cache: bool = True
+) -> tuple[Config, ...]:
+    """The endpoints ``kvfence serve`` models for a deployment (``--ranks N``, ``--pd``);
+    the API's one endpoint (``endpoint_config``) when neither is asked. SGLang only (its
+    server info and its ``flush_cache`` default, as ``endpoint_config``):
+
+    * ``ranks`` N > 1: one endpoint of N data-parallel ranks (SGLang ``--dp-size N`` under
+      its DP controller), radix cache on (``prefix_cache``), standard lane, no LoRA slot
+      (ranks are modelled with the radix cache and lanes alone).
+    * ``pd``: a prefill endpoint (index 0, radix cache on) and a decode endpoint (index 1,
+      its own radix cache off and reported so: every prefix it decodes arrives by
+      transfer), each a server of its own (SGLang ``--disaggregation-mode prefill`` and
+      ``decode``, ``python/sglang/srt/disaggregation/``).
+
+    ``ValueError`` for both at once, or for the vLLM API."""
+    if ranks == 1 and not pd:
+        return (endpoint_config(api, prefix_cache),)
+    if api != "sglang":
+        raise ValueError(
+            "--ranks and --pd serve SGLang's deployments (its DP controller, its prefill and "
+            "decode servers): use --api sglang"
+        )
+    if ranks != 1 and pd:
+        raise ValueError("--ranks with --pd: an endpoint of a P/D deployment is one scheduler")
+    info = server_info(disable_radix_cache=not prefix_cache)
+    if pd:
+        decode_info = server_info(disable_radix_cache=True)
+        return (
+            Config(radix=prefix_cache, info=info, flush_default=True, role=Role.PREFILL),
+            Config(radix=False, info=decode_info, flush_default=True, role=Role.DECODE),
+        )
+    return (Config(radix=prefix_cache, info=info, flush_default=True, ranks=ranks),)
+
+
+def default_engine(ranks: int = 1, pd: bool = False) -> str:
+    """The engine ``kvfence serve`` runs when none is named: the reference engine of the
+    deployment (``reference-ranks``, the reference DP controller, with ``--ranks N``;
+    ``checks-transferred-kv-version``, the reference P/D engines, with ``--pd``), else
+    ``reference``."""
+    if pd:
+        return "checks-transferred-kv-version"
+    return "reference-ranks" if ranks > 1 else "reference"
 
 
 def prefix_name(i: int) -> str:
@@ -151,7 +200,13 @@ class Session:
     (a trainer's run goes on) but are only logged, not judged. A client rule the trainer's
     calls break (``CallSequence``) is recorded and judging goes on, as in ``check``.
 
-    Raises ``ValueError`` for an ``api`` not in ``APIS`` or an unknown ``engine_name``.
+    A deployment (``deployment_configs``): ``ranks`` N > 1 serves one endpoint of N
+    data-parallel ranks, ``fail_rank_updates`` makes the first updates fail on its last
+    rank; ``pd`` serves a prefill/decode pair, one model endpoint per listener (``handle``'s
+    ``endpoint``). Each needs an engine that declares the capability (``ranks``, ``roles``).
+
+    Raises ``ValueError`` for an ``api`` not in ``APIS``, an unknown ``engine_name``, or a
+    deployment the API or the engine cannot serve (a usage error).
     """
 
     def __init__(
@@ -167,12 +222,25 @@ class Session:
         refuse_resets: int = 0,
         prefix_cache: bool = True,
         stream_hold: float = 1.0,
+        ranks: int = 1,
+        pd: bool = False,
+        fail_rank_updates: int = 0,
     ) -> None:
         if api not in APIS:
             raise ValueError(f"--api {api!r}: one of {', '.join(APIS)}")
+        if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+            raise ValueError(f"--ranks {ranks!r}: a number of data-parallel ranks, 1 or more")
+        deployment_configs(api, ranks, pd, prefix_cache)  # the usage errors first
         self.api = api
         self.engine_name = engine_name
-        self.engine = engine if engine is not None else registry.engine(engine_name)
+        #: The options the engine was built with (a real SGLang engine's ``ranks``), so
+        #: that the shrink builds it again the same way.
+        self.engine_options: dict[str, Any] = {}
+        if ranks > 1 and (engine_name == "sglang" or engine_name.startswith("sglang@")):
+            self.engine_options["ranks"] = ranks
+        self.engine = (
+            engine if engine is not None else registry.engine(engine_name, **self.engine_options)
+        )
         self.out_dir = Path(out_dir)
         self.timeout = timeout
         self.strict = strict
@@ -190,11 +258,31 @@ class Session:
         # An engine of one fixed endpoint (a real engine: ``vllm``, ``sglang``) is served
         # as it is; an in-process engine gets the API's endpoint.
         fixed = getattr(self.engine, "fixed_configs", None)
-        if fixed and not prefix_cache:
+        if ranks > 1 or pd:
+            self.configs = self._deployment(fixed, ranks, pd, prefix_cache)
+        else:
+            if fixed and not prefix_cache:
+                raise ValueError(
+                    f"--no-prefix-cache: engine {engine_name!r} serves its own fixed endpoint"
+                )
+            self.configs = (fixed[0] if fixed else endpoint_config(api, prefix_cache),)
+        #: The model endpoint the request being answered addresses: the listener's
+        #: (``handle``'s ``endpoint``; 1 for the decode server of ``--pd``), else 0. The
+        #: handlers build their actions on endpoint 0; ``step`` moves them here.
+        self.index = 0
+        #: ``--fail-rank-updates N``: the first N weight updates fail on the last rank.
+        if fail_rank_updates < 0:
+            raise ValueError(f"--fail-rank-updates {fail_rank_updates}: 0 or more updates")
+        if fail_rank_updates and self.configs[0].ranks == 1:
+            raise ValueError("--fail-rank-updates: the endpoint has one rank (serve --ranks N)")
+        if fail_rank_updates and Capability.FAULTS not in self.engine.capabilities:
             raise ValueError(
-                f"--no-prefix-cache: engine {engine_name!r} serves its own fixed endpoint"
+                f"--fail-rank-updates: engine {engine_name!r} cannot be made to fail an "
+                "update on one rank (it does not declare the faults capability)"
             )
-        self.config = fixed[0] if fixed else endpoint_config(api, prefix_cache)
+        self.rank_failures_left = fail_rank_updates
+        #: Round-robin placement of requests that name no rank (``place``).
+        self.next_rank = 0
         self.policy = Policy(mode=mode)
         self.recorder = Recorder()
         self.lock = threading.Lock()
@@ -223,9 +311,15 @@ class Session:
         )
         self.cold: dict[tuple[str, int], Any] = {}
         self.traffic: list[dict[str, Any]] = []
-        self.weights = Weights()
-        #: Whether the engine is paused, by its own account (the model's may be frozen).
-        self.paused = False
+        #: Each endpoint's weight versions and whether it is paused, by the engine's own
+        #: account (the model's may be frozen); ``weights`` and ``paused`` are those of
+        #: the endpoint the request addresses (``index``).
+        self.all_weights = [Weights() for _ in self.configs]
+        self.all_paused = [False for _ in self.configs]
+        #: Streamed generation -> the endpoint it runs on.
+        self.stream_endpoint: dict[str, int] = {}
+        #: Prefix -> the endpoint and rank it was last served on (the probe re-sends there).
+        self.served_on: dict[str, tuple[int, int]] = {}
         self.violations: list[Violation] = []
         #: The model stopped judging: the engine's answer broke a rule (a client rule
         #: broken by the trainer's calls is recorded and judging goes on, as in ``check``,
@@ -249,7 +343,7 @@ class Session:
         )
         try:
             self.capabilities = check_capabilities(self.engine)
-            self.lockstep.start((self.config,), self.policy)
+            self.lockstep.start(self.configs, self.policy)
         except AdapterError as e:
             self.error = e
         if refuse_resets and Capability.FAULTS not in self.engine.capabilities:
@@ -258,16 +352,126 @@ class Session:
                 "(it does not declare the faults capability)"
             )
 
+    # ----- a deployment: ranks, roles -------------------------------------------------
+
+    def _deployment(
+        self, fixed: Any, ranks: int, pd: bool, prefix_cache: bool
+    ) -> tuple[Config, ...]:
+        """The endpoints of ``--ranks N`` or ``--pd``: an engine that declares the
+        capability (``ranks``, ``roles``) is served on ``deployment_configs``, or a real
+        engine on its own fixed endpoint when that has the ranks asked; ``ValueError``
+        (a usage error) otherwise."""
+        needs, flag = (Capability.ROLES, "--pd") if pd else (Capability.RANKS, "--ranks")
+        if needs not in self.engine.capabilities:
+            hint = (
+                "checks-transferred-kv-version (the reference P/D engines) or a P/D mutant or "
+                "design"
+                if pd
+                else "reference-ranks (the reference DP controller), a ranks mutant or design, "
+                "or sglang --ranks N"
+            )
+            raise ValueError(
+                f"{flag}: engine {self.engine_name!r} does not declare the {needs.value} "
+                f"capability; serve the deployment with an engine that does: {hint}"
+            )
+        if fixed and not getattr(self.engine, "in_process", False):
+            if pd or fixed[0].ranks != ranks:
+                raise ValueError(
+                    f"{flag}: engine {self.engine_name!r} serves its own fixed endpoint "
+                    f"({fixed[0].ranks} rank(s))"
+                )
+            if not prefix_cache:
+                raise ValueError(
+                    f"--no-prefix-cache: engine {self.engine_name!r} serves its own fixed endpoint"
+                )
+            return (fixed[0],)
+        return deployment_configs(self.api, ranks, pd, prefix_cache)
+
+    @property
+    def config(self) -> Config:
+        """The endpoint the request being answered addresses."""
+        return self.configs[self.index]
+
+    @property
+    def weights(self) -> Weights:
+        """The weight versions of the endpoint the request addresses."""
+        return self.all_weights[self.index]
+
+    @property
+    def paused(self) -> bool:
+        """Whether the endpoint the request addresses is paused, by the engine's account."""
+        return self.all_paused[self.index]
+
+    @paused.setter
+    def paused(self, value: bool) -> None:
+        self.all_paused[self.index] = value
+
+    @property
+    def pd(self) -> bool:
+        """The session serves a prefill/decode pair (``--pd``)."""
+        return any(c.role is not None for c in self.configs)
+
+    def role(self, endpoint: int) -> str:
+        """The name of ``endpoint`` in the traffic log and the announcement: its role on a
+        P/D pair, else ``endpoint N``."""
+        role = self.configs[endpoint].role
+        return role.value if role is not None else f"endpoint {endpoint}"
+
+    @contextlib.contextmanager
+    def at(self, endpoint: int) -> Iterator[None]:
+        """Answer on ``endpoint`` (``index``) inside the block, the previous one after."""
+        before, self.index = self.index, endpoint
+        try:
+            yield
+        finally:
+            self.index = before
+
+    def place(self, data: dict[str, Any]) -> int:
+        """The data-parallel rank a ``/generate`` runs on: the one its body names
+        (``routed_dp_rank``, or ``data_parallel_rank``, its deprecated alias: SGLang
+        0.5.23 ``managers/io_struct.py`` ``GenerateReqInput``), else the next in turn
+        (``DataParallelController.round_robin_scheduler``, the default
+        ``--load-balance-method``). A rank the endpoint does not have is the engine's 400
+        ("DP rank N is not active.", ``maybe_external_dp_rank_routing``). 0 on an
+        endpoint of one rank, whatever the body names."""
+        n = self.config.ranks
+        if n == 1:
+            return 0
+        rank = data.get("routed_dp_rank")
+        if rank is None:
+            rank = data.get("data_parallel_rank")
+        if rank is None:
+            rank, self.next_rank = self.next_rank % n, self.next_rank + 1
+            return rank
+        if not _token_id(rank) or rank >= n:
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"DP rank {rank} is not active.")
+        return rank
+
+    def rank_versions(self) -> list[int] | None:
+        """The weight version of each rank of the endpoint the request addresses, as the
+        model holds it after the last step (``None`` on a single scheduler, or once the
+        model stopped): the per-rank evidence logged beside a fanned-out call."""
+        state = self._state()
+        if state is None or self.config.ranks == 1:
+            return None
+        return [r.weights for r in state.endpoint(self.index).ranks]
+
     # ----- one request ----------------------------------------------------------------
 
-    def handle(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
-        """Answer one request; never raises for what the request holds."""
+    def handle(
+        self, method: str, target: str, body: bytes, endpoint: int = 0
+    ) -> tuple[int, str, bytes]:
+        """Answer one request; never raises for what the request holds. ``endpoint``: the
+        model endpoint of the listener it came in on (the decode server of ``--pd`` is 1;
+        the traffic entry names it as ``role``)."""
         parts = urlsplit(target)
         path, query = parts.path, parse_qs(parts.query)
-        with self.lock:
+        with self.lock, self.at(endpoint):
             if self.closed:
                 return self._refused(HTTPStatus.SERVICE_UNAVAILABLE, CLOSED, path)
             entry: dict[str, Any] = {"method": method, "path": target}
+            if len(self.configs) > 1:
+                entry["role"] = self.role(endpoint)
             try:
                 if path.startswith("/kvfence/"):
                     status, payload = self._kvfence(method, path)
@@ -365,6 +569,8 @@ class Session:
         """Apply ``action`` to the engine and the model in lockstep; the engine's
         observation. A FAIL or ERROR fixes the verdict; afterwards actions go to the engine
         alone. A request the model does not enable here is the engine's 400."""
+        if self.index and getattr(action, "endpoint", None) == 0:
+            action = evolve(action, endpoint=self.index)  # type: ignore[misc]
         entry["action"] = action.to_json()
         if not self.judging:
             if self.error is not None:
@@ -378,7 +584,7 @@ class Session:
         except NotEnabled:
             entry["action"] = None
             state = self._state()
-            phase = state.endpoint(0).phase if state else None
+            phase = state.endpoint(self.index).phase if state else None
             if (isinstance(action, ContinueGeneration) and phase is Phase.SERVING) or (
                 isinstance(action, PauseGeneration) and phase is Phase.PAUSED
             ):
@@ -406,6 +612,9 @@ class Session:
         obs = self.lockstep.steps[-1].observed
         assert obs is not None
         entry["step"] = self.lockstep.steps[-1].step
+        versions = self.rank_versions()
+        if versions is not None and not isinstance(action, (ServeRequest, StartRequest)):
+            entry["rank_weights"] = versions  # each rank's version after the fan-out
         if isinstance(action, (ContinueGeneration, WakeUp)) and obs.status is Status.OK:
             self.probe_stale()  # serving resumed: the sync is over
         return obs
@@ -416,13 +625,20 @@ class Session:
             raise HttpError(HTTPStatus.BAD_REQUEST, f"flush_cache {flush!r} is not a bool")
         version = self.weights.next_version()
         entry["weights"] = {"version": version, "source": source}
+        if self.rank_failures_left > 0 and self.judging:
+            # --fail-rank-updates: drawn just before the update it fails, recorded in the
+            # trace and as ``drawn`` in the traffic entry (as --refuse-resets draws)
+            self.rank_failures_left -= 1
+            drawn: dict[str, Any] = {}
+            entry["drawn"] = drawn
+            self.step(FaultRankUpdateFails(0, self.config.ranks - 1), drawn)
         obs = self.step(UpdateWeights(0, version, funnel, flush), entry)
         self.weights.pushed(version)
         self.weights.settle(version, source, obs)
         return obs
 
     def serve(
-        self, prompt: Any, salt: str | None, entry, lora: bool = False
+        self, prompt: Any, salt: str | None, entry, lora: bool = False, rank: int = 0
     ) -> tuple[Observation | None, Any]:
         """Serve ``prompt``. With a ``salt`` (a cache key), on an engine that keys requests
         by namespace: ServeRequest in the namespace the key names (``namespaces``: the
@@ -431,18 +647,21 @@ class Session:
         reusing one after an update pins the request to older weights, PF-24). On an engine
         that cannot (``keys_namespaces``): a never-seen key is the cold oracle (see the
         package doc, ``(None, cold bytes)``) and a reused one waits for the namespace
-        action (501). ``lora``: through the endpoint's adapter (``lora_request``)."""
+        action (501). ``lora``: through the endpoint's adapter (``lora_request``); ``rank``:
+        the data-parallel rank it runs on (``place``)."""
         key = json.dumps(prompt)
         if key not in self.prompts:
             self.prompts[key] = prefix_name(len(self.prompts))
         prefix = self.prompts[key]
         weights = self.weights.installed
+        if self.config.ranks > 1:
+            entry["rank"] = rank
         if salt is not None and self.keys_namespaces:
             namespace = self.namespaces.setdefault(salt, weights)
             entry["namespace"] = {"key": salt, "version": namespace}
             if not self.probing:
                 self.probe_stale()
-            return self.step(ServeRequest(0, prefix, lora, namespace), entry), None
+            return self.step(ServeRequest(0, prefix, lora, namespace, rank), entry), None
         if salt is not None and lora:
             raise PendingRoute("a salted LoRA request on this engine", "ServeRequest(namespace)")
         if salt is not None and salt not in self.salts:
@@ -463,24 +682,31 @@ class Session:
             )
         if not self.probing:
             self.probe_stale()
-        obs = self.step(ServeRequest(0, prefix, lora), entry)
+        obs = self.step(ServeRequest(0, prefix, lora, rank=rank), entry)
         if lora:  # the probe re-sends base-model prompts only
             return obs, None
         self.served_at.pop(prefix, None)  # most recent last
         self.served_at[prefix] = self.weights.installed
+        self.served_on[prefix] = (self.index, rank)
         if obs.response is not None and obs.response.cold is not None:
             self.cold[(prefix, self.weights.installed)] = obs.response.cold
         return obs, None
 
     def start_stream(
-        self, prompt: Any, salt: str | None, lora: bool, entry, name: str | None = None
+        self,
+        prompt: Any,
+        salt: str | None,
+        lora: bool,
+        entry,
+        name: str | None = None,
+        rank: int = 0,
     ) -> str:
         """Admit a streamed generation of ``prompt``: StartRequest, so it holds its KV in
         flight (a reset meanwhile is refused, as both engines refuse it while requests
         run) until ``end_stream`` (FinishRequest) or an abort (a ``mode=abort`` pause,
         ``abort_streams``, ``abort_stream``). Its request id; ``name``: the client's own
-        name for it (SGLang's ``rid``). On an engine that cannot key by namespace a cache
-        key is 501."""
+        name for it (SGLang's ``rid``); ``rank``: the data-parallel rank it runs on, where
+        its KV stays. On an engine that cannot key by namespace a cache key is 501."""
         key = json.dumps(prompt)
         if key not in self.prompts:
             self.prompts[key] = prefix_name(len(self.prompts))
@@ -494,11 +720,14 @@ class Session:
         if not self.probing:
             self.probe_stale()
         rid = f"stream-{next(self.rids)}"
-        obs = self.step(StartRequest(0, rid, prefix, lora, namespace), entry)
+        if self.config.ranks > 1:
+            entry["rank"] = rank
+        obs = self.step(StartRequest(0, rid, prefix, lora, namespace, rank), entry)
         if obs.status is not Status.OK:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
         entry["stream"] = rid
         self.streams[rid] = prefix
+        self.stream_endpoint[rid] = self.index
         if name is not None:
             self.stream_names[name] = rid
         return rid
@@ -546,14 +775,18 @@ class Session:
         if aborted:
             entry["aborted"] = True
         self.traffic.append(entry)
+        endpoint = self.stream_endpoint.pop(rid, 0)
+        if len(self.configs) > 1:
+            entry["role"] = self.role(endpoint)
         state = self._state()
         if self.judging and (
-            state is None or rid not in {r.rid for r in state.endpoint(0).requests}
+            state is None or rid not in {r.rid for r in state.endpoint(endpoint).requests}
         ):
             entry["aborted"] = True
             return None
         try:
-            obs = self.step(FinishRequest(0, rid), entry)
+            with self.at(endpoint):
+                obs = self.step(FinishRequest(0, rid), entry)
         except HttpError as e:
             entry["status"] = int(e.status)
             return None
@@ -568,21 +801,30 @@ class Session:
         ContinueGeneration or a WakeUp that resumes serving, at the end of the session), so
         it never falls between the calls of a sync; its answers go to no one. A trainer's
         own later request for a probed prompt may find it cached at the new weights (a
-        fresh hit: the same tokens)."""
-        installed = self.weights.installed
+        fresh hit: the same tokens). Each prompt is re-sent to the endpoint and the rank
+        it was last served on (``served_on``)."""
         if not self.probe or not self.judging or self.probing:
             return
         state = self._state()
-        if state is None or state.endpoint(0).phase is not Phase.SERVING:
+        if state is None:
             return
-        older = [p for p, v in reversed(self.served_at.items()) if v < installed]
+        older = []
+        for p, v in reversed(self.served_at.items()):
+            endpoint, rank = self.served_on.get(p, (0, 0))
+            serving = state.endpoint(endpoint).phase is Phase.SERVING
+            if serving and v < self.all_weights[endpoint].installed:
+                older.append((p, endpoint, rank))
         self.probing = True
         try:
-            for prefix in older[: self.probe]:
+            for prefix, endpoint, rank in older[: self.probe]:
+                installed = self.all_weights[endpoint].installed
                 entry: dict[str, Any] = {"probe": prefix, "version": installed}
+                if rank:
+                    entry["rank"] = rank
                 self.traffic.append(entry)
                 try:
-                    self.step(ServeRequest(0, prefix), entry)
+                    with self.at(endpoint):
+                        self.step(ServeRequest(0, prefix, rank=rank), entry)
                 except HttpError as e:  # refused by the model or the engine: logged
                     entry["status"] = int(e.status)
                     return
@@ -695,6 +937,44 @@ class Session:
         self.adapter_loaded = self.adapter_loaded or obs.status is Status.OK
         return obs
 
+    def prefill_half(self, prompt: Any, data: dict[str, Any], entry) -> tuple[int, Any]:
+        """``/generate`` on the prefill server of a P/D pair (``--pd``). SGLang's router
+        sends each request to a prefill server and a decode server at once, both bodies
+        naming the pair's ``bootstrap_host`` and ``bootstrap_room`` (``io_struct.py``
+        ``GenerateReqInput``); the prefill server computes the prompt's KV and transfers it
+        to the decode server, which answers the request. The model's request of a P/D
+        deployment is that pair, sent to the decode endpoint (ServeRequest on it: the
+        prefill endpoint computes, the decode endpoint decodes), so here the prefill half
+        is a logged no-op, answered with no output tokens; a body without a
+        ``bootstrap_room`` is the engine's 400 (SGLang asks to "send to the router
+        instead": ``managers/data_parallel_controller.py``). A router in front of serve
+        is the seam: it sends the decode half to the decode port."""
+        room = data.get("bootstrap_room")
+        if room is None:
+            raise HttpError(
+                HTTPStatus.BAD_REQUEST,
+                "a prefill server takes a request only with its decode half (bootstrap_host, "
+                "bootstrap_room): send it to the router, or to serve's decode server",
+            )
+        if not _token_id(room):
+            raise HttpError(HTTPStatus.BAD_REQUEST, f"bootstrap_room {room!r} is not an int")
+        key = json.dumps(prompt)
+        if key not in self.prompts:
+            self.prompts[key] = prefix_name(len(self.prompts))
+        entry["noop"] = (
+            f"the prefill half of bootstrap room {room} (prompt {self.prompts[key]}): its KV "
+            "is computed in the decode half's ServeRequest"
+        )
+        meta = {
+            "id": data.get("rid") or f"prefill-{room}",
+            "finish_reason": {"type": "length", "length": 0},
+            "prompt_tokens": len(prompt) if isinstance(prompt, list) else len(prompt.split()),
+            "completion_tokens": 0,
+            "cached_tokens": 0,
+            "weight_version": self.weights.label(),
+        }
+        return 200, {"text": "", "output_ids": [], "meta_info": meta}
+
     def health(self) -> tuple[int, Any]:
         """``/health`` on both APIs: an empty 200, a 503 once the engine failed."""
         if self.error is not None:
@@ -738,7 +1018,7 @@ class Session:
         salt = data.get(salt_field)
         if salt is not None and not isinstance(salt, str):
             raise HttpError(HTTPStatus.BAD_REQUEST, f"{salt_field} must be a string")
-        obs, cold = self.serve(prompt, salt or None, entry, lora)
+        obs, cold = self.serve(prompt, salt or None, entry, lora, self.place(data))
         if obs is not None and obs.status is not Status.OK:
             raise HttpError(HTTPStatus.BAD_REQUEST, obs.detail or "request refused")
         output = cold if obs is None else (obs.response.output if obs.response else None)

@@ -24,7 +24,7 @@ from ...model.actions import (
     Sleep,
     WakeUp,
 )
-from ...model.vocabulary import Funnel, PauseMode, Status
+from ...model.vocabulary import Funnel, PauseMode, Role, Status
 from ..calls import call_with_timeout
 from .routes import Route
 from .wire import HttpError, Streamed
@@ -39,7 +39,7 @@ SGLANG_FLUSHED = (
 
 
 def get_server_info(s: Session, data, query, entry):
-    info = call_with_timeout(lambda: s.engine.server_info(0), s.timeout, "server_info")
+    info = call_with_timeout(lambda: s.engine.server_info(s.index), s.timeout, "server_info")
     if info is None:
         raise HttpError(HTTPStatus.SERVICE_UNAVAILABLE, "server info unavailable")
     return 200, {**dict(info), "weight_version": s.weights.label(), "version": "kvfence-serve"}
@@ -102,7 +102,10 @@ def update_weights_from_disk(s: Session, data, query, entry):
     if "model_path" in data and not isinstance(path, str):
         raise HttpError(HTTPStatus.BAD_REQUEST, f"model_path {path!r} is not a string")
     status, body = _update(s, Funnel.DISK, data, ("model_path",), str(path), entry)
-    return status, {**body, "num_paused_requests": 0}
+    # With DP ranks the tokenizer manager answers after every rank's reply, with each
+    # rank's count (``tokenizer_manager.py`` ``_wait_for_model_update_from_disk``).
+    ranks = s.config.ranks
+    return status, {**body, "num_paused_requests": [0] * ranks if ranks > 1 else 0}
 
 
 def update_weights_from_tensor(s: Session, data, query, entry):
@@ -161,8 +164,13 @@ def generate(s: Session, data, query, entry):
     """``POST /generate`` (``GenerateReqInput``): ServeRequest of ``text`` or
     ``input_ids``; ``extra_key`` the cache key; ``lora_path`` the name of a loaded LoRA
     adapter (SGLang resolves it in its LoRA registry; one not loaded is 400): through the
-    endpoint's adapter. ``"stream": true`` streams it (``_stream_generate``)."""
+    endpoint's adapter. ``"stream": true`` streams it (``_stream_generate``). On an
+    endpoint of data-parallel ranks it runs on the rank ``Session.place`` picks
+    (``routed_dp_rank``, else round robin); on the prefill server of a P/D pair it is the
+    router's prefill half (``Session.prefill_half``)."""
     prompt = s.prompt(data, "text", "input_ids")
+    if s.config.role is Role.PREFILL:
+        return s.prefill_half(prompt, data, entry)
     params = data.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise HttpError(HTTPStatus.BAD_REQUEST, "sampling_params must be an object")
@@ -202,7 +210,7 @@ def _stream_generate(s: Session, prompt: Any, n: int, lora: bool, data, entry):
     name = data.get("rid")
     if name is not None and not isinstance(name, str):
         raise HttpError(HTTPStatus.BAD_REQUEST, f"rid {name!r} is not a string")
-    rid = s.start_stream(prompt, salt or None, lora, entry, name)
+    rid = s.start_stream(prompt, salt or None, lora, entry, name, rank=s.place(data))
     meta = {"id": name or rid, "finish_reason": None, "completion_tokens": 0}
 
     def event(ids: list[int], reason: Any) -> bytes:

@@ -185,14 +185,31 @@ class Server:
     burst of clients that connect before ``serve_forever`` is queued, not reset.
     ``shutdown`` (from another thread) stops the loop; ``server_close`` closes the socket.
     Raises ``OSError`` when ``host:port`` cannot be bound.
+
+    ``more``: further listeners on the same loop, ``{endpoint: port}``, each answering for
+    that model endpoint of the session (``Session.handle``'s ``endpoint``: the decode
+    server of ``--pd`` is endpoint 1); ``listeners`` holds ``(endpoint, bound port)`` of
+    every listener, the first (``server_address``) endpoint 0.
     """
 
     request_queue_size = BACKLOG
 
-    def __init__(self, session: Session, host: str, port: int) -> None:
+    def __init__(
+        self, session: Session, host: str, port: int, more: dict[int, int] | None = None
+    ) -> None:
         self.session = session
         self.socket = socket.create_server((host, port), backlog=BACKLOG)
         self.server_address = self.socket.getsockname()[:2]
+        self.sockets = [(0, self.socket)]
+        try:
+            for endpoint, extra in (more or {}).items():
+                self.sockets.append(
+                    (endpoint, socket.create_server((host, extra), backlog=BACKLOG))
+                )
+        except OSError:
+            self.server_close()
+            raise
+        self.listeners = [(e, sock.getsockname()[1]) for e, sock in self.sockets]
         self.answered = 0
         #: Set to stop ``serve_forever`` (a signal handler may set it).
         self.stop = threading.Event()
@@ -214,22 +231,31 @@ class Server:
         self._done.wait()
 
     def server_close(self) -> None:
-        self.socket.close()
+        for _, sock in self.sockets:
+            sock.close()
 
     async def _serve(self, poll_interval: float) -> None:
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: _Connection(self), sock=self.socket, backlog=BACKLOG
-        )
+        servers = []
+        for endpoint, sock in self.sockets:
+            servers.append(
+                await loop.create_server(
+                    lambda e=endpoint: _Connection(self, e), sock=sock, backlog=BACKLOG
+                )
+            )
         try:
             while not self.stop.is_set():
                 await asyncio.sleep(poll_interval)
         finally:
-            server.close()
+            for server in servers:
+                server.close()
 
-    def answer(self, method: str, target: str, body: bytes) -> tuple[int, str, bytes]:
-        """The session's answer to one request read whole."""
-        out = self.session.handle(method, target, body)
+    def answer(
+        self, method: str, target: str, body: bytes, endpoint: int = 0
+    ) -> tuple[int, str, bytes]:
+        """The session's answer to one request read whole, on the listener of
+        ``endpoint``."""
+        out = self.session.handle(method, target, body, endpoint)
         self.answered += 1
         if self.answered % FREEZE_EVERY == 0:
             gc.freeze()
@@ -240,8 +266,9 @@ class _Connection(asyncio.Protocol):
     """One client connection: bytes in to h11, each whole request answered at once (the
     loop runs nothing else meanwhile), pipelined requests in turn."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Server, endpoint: int = 0) -> None:
         self.server = server
+        self.endpoint = endpoint
         self.http = h11.Connection(h11.SERVER)
         self.transport: asyncio.Transport | None = None
         self.request: h11.Request | None = None
@@ -301,7 +328,7 @@ class _Connection(asyncio.Protocol):
         request = self.request
         assert request is not None
         method, target = request.method.decode("latin-1"), request.target.decode("latin-1")
-        status, kind, out = self.server.answer(method, target, b"".join(self.body))
+        status, kind, out = self.server.answer(method, target, b"".join(self.body), self.endpoint)
         if isinstance(out, Streamed):
             self._stream(status, kind, out)
             return
@@ -354,10 +381,13 @@ class _Connection(asyncio.Protocol):
         self.transport.close()
 
 
-def make_server(session: Session, host: str, port: int) -> Server:
+def make_server(
+    session: Session, host: str, port: int, more: dict[int, int] | None = None
+) -> Server:
     """The HTTP server for ``session`` on ``host:port`` (0: a free port), bound and
-    listening; raises ``OSError`` when the port cannot be bound."""
-    return Server(session, host, port)
+    listening, with ``more`` listeners (``Server``); raises ``OSError`` when a port cannot
+    be bound."""
+    return Server(session, host, port, more)
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -373,6 +403,7 @@ def run_server(
     port: int,
     announce: Callable[[str], None],
     hold_signals: bool = False,
+    more: dict[int, int] | None = None,
 ) -> Result:
     """Serve until SIGTERM or SIGINT, then the session's result, its trace (and on FAIL its
     counterexample) written.
@@ -385,9 +416,10 @@ def run_server(
     the verdict is taken. A second signal exits at once with ``EXIT_FORCED`` (what was
     written stays written). ``hold_signals``: leave that force-exit handler installed when
     returning (the CLI, which still writes its reports); else the previous handlers come
-    back.
+    back. ``more``: further listeners, ``{endpoint: port}`` (the decode server of
+    ``--pd``), announced on the same line, each server by its role.
     """
-    server = make_server(session, host, port)
+    server = make_server(session, host, port, more)
     stop = server.stop
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -399,10 +431,18 @@ def run_server(
     previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
     bound = server.server_address[1]
     try:
-        announce(
-            f"kvfence serve: {session.api} API on http://{host}:{bound} "
-            f"(engine {session.engine_name})"
-        )
+        if len(server.listeners) == 1:
+            ranks = session.configs[0].ranks
+            dp = f", {ranks} data-parallel ranks" if ranks > 1 else ""
+            announce(
+                f"kvfence serve: {session.api} API on http://{host}:{bound} "
+                f"(engine {session.engine_name}{dp})"
+            )
+        else:
+            servers = ", ".join(
+                f"{session.role(e)} server on http://{host}:{p}" for e, p in server.listeners
+            )
+            announce(f"kvfence serve: {session.api} API, {servers} (engine {session.engine_name})")
         server.serve_forever()
         server.server_close()
         result = session.close()
