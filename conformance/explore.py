@@ -230,6 +230,17 @@ DEPLOYMENTS: dict[str, tuple[Setup, ...]] = {
             _rules(RuleId.PD_001, RuleId.PD_002),
         ),
     ),
+    # Two workers behind one router: requests only to workers in rotation, each worker
+    # updated, flushed, paused and continued by its own call, taken out of the rotation and
+    # put back (RTR-001).
+    "router": (
+        Setup(
+            "router",
+            (Config(router=True), Config(router=True)),
+            Policy(),
+            _rules(RuleId.RTR_001),
+        ),
+    ),
 }
 """Deployment setups (``kvfence explore --deployment NAME``): opt-in, never among the
 default ``SETUPS``, so the default search and its counts stay those of single schedulers;

@@ -89,6 +89,11 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_the_keyed_store_passes_at_ci_with_evidence_for_sto_001",
         "test_store_designs_pass_under_the_explorer",
     },
+    "test_router.py": {
+        "test_the_reference_router_passes_at_ci_with_evidence_for_rtr_001",
+        "test_router_designs_pass_under_the_explorer",
+        "test_the_router_semantics_are_equivariant_under_renaming",
+    },
 }
 """Slow tests of otherwise fast modules (module file name -> test function names, or one
 parametrized case as ``name[id]``): whole checks at the full ci budget that PASS or find
