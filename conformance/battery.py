@@ -462,6 +462,7 @@ _FEATURES: tuple[tuple[Capability, Callable[[Config], bool]], ...] = (
     (Capability.DERIVED, lambda c: c.derived),
     (Capability.RANKS, lambda c: c.ranks > 1),
     (Capability.ROLES, lambda c: c.role is not None),
+    (Capability.ROUTER, lambda c: c.router),
 )
 
 
