@@ -38,6 +38,7 @@ from ..model.vocabulary import (
 from .pd import DecodeEndpoint, PrefillEndpoint
 from .ranks import RankedEndpoint
 from .reference import CachedKV, ClosingEndpoint, Key, ReferenceEndpoint, Reply, Request
+from .router import RouterWorker
 from .store import SharedStore, StoreEndpoint
 
 # ----- CD-01 ------------------------------------------------------------------------------
@@ -890,6 +891,56 @@ class DrainingDecode(DecodeEndpoint):
 DrainsTransfersBeforeUpdate.decode_cls = DrainingDecode
 
 
+# ----- workers behind a router (RTR-001) ----------------------------------------------------
+
+
+class DrainsServingWorkers(RouterWorker):
+    """Keeps: RTR-001.
+
+    The reference router as a design: an update of a serving worker in rotation drains it
+    first (it leaves the rotation, then updates), a paused one is updated in place (the
+    whole rotation paused: no traffic is admitted), and ``/add_worker`` puts a worker back
+    only once its sync settled (serving, not closed, at the deployment's newest weights, no
+    KV of other weights in its tree). The shape of SGLang's model gateway registering a
+    worker only after its health check passes (sgl-project/sglang PR #2392) and of
+    sgl-project/sglang-omni PR #1049, whose router keeps a worker disabled while its weight
+    update is unresolved."""
+
+
+class DrainsAndReadds(RouterWorker):
+    """Keeps: RTR-001.
+
+    Takes every worker out of rotation before its update, paused or not (worker out,
+    update and flush, settle, back in), and puts it back only once its sync settled: the
+    rolling update of a deployment behind a router, one worker at a time, in the order
+    sgl-project/sglang issue #4282 describes (update each worker behind the router on its
+    own), with the gateway's ``/remove_worker`` and ``/add_worker``
+    (sgl-project/sglang PR #2380, PR #2369)."""
+
+    def _drain_for_update(self) -> bool:
+        return self.rotation
+
+
+class UpdatesPausedRotation(RouterWorker):
+    """Keeps: RTR-001.
+
+    Never takes a worker out for an update: it refuses the update of a worker in rotation
+    that is serving (the trainer pauses the whole rotation first), and updates paused
+    workers in place, so the rotation never changes during a sync and no traffic reaches a
+    worker until the sync continues it. Unlike the reference, nothing is drained. The
+    shape of a trainer that pauses every worker behind the router, updates each, and
+    continues each (sgl-project/sglang ``POST /pause_generation`` then
+    ``/update_weights_from_disk`` per worker)."""
+
+    def _drain_for_update(self) -> bool:
+        return False
+
+    def update_weights(self, version: int, funnel: Funnel, flush_cache: bool | None) -> Reply:
+        if self.rotation and self.phase is Phase.SERVING:
+            return Reply(False, message="worker serves in rotation: pause the rotation first")
+        return super().update_weights(version, funnel, flush_cache)
+
+
 def _engine(name: str, case: str | None, cls: type[ReferenceEndpoint]) -> Design:
     return Design(name, case, "engine", lambda: cls)
 
@@ -956,6 +1007,11 @@ DESIGNS: tuple[Design, ...] = (
     _engine("checks-transferred-kv-version", None, ChecksTransferredKvVersion),
     _engine("holds-admission-across-versions", None, HoldsAdmissionAcrossVersions),
     _engine("drains-transfers-before-update", None, DrainsTransfersBeforeUpdate),
+    # workers behind a router (checked on router.ROUTER_CONFIGS, explored on the router
+    # deployment)
+    _engine("drains-serving-workers", None, DrainsServingWorkers),
+    _engine("drains-and-readds", None, DrainsAndReadds),
+    _engine("updates-paused-rotation", None, UpdatesPausedRotation),
     # a storage tier that keeps the entries of the weights in force across flushes, restarts
     _engine("keeps-current-storage", None, KeepsCurrentStorage),
     # (RefusesUpdatesWhileRequestsExist is correct but never updates with a request in
@@ -980,7 +1036,9 @@ __all__ = [
     "ClosesOnRaisedFlush",
     "DerivedRebuiltLazily",
     "Design",
+    "DrainsAndReadds",
     "DrainsOverlapBeforeWrite",
+    "DrainsServingWorkers",
     "DrainsTransfersBeforeUpdate",
     "EncoderFollowsWeights",
     "EncoderLeftToClient",
@@ -1003,5 +1061,6 @@ __all__ = [
     "SleepFlushesEveryTier",
     "StagesChunksAside",
     "StopsOnRefusedFlush",
+    "UpdatesPausedRotation",
     "VersionKeyedCache",
 ]

@@ -26,6 +26,7 @@ from .designs import (
 from .pd import DecodeEndpoint, PrefillEndpoint
 from .ranks import RankedEndpoint
 from .reference import CachedKV, Key, ReferenceEndpoint, Reply, Request
+from .router import RouterWorker
 from .store import StoreEndpoint
 
 # ----- clients ---------------------------------------------------------------------------
@@ -875,6 +876,38 @@ class FlushFreesLiveTransfer(PrefillEndpoint):
         return Reply(True, flushed=True)
 
 
+# ----- workers behind a router ---------------------------------------------------------------
+
+
+class ReaddsTooEarly(RouterWorker):
+    """Violates: RTR-001.
+
+    ``/add_worker`` puts a worker back into rotation as soon as it is asked, without
+    waiting for its sync to settle: a worker still paused for its update, at the old
+    weights while the rest of the deployment moved, or with a tree whose flush has not
+    run takes traffic again. The registration without a check that sgl-project/sglang PR
+    #2392 adds one to, and that sgl-project/sglang-omni PR #1049 blocks while a weight
+    update is unresolved.
+    """
+
+    def _settled(self) -> bool:
+        return True
+
+
+class ReaddsAtNewestWeights(RouterWorker):
+    """Violates: RTR-001.
+
+    A look-alike of the reference router: it puts a worker back once the worker's weights
+    are the deployment's newest, but reads only the weight version: a worker still paused
+    for its sync, or closed on a stale tree whose flush was refused, re-enters the
+    rotation, so the sync's end is taken for its start.
+    """
+
+    def _settled(self) -> bool:
+        router = self.router
+        return router is None or self.weights == router.newest
+
+
 @frozen
 class Mutant:
     """One catalogued mutant: ``name``, the ``rule`` it must be killed by, whether it is a
@@ -988,6 +1021,9 @@ MUTANTS: tuple[Mutant, ...] = (
     # prefill/decode deployments
     _engine("decode-serves-any-kv-version", DecodeServesAnyKvVersion, RuleId.PD_001, "PF-29"),
     _engine("flush-frees-live-transfer", FlushFreesLiveTransfer, RuleId.PD_002, "PF-30"),
+    # workers behind a router
+    _engine("readds-too-early", ReaddsTooEarly, RuleId.RTR_001),  # type: ignore[arg-type]
+    _engine("readds-at-newest-weights", ReaddsAtNewestWeights, RuleId.RTR_001),  # type: ignore[arg-type]
 )
 
 

@@ -45,6 +45,9 @@ adapter lacks is SKIP with that reason, never PASS:
 ``roles``                 prefill/decode deployments (``Config.role``): a request on a
                           decode endpoint whose KV the prefill endpoint computes and
                           transfers, live until it finishes (PD-001, PD-002)
+``router``                workers behind a router (``Config.router``): LeaveRotation and
+                          EnterRotation, the router's answer to putting a worker back,
+                          traffic only to workers in rotation (RTR-001)
 ========================  ===============================================================
 
 Without ``pause``, a SyncWeights drives only UpdateWeights on each endpoint. An engine

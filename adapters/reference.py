@@ -28,6 +28,7 @@ from ..model.actions import (
     Action,
     BeginWeightUpdate,
     ContinueGeneration,
+    EnterRotation,
     EvictPrefix,
     FaultChunkFails,
     FaultRankUpdateFails,
@@ -37,6 +38,7 @@ from ..model.actions import (
     FinishWeightUpdate,
     FlushCache,
     FlushEncoderCache,
+    LeaveRotation,
     LoadLora,
     PauseGeneration,
     PublishVersion,
@@ -630,6 +632,7 @@ class InProcessAdapter:
         Capability.RANKS,  # the ranked endpoint classes declare it (``ranks.RankedEndpoint``)
         Capability.STORE,  # the store endpoint classes declare it (``store.StoreEndpoint``)
         Capability.ROLES,  # the P/D endpoint classes declare it (``pd.DecodeEndpoint``)
+        Capability.ROUTER,  # the router's workers declare it (``router.RouterWorker``)
     }
     fixed_configs = None
     in_process = True
@@ -667,6 +670,10 @@ class InProcessAdapter:
             from .pd import attach_roles
 
             attach_roles(self.endpoints)
+        if any(c.router for c in configs):  # workers behind one router
+            from .router import attach_router
+
+            attach_router(self.endpoints)
 
     def _endpoint(self, config: Config) -> ReferenceEndpoint:
         """One endpoint of ``config``. With data-parallel ranks (``Config.ranks`` > 1) and a
@@ -675,7 +682,9 @@ class InProcessAdapter:
         and on a config of one rank it is its ``rank_cls`` (one scheduler). On the shared KV
         store (``Config.store``), a class that is not a store endpoint runs as the
         reference store endpoint (``store.StoreEndpoint``). On a prefill/decode config
-        (``Config.role``), the class's engine in that role (``pd.pd_endpoint``)."""
+        (``Config.role``), the class's engine in that role (``pd.pd_endpoint``). Behind a
+        router (``Config.router``), a class that is not a router worker runs as the
+        reference worker (``router.RouterWorker``)."""
         from .ranks import RankedEndpoint
         from .store import StoreEndpoint
 
@@ -684,6 +693,12 @@ class InProcessAdapter:
 
             return pd_endpoint(self.endpoint_cls, config)
 
+        if config.router:
+            from .router import RouterWorker
+
+            if issubclass(self.endpoint_cls, RouterWorker):
+                return self.endpoint_cls(config)
+            return RouterWorker(config)  # the reference worker behind the router
         if config.store and not issubclass(self.endpoint_cls, StoreEndpoint):
             return StoreEndpoint(config)  # the reference scheduler on the shared store
         ranked = issubclass(self.endpoint_cls, RankedEndpoint)  # type: ignore[arg-type]
@@ -814,6 +829,8 @@ class InProcessAdapter:
             AbortWeightUpdate: ep.abort_weight_update,
             FaultChunkFails: lambda: setattr(ep, "fail_next_chunk", True) or Reply(True),
             FaultRankUpdateFails: lambda: ep.fail_rank_update(a.rank),  # type: ignore[attr-defined]
+            LeaveRotation: lambda: ep.leave_rotation(),  # type: ignore[attr-defined]
+            EnterRotation: lambda: ep.enter_rotation(),  # type: ignore[attr-defined]
         }
         if type(a) not in calls:
             raise Unsupported(f"{a.name} is not an engine action")

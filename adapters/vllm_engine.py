@@ -257,6 +257,8 @@ MISSING_REASONS: dict[str, str] = {
     "Mooncake) are not started",
     "roles": "not wired: one engine, no prefill/decode disaggregation (vLLM's KV transfer "
     "connectors, such as NixlConnector, are not started)",
+    "router": "not wired: one engine, no router in front of it (vLLM's router and "
+    "production-stack, which take workers out of rotation and put them back, are not started)",
 }
 
 #: The LoRA adapter's name on the engine; every revision is loaded under it.

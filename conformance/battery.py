@@ -312,6 +312,13 @@ def _merged(scenarios: Iterable[Scenario]) -> list[Scenario]:
     return list(out.values())
 
 
+def _reference_for(s: Scenario) -> str:
+    """The reference engine ``s``'s evidence is taken on: the reference router
+    (``drains-serving-workers``) on workers behind a router, whose rotation calls the plain
+    reference engine (no ``router`` capability) would leave out; else the reference."""
+    return "drains-serving-workers" if any(c.router for c in s.configs) else "reference"
+
+
 def _with_evidence(scenarios: list[Scenario]) -> list[Scenario]:
     """Each scenario run in lockstep with the reference system: its actions those the
     model enabled on the way (a template's others left out), and its ``evidence`` the
@@ -321,7 +328,7 @@ def _with_evidence(scenarios: list[Scenario]) -> list[Scenario]:
     out = []
     for s in scenarios:
         recorder = Recorder()
-        engine, client = registry.engine("reference"), registry.client("reference")
+        engine, client = registry.engine(_reference_for(s)), registry.client("reference")
         kept: list[Action] = []
         try:
             run_scenario(engine, client, s, recorder, 60.0, kept=kept)
@@ -462,6 +469,7 @@ _FEATURES: tuple[tuple[Capability, Callable[[Config], bool]], ...] = (
     (Capability.DERIVED, lambda c: c.derived),
     (Capability.RANKS, lambda c: c.ranks > 1),
     (Capability.ROLES, lambda c: c.role is not None),
+    (Capability.ROUTER, lambda c: c.router),
 )
 
 

@@ -289,7 +289,8 @@ def build_parser() -> Parser:
         choices=sorted(DEPLOYMENTS),
         help="start from a deployment's setup instead (ranks: one endpoint of two "
         "data-parallel ranks; store: two endpoints of another lineage and KV format on one "
-        "shared KV store; pd: a prefill and a decode engine, each at its own version); "
+        "shared KV store; pd: a prefill and a decode engine, each at its own version; "
+        "router: two workers behind one router, each taken out of rotation and put back); "
         "replaces --endpoints",
     )
     p.add_argument(
@@ -781,6 +782,8 @@ def _config_text(c: Config) -> str:
         words.append(f"shared store, lineage {c.lineage}, {c.kv_format} KV")
     if c.role is not None:
         words.append(f"{c.role.value} engine of a P/D deployment")
+    if c.router:
+        words.append("worker behind a router")
     return "(" + ", ".join(words) + ")"
 
 

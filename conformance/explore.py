@@ -230,6 +230,17 @@ DEPLOYMENTS: dict[str, tuple[Setup, ...]] = {
             _rules(RuleId.PD_001, RuleId.PD_002),
         ),
     ),
+    # Two workers behind one router: requests only to workers in rotation, each worker
+    # updated, flushed, paused and continued by its own call, taken out of the rotation and
+    # put back (RTR-001).
+    "router": (
+        Setup(
+            "router",
+            (Config(router=True), Config(router=True)),
+            Policy(),
+            _rules(RuleId.RTR_001),
+        ),
+    ),
 }
 """Deployment setups (``kvfence explore --deployment NAME``): opt-in, never among the
 default ``SETUPS``, so the default search and its counts stay those of single schedulers;
@@ -603,7 +614,9 @@ def kill_search(
     First every setup that makes the rule reachable (``setups_for``) is searched at once
     to ``KILL_SHALLOW`` steps; then the setups one at a time, those with fewer endpoints
     first, in rounds of growing state budgets (``KILL_ROUNDS``) to ``KILL_DEPTH`` steps; a
-    setup explored completely without the kill is not searched again."""
+    setup explored completely without the kill is not searched again. A rule reachable in
+    one setup alone (a deployment's) skips the first search: breadth-first, the rounds
+    find the same shortest kill, and the shallow levels were searched twice."""
     setups = sorted(setups_for(rule), key=lambda s: len(s.configs))
     names = [s.name for s in setups]
     left = list(names)
@@ -620,11 +633,12 @@ def kill_search(
             timeout=timeout,
         )
 
-    x = search(KILL_SHALLOW, {}, KILL_STATES)
-    if x.error:
-        return None
-    if rule in x.caught() and x.counterexample is not None:
-        return x
+    if len(setups) > 1:
+        x = search(KILL_SHALLOW, {}, KILL_STATES)
+        if x.error:
+            return None
+        if rule in x.caught() and x.counterexample is not None:
+            return x
     for budget in KILL_ROUNDS:
         for name in list(left):
             x = search(KILL_DEPTH, {n: 0 for n in names if n != name}, budget)

@@ -30,6 +30,7 @@ from ..model.actions import (
     Action,
     BeginWeightUpdate,
     ContinueGeneration,
+    EnterRotation,
     EvictPrefix,
     FaultChunkFails,
     FaultRankUpdateFails,
@@ -39,6 +40,7 @@ from ..model.actions import (
     FinishWeightUpdate,
     FlushCache,
     FlushEncoderCache,
+    LeaveRotation,
     LoadLora,
     PauseGeneration,
     PublishVersion,
@@ -84,6 +86,8 @@ DRAW_FREQUENCY: dict[type[Action], int] = {
     FaultChunkFails: 1,
     FlushEncoderCache: 0,  # never drawn: a client program's call (candidates.NOT_ENUMERATED)
     FaultRankUpdateFails: 1,  # enabled only on an endpoint with data-parallel ranks
+    LeaveRotation: 1,  # enabled only on a worker behind a router
+    EnterRotation: 2,
 }
 """How often each action type is drawn when enabled: traffic and syncs dominate, so that
 requests live long enough to span an update; disruptions stay rare. Every action type has

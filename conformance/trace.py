@@ -128,6 +128,7 @@ def config_json(c: Config) -> dict[str, Any]:
         **({"ranks": c.ranks} if c.ranks != 1 else {}),
         **({"store": True, "lineage": c.lineage, "kv_format": c.kv_format} if c.store else {}),
         **({"role": c.role.value} if c.role is not None else {}),
+        **({"router": True} if c.router else {}),
     }
 
 
@@ -414,9 +415,13 @@ def config_from_json(obj: Any, where: str) -> Config:
     role = obj.get("role")  # written only for an endpoint of a prefill/decode deployment
     if role is not None and role not in {r.value for r in Role}:
         raise TraceError(f"{where}: field 'role' must be prefill or decode, got {role!r}")
+    router = obj.get("router", False)  # written only for a worker behind a router
+    if not isinstance(router, bool):
+        raise TraceError(f"{where}: field 'router' must be bool, got {router!r}")
     try:
         return Config(
             role=role,
+            router=router,
             store=store,
             **tags,
             radix=_need(obj, "radix", bool, where),

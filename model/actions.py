@@ -324,6 +324,25 @@ class FaultChunkFails(Action):
     endpoint: int
 
 
+@frozen
+class LeaveRotation(Action):
+    """The router takes worker ``endpoint`` out of its rotation: it sends it no more traffic
+    (requests it already admitted run on). Mirrors SGLang's model gateway removing a worker
+    (sgl-router ``/remove_worker``, sgl-project/sglang PR #2380)."""
+
+    endpoint: int
+
+
+@frozen
+class EnterRotation(Action):
+    """The router puts worker ``endpoint`` back into its rotation; it must refuse while the
+    worker's sync has not settled (RTR-001). Mirrors SGLang's model gateway registering a
+    worker after a health check (sgl-router ``/add_worker``, sgl-project/sglang PR #2369,
+    PR #2392)."""
+
+    endpoint: int
+
+
 TWO_PHASE_ACTIONS: tuple[type[Action], ...] = (
     BeginWeightUpdate,
     UpdateWeightChunk,
@@ -355,6 +374,9 @@ ACTION_TYPES: tuple[type[Action], ...] = (
     FlushEncoderCache,
     # data-parallel ranks behind one endpoint (RNK-001..003)
     FaultRankUpdateFails,
+    # workers behind a router (RTR-001)
+    LeaveRotation,
+    EnterRotation,
 )
 BY_NAME: dict[str, type[Action]] = {t.__name__: t for t in ACTION_TYPES}
 

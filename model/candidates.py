@@ -14,6 +14,7 @@ from .actions import (
     Action,
     BeginWeightUpdate,
     ContinueGeneration,
+    EnterRotation,
     EvictPrefix,
     FaultChunkFails,
     FaultRankUpdateFails,
@@ -23,6 +24,7 @@ from .actions import (
     FinishWeightUpdate,
     FlushCache,
     FlushEncoderCache,
+    LeaveRotation,
     LoadLora,
     PauseGeneration,
     PublishVersion,
@@ -115,6 +117,9 @@ def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> 
         if faults:  # enabled only on an endpoint with data-parallel ranks
             for k in ranks:
                 yield FaultRankUpdateFails(i, k)
+        # enabled only on a worker behind a router
+        yield LeaveRotation(i)
+        yield EnterRotation(i)
 
 
 def conforming(state: State, action: Action) -> bool:

@@ -55,6 +55,7 @@ class Capability(str, Enum):
     RANKS = "ranks"
     STORE = "store"
     ROLES = "roles"
+    ROUTER = "router"
 
 
 @frozen
@@ -165,6 +166,11 @@ TABLE: dict[Capability, Unlocks] = {
         "prefill/decode deployments (Config.role): a request admitted on a decode endpoint "
         "whose KV the prefill endpoint computes and transfers, live until it finishes"
     ),
+    C.ROUTER: Unlocks(
+        "workers behind a router (Config.router): LeaveRotation and EnterRotation, the "
+        "router's answer to putting a worker back, traffic only to workers in rotation",
+        actions=("LeaveRotation", "EnterRotation"),
+    ),
 }
 """Capability -> what it unlocks: the single source."""
 
@@ -178,6 +184,7 @@ DEPLOYMENT_CAPABILITIES: dict[Capability, str] = {
     C.RANKS: "endpoints with data-parallel ranks",
     C.STORE: "endpoints sharing a KV store",
     C.ROLES: "prefill/decode deployments",
+    C.ROUTER: "workers behind a router",
 }
 """Capability -> the deployment shape of the engines that declare it, and only they: a rule
 whose evidence needs one binds only such engines, so elsewhere it is N/A (not at stake), as
@@ -267,6 +274,8 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     RuleId.PD_001: (C.ROLES, C.INFLIGHT),
     # a P/D deployment: a flush while a transfer is live, and its reported result
     RuleId.PD_002: (C.ROLES, C.FLUSH_RESULT, C.INFLIGHT),
+    # workers behind a router: the router's answer to putting a worker back
+    RuleId.RTR_001: (C.ROUTER,),
 }
 """Rule ID -> the capabilities its evidence needs; an adapter lacking one gets SKIP."""
 

@@ -57,6 +57,9 @@ TABLE: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
     ("FaultChunkFails", (S, P), None),
     # data-parallel ranks (RNK-001..003)
     ("FaultRankUpdateFails", (S, P), None),
+    # workers behind a router (RTR-001): the rotation is the router's, not a phase
+    ("LeaveRotation", (S, P), None),
+    ("EnterRotation", (S, P), None),
 )
 """SyncWeights is the client's: it needs every endpoint SERVING and runs through
 PauseGeneration, UpdateWeights and ContinueGeneration on each."""

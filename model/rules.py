@@ -16,6 +16,7 @@ An ID is ``KIND-NNN``; it never changes meaning once published. Kinds:
 * RNK: data-parallel ranks behind one endpoint (the merge of their replies, their versions).
 * STO: a KV store shared by several endpoints and surviving restarts (which entry may be reused).
 * PD: prefill/decode deployments (the versions of a request's two engines, live transfers).
+* RTR: workers behind a router (which workers receive traffic, and when they re-enter).
 
 Levels follow RFC 2119: a MUST violation is FAIL; a SHOULD violation is FAIL only under
 ``--strict`` and is otherwise reported as a warning.
@@ -679,6 +680,25 @@ RULES: tuple[Rule, ...] = (
         "is being overwritten. The mechanism is the gate, not the report, so it has a rule "
         "of its own (FC-003 judges the report).",
         "sgl-project/sglang PR #36150, PR #36152 (PF-30)",
+    ),
+    # ----- workers behind a router -------------------------------------------------------
+    Rule(
+        "RTR-001",
+        "RotationOnlyWhenSettled",
+        "MUST",
+        "A router sends traffic only to workers in its rotation; a worker taking an update "
+        "while it serves leaves the rotation first (or the update is refused), and re-enters "
+        "only once its sync settled: serving again, not closed, at the newest weight version "
+        "of the deployment's workers, with no KV of other weights in its tree; before that, "
+        "the router refuses to put it back.",
+        "A worker put back into rotation before its sync settled takes traffic at the old "
+        "weights, or from a tree whose flush has not run, while the trainer believes the "
+        "deployment moved: each worker's own rules can hold (it would refuse while closed) "
+        "and the rollouts still mix policies, because the mistake is in the router's "
+        "bookkeeping, not in any engine.",
+        "sgl-project/sglang-omni PR #1049 (a worker stays disabled while its weight update "
+        "is unresolved); sgl-project/sglang PR #2392 (health check before a worker is "
+        "added), PR #2369, PR #2380; sgl-project/sglang issue #4282",
     ),
     # ----- reachability -----------------------------------------------------------------
     Rule(

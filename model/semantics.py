@@ -31,6 +31,7 @@ from .actions import (
     Action,
     BeginWeightUpdate,
     ContinueGeneration,
+    EnterRotation,
     EvictPrefix,
     FaultChunkFails,
     FaultRankUpdateFails,
@@ -40,6 +41,7 @@ from .actions import (
     FinishWeightUpdate,
     FlushCache,
     FlushEncoderCache,
+    LeaveRotation,
     LoadLora,
     PauseGeneration,
     PublishVersion,
@@ -1497,6 +1499,113 @@ def _pd_effect(s: State, a: Action) -> Effect | None:
     return {FlushCache: pd_flush, UpdateWeights: pd_update}.get(type(a))  # type: ignore[return-value]
 
 
+# ----- workers behind a router (RTR-001) ---------------------------------------------------
+#
+# An endpoint with ``Config.router`` is a worker behind the deployment's router. The router
+# sends requests only to workers in its rotation (``Endpoint.rotation``): a request on a
+# worker out of rotation is not enabled (the router routes it elsewhere), while requests it
+# already admitted run on. The router fans each control call (pause, update, flush,
+# continue) out to the worker as the worker's own call, judged as a single scheduler's; the
+# merge of several workers' replies to one fan-out is RNK-001's (a ranked endpoint is the
+# same merge). ``LeaveRotation`` takes a worker out; ``EnterRotation`` puts it back only
+# once its sync settled (``settled``), else the router refuses. An update of a worker in
+# rotation that is serving either drains it first (it leaves the rotation, then updates) or
+# is refused; a paused worker (the whole rotation paused for the sync) may be updated in
+# place, staying in rotation, or drained first. Only ``ROUTER_ACTIONS`` are enabled on a
+# worker, with no namespace, LoRA or clearing pause.
+
+ROUTER_ACTIONS: frozenset[type[Action]] = frozenset(
+    {
+        ServeRequest,
+        StartRequest,
+        FinishRequest,
+        UpdateWeights,
+        FlushCache,
+        PauseGeneration,
+        ContinueGeneration,
+        LeaveRotation,
+        EnterRotation,
+    }
+)
+"""The actions enabled on a worker behind a router."""
+
+
+def _on_router(ep: Endpoint, a: Action) -> bool:
+    """``a`` is modelled on ``ep``, a worker behind a router: one of ``ROUTER_ACTIONS``,
+    plain (no namespace, LoRA or clearing pause), and a request only while ``ep`` is in
+    the rotation."""
+    plain = getattr(a, "namespace", None) is None and not getattr(a, "clear_cache", False)
+    if type(a) not in ROUTER_ACTIONS or not plain or getattr(a, "lora", False):
+        return False
+    return ep.rotation or type(a) not in (ServeRequest, StartRequest)
+
+
+def deployment_version(s: State) -> int:
+    """The newest whole weight version among the workers behind the router: what a sync
+    moved the deployment to so far (0 when there is no worker)."""
+    return max((ep.weights for ep in s.endpoints if ep.config.router), default=0)
+
+
+def settled(s: State, index: int) -> bool:
+    """RTR-001: worker ``index``'s sync settled, so the router may put it back: it serves
+    (continued, not paused), is not closed and has no open or torn update, holds the
+    deployment's newest weights (``deployment_version``), and its tree holds no KV of
+    other weights (the update's flush ran)."""
+    ep = s.endpoint(index)
+    return (
+        ep.phase is Phase.SERVING
+        and not ep.closed
+        and not ep.torn
+        and ep.update is None
+        and ep.weights == deployment_version(s)
+        and all(e.version == ep.weights for e in ep.cache if e.kind is Kind.TARGET)
+    )
+
+
+def _in_rotation(s: State, a: LeaveRotation) -> bool:
+    ep = s.endpoint(a.endpoint)
+    return ep.config.router and ep.rotation
+
+
+def _out_of_rotation(s: State, a: EnterRotation) -> bool:
+    ep = s.endpoint(a.endpoint)
+    return ep.config.router and not ep.rotation
+
+
+@action(LeaveRotation, when=_in_rotation)
+def leave_rotation(s: State, a: LeaveRotation) -> Branches:
+    """The router takes the worker out of its rotation: no more traffic reaches it; the
+    requests it admitted run on."""
+    ep = evolve(s.endpoint(a.endpoint), rotation=False)
+    return ((s.with_endpoint(a.endpoint, ep), ok(ep, RuleId.RTR_001)),)
+
+
+@action(EnterRotation, when=_out_of_rotation)
+def enter_rotation(s: State, a: EnterRotation) -> Branches:
+    """RTR-001: the router puts the worker back only once its sync settled (``settled``);
+    before that it refuses, and the worker stays out."""
+    ep = s.endpoint(a.endpoint)
+    if not settled(s, a.endpoint):
+        return ((s, rejected(ep, RuleId.RTR_001)),)
+    ep2 = evolve(ep, rotation=True)
+    return ((s.with_endpoint(a.endpoint, ep2), ok(ep2, RuleId.RTR_001)),)
+
+
+def routed_update(s: State, a: UpdateWeights) -> Branches:
+    """RTR-001: an update of a worker in rotation. Serving: refused, or the router drains
+    the worker first (it leaves the rotation, then updates as a single scheduler). Paused
+    (no traffic is admitted): in place, staying in rotation, or drained first. Out of
+    rotation: a single scheduler's update."""
+    i = a.endpoint
+    ep = s.endpoint(i)
+    if not ep.rotation:
+        return update_weights(s, a)
+    drained = update_weights(s.with_endpoint(i, evolve(ep, rotation=False)), a)
+    if ep.phase is Phase.SERVING:
+        return ((s, rejected(ep, RuleId.RTR_001)), *drained)
+    return (*update_weights(s, a), *drained)
+
+
 # ----- the next-state relation ------------------------------------------------------------
 
 
@@ -1513,6 +1622,8 @@ def enabled(state: State, action: Action, bounds: Bounds | None = None) -> bool:
         if not _placed(state.endpoint(index), action):
             return False
         if state.endpoint(index).config.role and not _on_role(state, state.endpoint(index), action):
+            return False
+        if state.endpoint(index).config.router and not _on_router(state.endpoint(index), action):
             return False
     if bounds is not None and not within(state, action, bounds):
         return False
@@ -1533,6 +1644,8 @@ def step(state: State, action: Action) -> Branches:
         pd = _pd_effect(state, action)
         if pd is not None:
             return pd(state, action)
+    if index is not None and state.endpoint(index).config.router and type(action) is UpdateWeights:
+        return routed_update(state, action)  # type: ignore[arg-type]
     _, effect = SPEC[type(action)]
     return effect(state, action)
 

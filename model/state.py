@@ -100,6 +100,26 @@ def _plain_role_endpoint(instance: Config, attribute: object, value: object) -> 
         )
 
 
+def _plain_router_worker(instance: Config, attribute: object, value: object) -> None:
+    """A worker behind a router is modelled as one scheduler on the standard lane with the
+    radix cache and profile flags alone; ``ValueError`` names the feature it does not
+    combine with."""
+    if not value:
+        return
+    features = ("draft", "encoder", "fp8_kv", "lora", "derived", "encoder_reset_separate")
+    on = [f for f in features if getattr(instance, f)]
+    on += ["tiers"] if instance.tiers != frozenset({Tier.DEVICE}) else []
+    on += ["ranks"] if instance.ranks != 1 else []
+    on += ["store"] if instance.store else []
+    on += ["role"] if instance.role is not None else []
+    on += ["the exact lane"] if instance.lane is Lane.EXACT else []
+    if on:
+        raise ValueError(
+            f"Config.router with {', '.join(on)}: a worker behind a router is modelled as "
+            "one scheduler with the radix cache, the standard lane and profile flags only"
+        )
+
+
 @frozen(cache_hash=True)
 class Config:
     """What an endpoint is; fixed for a run. The fields that say "Profile" (``PROFILE_FIELDS``)
@@ -166,6 +186,12 @@ class Config:
     was sent to, which decodes under its own weights; each side has its own weight version
     (PD-001), and a transfer is live from its admission on the decode side to its finish
     (PD-002). ``None``: a single endpoint, as every other config."""
+    router: bool = field(default=False, validator=_plain_router_worker)
+    """It is a worker behind the deployment's router (SGLang's model gateway, sgl-router;
+    vLLM's router): the router sends it traffic only while it is in the rotation
+    (``Endpoint.rotation``), takes it out (``LeaveRotation``, the gateway's worker removal)
+    and puts it back (``EnterRotation``, its worker registration), and fans each control
+    call out to it as its own call. Off: no router, as every other config."""
 
     @property
     def guarded(self) -> bool:
@@ -404,6 +430,10 @@ class Endpoint:
     fail_update: bool = False
     """An injected fault (FaultRankUpdateFails) on a rank: its next update fails and leaves
     it at its old weights with its cache; consumed by that update."""
+    rotation: bool = True
+    """In the router's rotation: the router sends it traffic (only with ``config.router``;
+    always True elsewhere). RTR-001: it leaves before an update it takes while serving, and
+    re-enters only once its sync settled (``semantics.settled``)."""
 
     @property
     def kv_released(self) -> bool:

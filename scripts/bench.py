@@ -223,7 +223,7 @@ def kill(quick: bool) -> dict[str, float]:
 
 def deployment_kills(quick: bool) -> dict[str, float]:
     """Each deployment mutant's time to kill (an engine declaring a deployment capability:
-    ranks, a shared store, prefill/decode roles), focused on its rule, one at a time on
+    ranks, a shared store, prefill/decode roles, a router), focused on its rule, one at a time on
     one worker, so each figure is its own search: ``<mutant>_seconds``."""
     from kvfence.adapters import registry
     from kvfence.adapters.mutants import MUTANTS
@@ -638,7 +638,7 @@ def targets(f: dict[str, dict]) -> list[str]:
     if dk:
         slow = {k.removesuffix("_seconds"): v for k, v in dk.items() if v >= 1}
         line(
-            "every deployment mutant (ranks, shared store, P/D) killed in under 1 s",
+            "every deployment mutant (ranks, shared store, P/D, router) killed in under 1 s",
             not slow,
             ", ".join(f"{k.removesuffix('_seconds')} {v:.2f} s" for k, v in dk.items()),
             f"over 1 s: {', '.join(slow)}",

@@ -26,6 +26,7 @@ KINDS = {
     "RNK": "Data-parallel ranks behind one endpoint",
     "STO": "A KV store shared by several endpoints",
     "PD": "Prefill/decode deployments",
+    "RTR": "Workers behind a router",
 }
 
 KIND_NOTES = {

@@ -33,6 +33,7 @@ from kvfence.adapters.designs import (
 from kvfence.adapters.mutants import MUTANTS
 from kvfence.adapters.pd import PD_CONFIGS
 from kvfence.adapters.reference import CachedKV, InProcessAdapter, Key, ReferenceEndpoint, Reply
+from kvfence.adapters.router import ROUTER_CONFIGS
 from kvfence.conformance.cli import main
 from kvfence.conformance.explore import SETUPS, deployment, explore_adapter
 from kvfence.conformance.matrix import (
@@ -152,11 +153,16 @@ def test_matrices_agree_with_their_verdict(matrices):
 def _deployment(name: str) -> str | None:
     """The deployment a design is explored on: ``ranks`` for one of endpoints with
     data-parallel ranks, ``store`` for one of endpoints on a shared KV store, ``pd`` for
-    one of a prefill/decode deployment; ``None``."""
+    one of a prefill/decode deployment, ``router`` for workers behind a router; ``None``."""
     if BY_NAME[name].side != "engine":
         return None
     caps = registry.engine(name).capabilities
-    shapes = {Capability.RANKS: "ranks", Capability.STORE: "store", Capability.ROLES: "pd"}
+    shapes = {
+        Capability.RANKS: "ranks",
+        Capability.STORE: "store",
+        Capability.ROLES: "pd",
+        Capability.ROUTER: "router",
+    }
     return next((shape for cap, shape in shapes.items() if cap in caps), None)
 
 
@@ -451,6 +457,14 @@ WITNESSES = (
         PD_CONFIGS,
         Policy(),
         (StartRequest(1, "r1", "P"), UpdateWeights(0, 1, Funnel.DISK, False)),
+    ),
+    # workers behind a router: on router configs the reference engine is the reference
+    # router (router.RouterWorker), which drains a serving worker and updates it
+    Witness(
+        "updates-paused-rotation",  # refuses the update of a serving worker in rotation
+        ROUTER_CONFIGS,
+        Policy(),
+        (UpdateWeights(0, 1, Funnel.DISK, True), ServeRequest(1, "P")),
     ),
 )
 

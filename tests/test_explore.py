@@ -235,6 +235,10 @@ SHORTEST: dict[str, int] = {
     # request; a live transfer, then a flush of the prefill engine
     "decode-serves-any-kv-version": 2,
     "flush-frees-live-transfer": 2,
+    # a router (the router deployment setup): a worker paused for its sync, taken out of
+    # rotation, then put back
+    "readds-too-early": 3,
+    "readds-at-newest-weights": 3,
 }
 """Shortest counterexample per mutant, from the default setups at ``EXPLORE_BOUNDS``."""
 
@@ -271,6 +275,9 @@ STATEFUL: dict[str, int] = {
     "relabel-without-loading": 3,
     "derived-skipped-on-tensor-funnel": 2,  # CD-15: the lag shows only after a forward
     "p2p-prepare-writes-live": 3,  # CD-14: the chunk may be staged; the forward is not
+    # a router: a worker out of rotation and not settled, then put back
+    "readds-too-early": 3,
+    "readds-at-newest-weights": 3,
     # client programs, each on the engine profile its mutant names
     "reset-before-finish": 1,  # the sync resets before its update
     "refused-reset-ignored": 2,  # a refusal injected, then a sync that resumes anyway

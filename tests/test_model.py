@@ -48,7 +48,7 @@ def test_rule_ids_are_stable_unique_and_well_formed():
     assert len({r.name for r in RULES}) == len(RULES)
     for r in RULES:
         assert re.fullmatch(
-            r"(CLI|ENG|FC|INV|LIV|ADP|REACH|MEM|PUB|WIN|DER|RNK|STO|PD)-\d{3}", r.id
+            r"(CLI|ENG|FC|INV|LIV|ADP|REACH|MEM|PUB|WIN|DER|RNK|STO|PD|RTR)-\d{3}", r.id
         ), r.id
         assert re.fullmatch(r"[A-Z][A-Za-z0-9]+", r.name), r.name
         assert r.level in ("MUST", "SHOULD")

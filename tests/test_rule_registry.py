@@ -32,6 +32,7 @@ KINDS = (
     "RNK",
     "STO",
     "PD",
+    "RTR",
 )
 LITERAL = re.compile("(?:" + "|".join(KINDS) + r")-\d{3}")
 
