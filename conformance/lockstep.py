@@ -89,8 +89,7 @@ def enabled_pool(
     capabilities ``caps``, in ``candidates`` order on the first state. ``own``: the update
     funnels the engine's code has (``funnels``), the only ones it is sent; ``None`` for
     every funnel in ``bounds``. Memoized: the same candidate states recur across the
-    examples of a stateful run and its shrinking, and the machine asks both before and
-    while it draws a step."""
+    examples of a stateful run, its shrinking and replays."""
     if not states:
         return ()
     bounds = evolve(bounds, namespaces=Capability.NAMESPACES in caps)
