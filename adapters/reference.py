@@ -168,10 +168,7 @@ class ReferenceEndpoint:
 
     def weight_info(self) -> View:
         """vLLM ``/weight_info``-style probe plus a listing of the radix cache."""
-        entries = frozenset(
-            Entry(key[0], key[1], kv.tier, kv.version, kv.lora, kv.namespace)
-            for key, kv in self.cache.items()
-        )
+        entries = frozenset(self._entry(key, kv) for key, kv in self.cache.items())
         return View(
             weights=None if self.torn else self.weights,
             draft=self.draft if self.config.draft else None,
@@ -180,6 +177,22 @@ class ReferenceEndpoint:
             cache=entries,
             derived=self.derived if self.config.derived else None,
         )
+
+    def _entry(self, key: Key, kv: CachedKV) -> Entry:
+        """The listing's ``Entry`` for ``key``, built once per key and what its KV holds: a
+        long session lists thousands of entries at every step, and an ``Entry`` reused
+        keeps its cached hash."""
+        memo: dict[Key, Entry] = self.__dict__.setdefault("_entries", {})
+        e = memo.get(key)
+        if (
+            e is None
+            or e.tier != kv.tier
+            or e.version != kv.version
+            or e.lora != kv.lora
+            or e.namespace != kv.namespace
+        ):
+            e = memo[key] = Entry(key[0], key[1], kv.tier, kv.version, kv.lora, kv.namespace)
+        return e
 
     @property
     def in_window(self) -> bool:

@@ -11,6 +11,7 @@ or answers garbage is an ERROR (ADP-001, ADP-002).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 from attrs import evolve, field, frozen
 
@@ -51,7 +52,7 @@ from ..model.observation import malformed
 from ..model.properties import SOMETIMES, Memory
 from ..model.rules import BY_ID, RuleId
 from ..model.state import Bounds, Config, Policy, State, initial_state, with_profile
-from ..model.vocabulary import Phase, Status
+from ..model.vocabulary import Funnel, Phase, Status
 from .calls import call_with_timeout, is_direct
 from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled, Refused
 from .program import CallSequence, is_program, resolver_sync, run_program
@@ -74,6 +75,32 @@ def _asleep(state: State, action: Action) -> bool:
     """``action``'s endpoint is ASLEEP in ``state`` (for ``capabilities.needed``)."""
     index = getattr(action, "endpoint", None)
     return index is not None and state.endpoint(index).phase is Phase.ASLEEP
+
+
+@lru_cache(maxsize=1 << 14)
+def enabled_pool(
+    states: tuple[State, ...],
+    bounds: Bounds,
+    caps: frozenset[Capability],
+    own: tuple[Funnel, ...] | None,
+) -> tuple[Action, ...]:
+    """The conforming actions the model enables in every one of ``states`` (candidate
+    states without their ledger, which enabledness never reads), within ``bounds`` and the
+    capabilities ``caps``, in ``candidates`` order on the first state. ``own``: the update
+    funnels the engine's code has (``funnels``), the only ones it is sent; ``None`` for
+    every funnel in ``bounds``. Memoized: the same candidate states recur across the
+    examples of a stateful run, its shrinking and replays."""
+    if not states:
+        return ()
+    bounds = evolve(bounds, namespaces=Capability.NAMESPACES in caps)
+    if own is not None:
+        bounds = evolve(bounds, funnels=tuple(f for f in bounds.funnels if f in own))
+    first, rest = states[0], states[1:]
+    return tuple(
+        a
+        for a in candidates.actions(first, bounds, faults=Capability.FAULTS in caps)
+        if needed(a, _asleep(first, a)) <= caps and all(spec.enabled(s, a, bounds) for s in rest)
+    )
 
 
 @frozen
@@ -217,25 +244,13 @@ class Lockstep:
 
     def enabled_actions(self) -> list[Action]:
         """Conforming actions the model enables in every candidate state, within the
-        adapter's capabilities."""
+        adapter's capabilities (``enabled_pool``, kept until the candidate states change)."""
         if self.pool is None:
-            caps = self.engine.capabilities
-            bounds = evolve(self.bounds, namespaces=Capability.NAMESPACES in caps)
-            # An engine that says which update funnels its code has (``funnels``) is sent
-            # updates through those only: another funnel is N/A there, never aliased.
+            caps = frozenset(self.engine.capabilities)
             own = getattr(self.engine, "funnels", None)
-            if isinstance(own, tuple):
-                bounds = evolve(bounds, funnels=tuple(f for f in bounds.funnels if f in own))
-            states = list(self.states)
-            if not states:
-                return []
-            first, rest = states[0], states[1:]
-            self.pool = [
-                a
-                for a in candidates.actions(first, bounds, faults=Capability.FAULTS in caps)
-                if needed(a, _asleep(first, a)) <= caps
-                and all(spec.enabled(s, a, bounds) for s in rest)
-            ]
+            states = tuple(s.without_ledger() for s in self.states)
+            own = own if isinstance(own, tuple) else None
+            self.pool = list(enabled_pool(states, self.bounds, caps, own))
         return self.pool
 
     # ----- one top-level action -------------------------------------------------------

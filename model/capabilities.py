@@ -211,17 +211,35 @@ def needed(action: object, asleep: bool = False) -> frozenset[Capability]:
     """Every capability an adapter must declare before ``action`` is drawn for it: its
     type's, that of each field holding a value other than the field's default, and
     ``memory_tags`` for an update or flush of an endpoint that is ``asleep``."""
+    cls = type(action)
+    plan = _NEEDS.get(cls)
+    if plan is None:
+        plan = _NEEDS[cls] = _needs_plan(cls)
+    base, by_field, tags_if_asleep = plan
+    extra = [cap for name, default, cap in by_field if getattr(action, name) != default]
+    if asleep and tags_if_asleep:
+        extra.append(Capability.MEMORY_TAGS)
+    return base.union(extra) if extra else base
+
+
+def _needs_plan(cls: type) -> _NeedsPlan:
+    """What ``needed`` reads for an action type, looked up once: the type's own capability,
+    each ``(field, default, capability)`` of ``NEEDED_BY_FIELD``, and whether an asleep
+    endpoint adds ``memory_tags``."""
     from attrs import fields as attrs_fields
 
-    name = type(action).__name__
-    out = {NEEDED_BY_ACTION[name]} if name in NEEDED_BY_ACTION else set()
-    if asleep and name in ASLEEP_NEEDS_TAGS:
-        out.add(Capability.MEMORY_TAGS)
-    for f in attrs_fields(type(action)):
-        cap = NEEDED_BY_FIELD.get((name, f.name))
-        if cap is not None and getattr(action, f.name) != f.default:
-            out.add(cap)
-    return frozenset(out)
+    name = cls.__name__
+    base = frozenset({NEEDED_BY_ACTION[name]} if name in NEEDED_BY_ACTION else ())
+    by_field = tuple(
+        (f.name, f.default, NEEDED_BY_FIELD[(name, f.name)])
+        for f in attrs_fields(cls)
+        if (name, f.name) in NEEDED_BY_FIELD
+    )
+    return base, by_field, name in ASLEEP_NEEDS_TAGS
+
+
+_NeedsPlan = tuple[frozenset[Capability], tuple[tuple[str, object, Capability], ...], bool]
+_NEEDS: dict[type, _NeedsPlan] = {}
 
 
 EVIDENCE: dict[str, tuple[Capability, ...]] = {

@@ -8,7 +8,7 @@ from hypothesis import given
 from kvfence.adapters import registry
 from kvfence.adapters.clients import ReferenceClient
 from kvfence.conformance import strategies
-from kvfence.conformance.lockstep import NEEDS, Lockstep
+from kvfence.conformance.lockstep import NEEDS, Lockstep, enabled_pool
 from kvfence.conformance.machine import (
     DRAW_FREQUENCY,
     STEERED_FREQUENCY,
@@ -93,3 +93,24 @@ def test_vllm_declares_no_tiers():
 
     assert Capability.TIERS not in vllm_engine.OFFLINE_CAPABILITIES
     assert Capability.TIERS not in vllm_engine.HTTP_CAPABILITIES
+
+
+def test_the_pool_is_memoized_per_states_bounds_and_capabilities():
+    """``enabled_pool`` is memoized: the pool equals its unmemoized value, an engine with
+    fewer capabilities on the same candidate states gets its own pool, and two runs whose
+    states differ only in the ledger share one."""
+    step = _lockstep()
+    step.run(ServeRequest(1, "P"))
+    pool = step.enabled_actions()
+    states = tuple(s.without_ledger() for s in step.states)
+    caps = frozenset(step.engine.capabilities)
+    assert tuple(pool) == enabled_pool.__wrapped__(states, step.bounds, caps, None)
+    assert any(isinstance(a, EvictPrefix) for a in pool)
+    fewer = enabled_pool(states, step.bounds, caps - {Capability.TIERS}, None)
+    assert fewer and not any(isinstance(a, EvictPrefix) for a in fewer)
+    assert set(fewer) < set(pool)
+    again = _lockstep()
+    again.run(ServeRequest(1, "P"))
+    again.run(ServeRequest(1, "P"))  # a second response: the same state, a longer ledger
+    assert again.states != step.states
+    assert again.enabled_actions() == pool
