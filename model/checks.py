@@ -202,16 +202,27 @@ def compare(
         rule = outcome.rule_for(field_name, default)
         out.append(Violation(rule, expected, actual, f"{where} {field_name}".strip()))
 
+    claims_success = obs.status is Status.OK and exp.status is not Status.OK
+    claimed: list[Violation] = []
+    if outcome.completion is not None and claims_success:
+        claimed = compare(outcome.completion, obs, capabilities, where)
+    # A claimed success where the idle gate owed a refusal: true if what was observed agrees
+    # with the completed flush (it freed live KV: the gate's rule), false otherwise.
+    gate = outcome.gate if claims_success and not claimed else None
     status_differs = obs.status is not exp.status
     if status_differs:
-        rule = outcome.rule_for("status", RuleId.LIV_002)
+        rule = gate or outcome.rule_for("status", RuleId.LIV_002)
         where_ = f"{where} status".strip()
         out.append(
             Violation(rule, exp.status.value, obs.status.value, where_, klass=status_cost(obs))
         )
     flush_seen = Capability.FLUSH_RESULT in capabilities and exp.flushed is not None
     if flush_seen and (obs.flushed is True) != exp.flushed:
-        miss("flushed", exp.flushed, obs.flushed, RuleId.FC_003)
+        if gate is not None:
+            where_ = f"{where} flushed".strip()
+            out.append(Violation(gate, exp.flushed, obs.flushed, where_))
+        else:
+            miss("flushed", exp.flushed, obs.flushed, RuleId.FC_003)
     if exp.aborted is not None and obs.aborted is not None and obs.aborted != exp.aborted:
         miss("aborted", sorted(exp.aborted), sorted(obs.aborted), RuleId.ENG_009)
     elif outcome.shows_aborts and obs.aborted is None:  # an abort nobody saw (PF-17)
@@ -251,10 +262,7 @@ def compare(
             )
     if exp.response is not None and obs.response is not None:
         out += _compare_response(outcome, obs, capabilities, where)
-    claims_success = obs.status is Status.OK and exp.status is not Status.OK
-    if outcome.completion is not None and claims_success:
-        claimed = compare(outcome.completion, obs, capabilities, where)
-        out += [v for v in claimed if v not in out]
+    out += [v for v in claimed if v not in out]
     return out
 
 
@@ -558,6 +566,8 @@ def evidence(
         and len(exp.response.sampled or ()) > 1,
     }
     rules = {rule for field_name, rule in outcome.because if seen.get(field_name, False)}
+    if outcome.gate is not None:
+        rules.add(outcome.gate)  # a refusal the idle gate owed, given (the status is seen)
     if seen["view.cache"] and outcome.flushed_from:
         rules.add(RuleId.ENG_003)  # a listing after a flush that had entries to remove
     if seen["view.cache"] and Capability.EXACT_CACHE in capabilities and exp.view.cache:
@@ -632,6 +642,7 @@ UNKNOWN_BECAUSE: dict[str, str] = {
     "settled which fail-closed branch the system took",
     RuleId.FC_003: "no flush result was observed",
     RuleId.FC_004: "no update failed midway",
+    RuleId.FC_005: "no flush met a request holding KV",
     RuleId.ENG_001: "no cache listing after an exact-lane update that had something to remove",
     RuleId.ENG_002: "no cache listing after a requested flush that had something to remove",
     RuleId.ENG_003: "no cache listing after a flush that had something to remove",
