@@ -518,18 +518,31 @@ class ColdBytes:
         return len(set(self.fresh.get((prefix, lora), {}).values())) > 1
 
 
+def settled_closed(states: Collection[State], index: int | None) -> bool:
+    """Every candidate state in ``states`` has endpoint ``index`` closed: a serve there
+    that is not refused would break FC-002 whichever branch the system took."""
+    return index is not None and all(
+        index < len(s.endpoints) and s.endpoint(index).closed for s in states
+    )
+
+
 def evidence(
     outcome: Outcome,
     obs: Observation,
     capabilities: Collection[str],
     oracle: ColdBytes | None = None,
     lora: bool = False,
+    states: Collection[State] | None = None,
+    index: int | None = None,
 ) -> set[str]:
     """The rules an agreeing comparison gave real evidence for (PASS needs some; without,
     UNKNOWN). Only observations that could have shown the violation count: a cache listing
     after a flush only if there was something to remove; provenance or bytes only on a hit
     the model explains by an entry it held; bytes only once ``oracle`` has told two weight
-    versions apart for that prompt."""
+    versions apart for that prompt. A refusal blamed on FC-002 counts only where every
+    candidate state before the step (``states``) has the action's endpoint (``index``)
+    closed: elsewhere both fail-closed branches may refuse, and what tells them apart is
+    FC-002's evidence (``tells_installed_apart``); without ``states`` it never counts."""
     exp = outcome.observation
     view_seen = exp.view is not None and obs.view is not None
     something_to_remove = outcome.flushed_from is None or bool(outcome.flushed_from)
@@ -592,6 +605,8 @@ def evidence(
                 rules.add(RuleId.INV_001)
             if served.exact and not served.stale and served.weights != MIXED:
                 rules.add(RuleId.INV_004)
+    if states is None or not settled_closed(states, index):
+        rules.discard(RuleId.FC_002)  # a refusal both fail-closed branches may give
     return rules
 
 
