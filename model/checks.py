@@ -255,7 +255,7 @@ def compare(
                     f"{where} view.cache".strip(),
                 )
             )
-        elif exact and got != allowed and not _may_drop_current(outcome):
+        elif exact and got != allowed and not _may_drop_current(outcome, allowed - got):
             dropped = sorted(map(str, allowed - got))
             out.append(
                 Violation(RuleId.ENG_011, "nothing dropped unasked", f"dropped {dropped}", where)
@@ -266,11 +266,12 @@ def compare(
     return out
 
 
-def _may_drop_current(outcome: Outcome) -> bool:
+def _may_drop_current(outcome: Outcome, dropped: frozenset) -> bool:
     """A flush or a restart may keep the entries of the weights in force, or drop them: the
-    model keeps them as what may remain, so an exact cache (ENG-011) that lists fewer after
-    such a step dropped nothing unasked."""
-    return outcome.flushed_from is not None or outcome.because.cache == RuleId.ENG_010
+    model keeps them as what may remain (``Outcome.droppable``), so an exact cache (ENG-011)
+    that lists fewer after such a step dropped nothing unasked. After any flush, what the
+    model lists is an upper bound the flush may undercut."""
+    return outcome.flushed_from is not None or dropped <= outcome.droppable
 
 
 def _compare_response(

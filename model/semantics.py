@@ -834,8 +834,11 @@ def _completed(s: State, a: FlushCache) -> Branch:
     status = RuleId.MEM_001 if ep.kv_released else RuleId.LIV_001
     outcome = seen(ok(ep2, status, flushed=status, cache=RuleId.FC_003), flushed=True)
     # ``flushed_from``: what it had to remove, so that a listing after a flush of current
-    # entries alone is no evidence (nothing there could be wrongly kept).
-    return (s.with_endpoint(a.endpoint, ep2), evolve(outcome, flushed_from=ep.cache - ep2.cache))
+    # entries alone is no evidence (nothing there could be wrongly kept); ``droppable``: the
+    # current entries it kept, which it may as well have removed.
+    kept = ep2.cache & ep.cache
+    outcome = evolve(outcome, flushed_from=ep.cache - ep2.cache, droppable=kept)
+    return (s.with_endpoint(a.endpoint, ep2), outcome)
 
 
 @action(FlushEncoderCache, when=_always)
@@ -1044,7 +1047,7 @@ def restart(s: State, a: Restart) -> Branches:
     )
     ep2 = evolve(ep2, cache=restarted_cache(ep, ep2))
     done = ok(ep2, cache=RuleId.ENG_010, weights=RuleId.ENG_010, derived=RuleId.DER_001)
-    return ((s.with_endpoint(a.endpoint, ep2), done),)
+    return ((s.with_endpoint(a.endpoint, ep2), evolve(done, droppable=ep2.cache)),)
 
 
 # ----- data-parallel ranks behind one endpoint (RNK-001..003) ------------------------------
