@@ -208,7 +208,8 @@ def compare(
         claimed = compare(outcome.completion, obs, capabilities, where)
     # A claimed success where the idle gate owed a refusal: true if what was observed agrees
     # with the completed flush (it freed live KV: the gate's rule), false otherwise.
-    gate = outcome.gate if claims_success and not claimed else None
+    confirmed = claims_success and outcome.completion is not None and not claimed
+    gate = outcome.gate if confirmed else None
     status_differs = obs.status is not exp.status
     if status_differs:
         rule = gate or outcome.rule_for("status", RuleId.LIV_002)

@@ -1206,12 +1206,15 @@ def ranked_flush(s: State, a: FlushCache) -> Branches:
             ok(ep2, RuleId.LIV_001, flushed=RuleId.RNK_001, cache=RuleId.FC_003), flushed=True
         )
         return ((s.with_endpoint(i, ep2), evolve(outcome, flushed_from=ep.cache)),)
+    # a rank refused for a request holding KV there: the idle gate's refusal (FC-005's
+    # evidence; the merged claim of success stays RNK-001's)
+    gate = next((b[1].gate for b in done if b[1].gate is not None), None)
     out = []
     for e in dict.fromkeys(
         (ep2, ranked(ep, tuple(evolve(r, refuse_flush=False) for r in ep.ranks)))
     ):
         refused = rejected(e, RuleId.RNK_001, flushed=RuleId.RNK_001)
-        out.append((s.with_endpoint(i, e), seen(refused, flushed=False)))
+        out.append((s.with_endpoint(i, e), evolve(seen(refused, flushed=False), gate=gate)))
     return tuple(out)
 
 
@@ -1234,6 +1237,7 @@ def ranked_update(s: State, a: UpdateWeights) -> Branches:
     outcomes: list[Outcome] = []
     claims: list[Outcome] = []  # per rank: what a claim of success would have had to show
     faulted = refused = False
+    gate = None  # a rank's flush refused for a request holding KV there (FC-005)
     for r in ep.ranks:
         kept = evolve(r, fail_update=False, refuse_flush=False)
         if r.fail_update:
@@ -1248,6 +1252,7 @@ def ranked_update(s: State, a: UpdateWeights) -> Branches:
         else:
             after.append(kept)
             refused = True
+            gate = gate or o.gate
             if o.completion is not None:
                 claims.append(o.completion)
     if not faulted and not refused:
@@ -1264,8 +1269,12 @@ def ranked_update(s: State, a: UpdateWeights) -> Branches:
         whole = View(weights=a.version, label=a.version, cache=cache_)
         completion = evolve(claims[0], observation=evolve(claims[0].observation, view=whole))
         completion = evolve(completion, flushed_from=ep.cache)
+    gate = None if faulted else gate
     return tuple(
-        (s.with_endpoint(i, e), evolve(rejected(e, status, **blame), completion=completion))
+        (
+            s.with_endpoint(i, e),
+            evolve(rejected(e, status, **blame), completion=completion, gate=gate),
+        )
         for e in dict.fromkeys((back, shut))
     )
 
