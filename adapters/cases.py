@@ -5,7 +5,8 @@ Each ``Case`` is one report from ``shared/cases/public-faults.md`` (PF-01..PF-18
 program's call sequence) or ``shared/cases/deployments-and-failures.md`` (PF-25, PF-26 in
 two variants: data-parallel ranks; PF-27, PF-28, PF-32: failed updates and KV of no
 version; PF-31: a KV store shared by several endpoints; PF-29, PF-30: prefill/decode
-deployments): the endpoint configs and client policy, the smallest action list
+deployments, PF-30 in two variants: a live transfer, a request running on a single engine):
+the endpoint configs and client policy, the smallest action list
 that shows the fault, the mutant that makes the general mistake, and the rule a checker
 must name. The regression
 tests replay every case against the reference (it must pass) and against its mutant (it
@@ -274,7 +275,7 @@ CASES: tuple[Case, ...] = (
         "Keep-mode pause resumes a request on old KV under new weights",
         "vllm-project/vllm #54443",
         "flushes-around-paused-kv",
-        RuleId.FC_001,
+        RuleId.FC_005,
         (EXACT,),
         AUTO,
         (
@@ -526,12 +527,23 @@ CASES += (
         "The router drops the flush timeout and the flush frees KV a live transfer holds",
         "sgl-project/sglang PR #36150, PR #36152",
         "flush-frees-live-transfer",
-        RuleId.PD_002,
+        RuleId.FC_005,
         PD,
         AUTO,
         # P's KV is in transfer to the decode engine (the request is live) when the flush
         # reaches the prefill engine without its timeout: it must wait or be refused
         (StartRequest(1, "r1", "P"), FlushCache(0)),
+    ),
+    Case(
+        "PF-30",
+        "The flush skips its idle check and frees KV a running request holds",
+        "sgl-project/sglang PR #36150 (the scheduler's immediate flush path), PR #12107",
+        "flush-skips-idle-check",
+        RuleId.FC_005,
+        (STANDARD,),
+        AUTO,
+        # the same gate on a single engine: a flush without a timeout while r1 runs
+        (StartRequest(0, "r1", "P"), FlushCache(0)),
     ),
 )
 

@@ -824,11 +824,11 @@ class RotatesStoreNamespace(StoreEndpoint):
         return (self.namespace, prefix)
 
 
-# ----- prefill/decode deployments (PD-001, PD-002) ------------------------------------------
+# ----- prefill/decode deployments (PD-001, FC-005) ------------------------------------------
 
 
 class ChecksTransferredKvVersion(DecodeEndpoint):
-    """Keeps: PD-001, PD-002.
+    """Keeps: PD-001, FC-005.
 
     The reference P/D engines as a design: the decode engine checks the weight version
     the transferred KV was computed under against its own (a version tag carried with the
@@ -841,7 +841,7 @@ class ChecksTransferredKvVersion(DecodeEndpoint):
 
 
 class HoldsAdmissionAcrossVersions(DecodeEndpoint):
-    """Keeps: PD-001, PD-002.
+    """Keeps: PD-001, FC-005.
 
     Pauses both roles while they are at two versions: the decode engine asks the prefill
     engine's weight version before any prefill runs (its bootstrap handshake) and admits
@@ -859,7 +859,7 @@ class HoldsAdmissionAcrossVersions(DecodeEndpoint):
 
 
 class DrainsTransfersBeforeUpdate(PrefillEndpoint):
-    """Keeps: PD-001, PD-002.
+    """Keeps: PD-001, FC-005.
 
     Drains the transfers before any weight moves: the prefill engine refuses an update
     (changing nothing, reported as a failure the trainer retries after the drain) while a

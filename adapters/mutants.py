@@ -262,15 +262,38 @@ class RetractBlocksFlush(ReferenceEndpoint):
 
 
 class FlushesAroundPausedKv(ReferenceEndpoint):
-    """Violates: FC-001.
+    """Violates: FC-005.
 
     Only running requests block a flush; requests paused in place keep their old KV, the
     tree is cleared around them, and on resume they decode under the new weights on old KV.
-    vllm-project/vllm #54443 (PF-17).
+    The idle gate forgets the paused requests: the update reports success, and the flush it
+    ran, truthfully, went through KV a live request holds. vllm-project/vllm #54443 (PF-17).
     """
 
     def _can_flush(self) -> bool:
         return self.phase.value == "paused" or super()._can_flush()
+
+
+class FlushSkipsIdleCheck(ReferenceEndpoint):
+    """Violates: FC-005.
+
+    ``/flush_cache`` called without a timeout flushes at once, skipping the scheduler's
+    check that no request is running (the immediate path of SGLang's flush wrapper,
+    described in sgl-project/sglang PR #36150): the tree and the pool are emptied under the
+    running requests, whose pages the next prefills reuse, and the reply, success, is true.
+    A request the idle check missed held a node of the freed tree in sgl-project/sglang PR
+    #12107. PF-30's gate on a single engine; an injected refusal still refuses.
+    """
+
+    def flush_cache(self) -> Reply:
+        if self.refuse_next_flush:
+            return super().flush_cache()
+        for req in self.requests.values():
+            if not req.retracted:  # its pages are freed and reused: garbage, no version
+                req.uses = {Use(u.component, GARBAGE) for u in req.uses}
+        self._clear_cache()
+        self.dirty = False
+        return Reply(True, flushed=True)
 
 
 # ----- engines: tiers, draft, LoRA, sleep, scales, labels --------------------------------
@@ -856,7 +879,7 @@ class DecodeServesAnyKvVersion(DecodeEndpoint):
 
 
 class FlushFreesLiveTransfer(PrefillEndpoint):
-    """Violates: PD-002.
+    """Violates: FC-005.
 
     The prefill engine's ``/flush_cache`` reads a missing ``timeout`` as "flush now" and
     skips its idle check for KV transfers: a router that forwards the flush without the
@@ -961,7 +984,8 @@ MUTANTS: tuple[Mutant, ...] = (
         "flush-refusal-reported-as-success", FlushRefusalReportedAsSuccess, RuleId.FC_003, "PF-03"
     ),
     _engine("retract-blocks-flush", RetractBlocksFlush, RuleId.LIV_001, "PF-05"),
-    _engine("flushes-around-paused-kv", FlushesAroundPausedKv, RuleId.FC_001, "PF-17"),
+    _engine("flushes-around-paused-kv", FlushesAroundPausedKv, RuleId.FC_005, "PF-17"),
+    _engine("flush-skips-idle-check", FlushSkipsIdleCheck, RuleId.FC_005, "PF-30"),
     _engine("flush-forgets-storage", FlushForgetsStorage, RuleId.ENG_003, "PF-09"),
     _engine("storage-loads-back-stale", StorageLoadsBackStale, RuleId.INV_001, "PF-09"),
     _engine("flush-forgets-encoder", FlushForgetsEncoder, RuleId.ENG_003, "PF-10"),
@@ -1020,7 +1044,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _engine("store-keyed-by-tokens", StoreKeyedByTokens, RuleId.STO_001, "PF-31"),  # type: ignore[arg-type]
     # prefill/decode deployments
     _engine("decode-serves-any-kv-version", DecodeServesAnyKvVersion, RuleId.PD_001, "PF-29"),
-    _engine("flush-frees-live-transfer", FlushFreesLiveTransfer, RuleId.PD_002, "PF-30"),
+    _engine("flush-frees-live-transfer", FlushFreesLiveTransfer, RuleId.FC_005, "PF-30"),
     # workers behind a router
     _engine("readds-too-early", ReaddsTooEarly, RuleId.RTR_001),  # type: ignore[arg-type]
     _engine("readds-at-newest-weights", ReaddsAtNewestWeights, RuleId.RTR_001),  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ versions. The reference decode engine checks the version the transferred KV was 
 under against its own (a handshake on the KV's version tag) and refuses a request, or
 aborts a live one at its finish, when they differ (PD-001). A request admitted with
 ``start`` is a live transfer until it finishes: the prefill engine holds its KV too, so its
-flush (asked, or inside an update) is refused while one lives (PD-002).
+flush (asked, or inside an update) is refused while one lives (FC-005).
 
 A P/D endpoint is modelled with requests (on the decode side), flushes, updates, pauses and
 continues (``model.semantics.PREFILL_ACTIONS``, ``DECODE_ACTIONS``); the adapter never
@@ -85,7 +85,7 @@ class PrefillEndpoint(ReferenceEndpoint):
         return len(self.transfers)
 
     def _can_flush(self) -> bool:
-        """LIV-001 and PD-002: a live transfer holds KV of this engine's pool as a running
+        """LIV-001 and FC-005: a live transfer holds KV of this engine's pool as a running
         request does, so the flush waits for it (here: is refused)."""
         return super()._can_flush() and not self.live_transfers()
 

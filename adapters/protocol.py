@@ -44,7 +44,7 @@ adapter lacks is SKIP with that reason, never PASS:
                           lineage, version and KV format that computed it
 ``roles``                 prefill/decode deployments (``Config.role``): a request on a
                           decode endpoint whose KV the prefill endpoint computes and
-                          transfers, live until it finishes (PD-001, PD-002)
+                          transfers, live until it finishes (PD-001, FC-005)
 ``router``                workers behind a router (``Config.router``): LeaveRotation and
                           EnterRotation, the router's answer to putting a worker back,
                           traffic only to workers in rotation (RTR-001)

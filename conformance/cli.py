@@ -394,7 +394,7 @@ def build_parser() -> Parser:
         "--pd",
         action="store_true",
         help="sglang API: a prefill/decode pair, the prefill server on --port and the decode "
-        "server on --decode-port, each with its own weight-sync routes (PD-001, PD-002)",
+        "server on --decode-port, each with its own weight-sync routes (PD-001, FC-005)",
     )
     p.add_argument(
         "--decode-port",

@@ -111,6 +111,7 @@ SETUPS: tuple[Setup, ...] = (
             RuleId.FC_002,
             RuleId.FC_003,
             RuleId.FC_004,
+            RuleId.FC_005,
             RuleId.INV_001,
             RuleId.INV_002,
             RuleId.INV_003,
@@ -227,7 +228,7 @@ DEPLOYMENTS: dict[str, tuple[Setup, ...]] = {
                 Config(role=Role.DECODE, radix=False, info=server_info(radix_cache_enabled=False)),
             ),
             Policy(),
-            _rules(RuleId.PD_001, RuleId.PD_002),
+            _rules(RuleId.PD_001, RuleId.FC_005),
         ),
     ),
     # Two workers behind one router: requests only to workers in rotation, each worker

@@ -408,14 +408,6 @@ class Lockstep:
         ):
             self.failed -= {index}
 
-    def settled_closed(self, action: Action) -> bool:
-        """Whether every candidate state has ``action``'s endpoint closed: then a serve that
-        is not refused would break FC-002, so its refusal is evidence."""
-        index = getattr(action, "endpoint", None)
-        return index is not None and all(
-            index < len(s.endpoints) and s.endpoint(index).closed for s in self.states
-        )
-
     def judge_evidence(self, action: Action, obs, agreeing) -> None:
         """Count, per rule, the agreeing comparisons that could have shown its violation,
         and collect the notes of the branches the system took."""
@@ -435,13 +427,9 @@ class Lockstep:
                 # The restart oracle's bytes are evidence (DER-001, or INV-003 through the
                 # oracle) once they have told two versions apart for the prompt.
                 self.recorder.cold.record_fresh(o.served, lora, got.fresh)
-        closed = self.settled_closed(action)
+        index = getattr(action, "endpoint", None)
         for _, o in agreeing:
-            for rule_id in evidence(o, obs, caps, self.recorder.cold, lora):
-                if rule_id == RuleId.FC_002 and not closed:
-                    # a refusal both fail-closed branches may give: FC-002's evidence is
-                    # what tells them apart (``engine_step``, ``tells_installed_apart``)
-                    continue
+            for rule_id in evidence(o, obs, caps, self.recorder.cold, lora, self.states, index):
                 self.recorder.exercised[rule_id] += 1
             if o.note:
                 self.recorder.notes.add(f"{o.note} (endpoint {getattr(action, 'endpoint', '')})")

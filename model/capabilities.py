@@ -259,6 +259,8 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     RuleId.FC_002: (C.INFLIGHT,),
     RuleId.FC_003: (C.FLUSH_RESULT, C.INFLIGHT),
     RuleId.FC_004: (C.FAULTS,),
+    # a flush while a request holds KV (a live transfer on a P/D deployment)
+    RuleId.FC_005: (C.INFLIGHT,),
     RuleId.INV_002: (C.ATTRIBUTION, C.INFLIGHT, C.PAUSE),
     RuleId.INV_003: (C.WEIGHTS_PROBE,),
     RuleId.INV_004: (C.BYTE_ORACLE, C.EXACT_LANE),
@@ -290,8 +292,6 @@ EVIDENCE: dict[str, tuple[Capability, ...]] = {
     RuleId.STO_001: (C.STORE,),
     # a P/D deployment: the request's status and what its transferred KV was computed with
     RuleId.PD_001: (C.ROLES, C.INFLIGHT),
-    # a P/D deployment: a flush while a transfer is live, and its reported result
-    RuleId.PD_002: (C.ROLES, C.FLUSH_RESULT, C.INFLIGHT),
     # workers behind a router: the router's answer to putting a worker back
     RuleId.RTR_001: (C.ROUTER,),
 }

@@ -202,16 +202,28 @@ def compare(
         rule = outcome.rule_for(field_name, default)
         out.append(Violation(rule, expected, actual, f"{where} {field_name}".strip()))
 
+    claims_success = obs.status is Status.OK and exp.status is not Status.OK
+    claimed: list[Violation] = []
+    if outcome.completion is not None and claims_success:
+        claimed = compare(outcome.completion, obs, capabilities, where)
+    # A claimed success where the idle gate owed a refusal: true if what was observed agrees
+    # with the completed flush (it freed live KV: the gate's rule), false otherwise.
+    confirmed = claims_success and outcome.completion is not None and not claimed
+    gate = outcome.gate if confirmed else None
     status_differs = obs.status is not exp.status
     if status_differs:
-        rule = outcome.rule_for("status", RuleId.LIV_002)
+        rule = gate or outcome.rule_for("status", RuleId.LIV_002)
         where_ = f"{where} status".strip()
         out.append(
             Violation(rule, exp.status.value, obs.status.value, where_, klass=status_cost(obs))
         )
     flush_seen = Capability.FLUSH_RESULT in capabilities and exp.flushed is not None
     if flush_seen and (obs.flushed is True) != exp.flushed:
-        miss("flushed", exp.flushed, obs.flushed, RuleId.FC_003)
+        if gate is not None:
+            where_ = f"{where} flushed".strip()
+            out.append(Violation(gate, exp.flushed, obs.flushed, where_))
+        else:
+            miss("flushed", exp.flushed, obs.flushed, RuleId.FC_003)
     if exp.aborted is not None and obs.aborted is not None and obs.aborted != exp.aborted:
         miss("aborted", sorted(exp.aborted), sorted(obs.aborted), RuleId.ENG_009)
     elif outcome.shows_aborts and obs.aborted is None:  # an abort nobody saw (PF-17)
@@ -244,25 +256,23 @@ def compare(
                     f"{where} view.cache".strip(),
                 )
             )
-        elif exact and got != allowed and not _may_drop_current(outcome):
+        elif exact and got != allowed and not _may_drop_current(outcome, allowed - got):
             dropped = sorted(map(str, allowed - got))
             out.append(
                 Violation(RuleId.ENG_011, "nothing dropped unasked", f"dropped {dropped}", where)
             )
     if exp.response is not None and obs.response is not None:
         out += _compare_response(outcome, obs, capabilities, where)
-    claims_success = obs.status is Status.OK and exp.status is not Status.OK
-    if outcome.completion is not None and claims_success:
-        claimed = compare(outcome.completion, obs, capabilities, where)
-        out += [v for v in claimed if v not in out]
+    out += [v for v in claimed if v not in out]
     return out
 
 
-def _may_drop_current(outcome: Outcome) -> bool:
+def _may_drop_current(outcome: Outcome, dropped: frozenset) -> bool:
     """A flush or a restart may keep the entries of the weights in force, or drop them: the
-    model keeps them as what may remain, so an exact cache (ENG-011) that lists fewer after
-    such a step dropped nothing unasked."""
-    return outcome.flushed_from is not None or outcome.because.cache == RuleId.ENG_010
+    model keeps them as what may remain (``Outcome.droppable``), so an exact cache (ENG-011)
+    that lists fewer after such a step dropped nothing unasked. After any flush, what the
+    model lists is an upper bound the flush may undercut."""
+    return outcome.flushed_from is not None or dropped <= outcome.droppable
 
 
 def _compare_response(
@@ -510,18 +520,31 @@ class ColdBytes:
         return len(set(self.fresh.get((prefix, lora), {}).values())) > 1
 
 
+def settled_closed(states: Collection[State], index: int | None) -> bool:
+    """Every candidate state in ``states`` has endpoint ``index`` closed: a serve there
+    that is not refused would break FC-002 whichever branch the system took."""
+    return index is not None and all(
+        index < len(s.endpoints) and s.endpoint(index).closed for s in states
+    )
+
+
 def evidence(
     outcome: Outcome,
     obs: Observation,
     capabilities: Collection[str],
     oracle: ColdBytes | None = None,
     lora: bool = False,
+    states: Collection[State] | None = None,
+    index: int | None = None,
 ) -> set[str]:
     """The rules an agreeing comparison gave real evidence for (PASS needs some; without,
     UNKNOWN). Only observations that could have shown the violation count: a cache listing
     after a flush only if there was something to remove; provenance or bytes only on a hit
     the model explains by an entry it held; bytes only once ``oracle`` has told two weight
-    versions apart for that prompt."""
+    versions apart for that prompt. A refusal blamed on FC-002 counts only where every
+    candidate state before the step (``states``) has the action's endpoint (``index``)
+    closed: elsewhere both fail-closed branches may refuse, and what tells them apart is
+    FC-002's evidence (``tells_installed_apart``); without ``states`` it never counts."""
     exp = outcome.observation
     view_seen = exp.view is not None and obs.view is not None
     something_to_remove = outcome.flushed_from is None or bool(outcome.flushed_from)
@@ -558,6 +581,8 @@ def evidence(
         and len(exp.response.sampled or ()) > 1,
     }
     rules = {rule for field_name, rule in outcome.because if seen.get(field_name, False)}
+    if outcome.gate is not None:
+        rules.add(outcome.gate)  # a refusal the idle gate owed, given (the status is seen)
     if seen["view.cache"] and outcome.flushed_from:
         rules.add(RuleId.ENG_003)  # a listing after a flush that had entries to remove
     if seen["view.cache"] and Capability.EXACT_CACHE in capabilities and exp.view.cache:
@@ -582,6 +607,8 @@ def evidence(
                 rules.add(RuleId.INV_001)
             if served.exact and not served.stale and served.weights != MIXED:
                 rules.add(RuleId.INV_004)
+    if states is None or not settled_closed(states, index):
+        rules.discard(RuleId.FC_002)  # a refusal both fail-closed branches may give
     return rules
 
 
@@ -632,6 +659,7 @@ UNKNOWN_BECAUSE: dict[str, str] = {
     "settled which fail-closed branch the system took",
     RuleId.FC_003: "no flush result was observed",
     RuleId.FC_004: "no update failed midway",
+    RuleId.FC_005: "no flush met a request holding KV",
     RuleId.ENG_001: "no cache listing after an exact-lane update that had something to remove",
     RuleId.ENG_002: "no cache listing after a requested flush that had something to remove",
     RuleId.ENG_003: "no cache listing after a flush that had something to remove",

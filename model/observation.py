@@ -160,6 +160,16 @@ class Outcome:
     """For an action that must fail: what a system that nevertheless claims success would have
     had to show (a false claim is judged against it too, so an update reported complete but never
     flushed is named for the flush rule it skipped)."""
+    gate: str | None = None
+    """For a refusal the idle gate owes (a flush, or an update's flush, while a live request
+    holds KV): the gate's rule (FC-005). A system that claims success where the observation
+    confirms ``completion`` (the flush really ran) broke the gate, and its claim is named by
+    this rule; one the observation contradicts (entries kept) made a false report, named by
+    ``because``. An agreeing refusal is the gate's evidence."""
+    droppable: frozenset[Entry] = frozenset()
+    """Entries of the weights in force this step keeps as what may remain, and a system may
+    as well drop (a flush keeps them: ``cache.flushed``; a restart: ``cache.restarted_cache``):
+    a listing without them dropped nothing unasked (no ENG-011 note)."""
     flushed_from: frozenset[Entry] | None = None
     """The entries a flush in this action had to remove (the cache it started from, less the
     entries of the weights in force a FlushCache may keep), so that a flush that removed some

@@ -15,7 +15,7 @@ An ID is ``KIND-NNN``; it never changes meaning once published. Kinds:
 * DER: state derived from the weights at load time.
 * RNK: data-parallel ranks behind one endpoint (the merge of their replies, their versions).
 * STO: a KV store shared by several endpoints and surviving restarts (which entry may be reused).
-* PD: prefill/decode deployments (the versions of a request's two engines, live transfers).
+* PD: prefill/decode deployments (the versions of a request's two engines).
 * RTR: workers behind a router (which workers receive traffic, and when they re-enter).
 
 Levels follow RFC 2119: a MUST violation is FAIL; a SHOULD violation is FAIL only under
@@ -405,6 +405,26 @@ RULES: tuple[Rule, ...] = (
         "Torn weights are no weight version at all.",
         "seed contract; bucketed transfers",
     ),
+    Rule(
+        "FC-005",
+        "FlushSparesLiveKv",
+        "MUST",
+        "A flush (asked directly, or run by an update) never frees KV that a live request "
+        "still holds: a request running or paused in place on the endpoint, or a live KV "
+        "transfer reading the endpoint's pages (a prefill/decode deployment's prefill "
+        "engine). While one does, the flush waits or is refused (an update whose flush it is "
+        "then fails: FC-001), whatever timeout or force its caller passed or dropped.",
+        "The flush's report can be true (it did empty the tree) and still break the idle "
+        "gate: the live request decodes on pages that later prefills overwrite, or the decode "
+        "engine reads a transfer's pages while they are reused. The mechanism is the gate, not "
+        "the report: a success the observation contradicts (entries kept) is FC-003's, or "
+        "FC-001's inside an update; a success it confirms broke this rule. One rule for the "
+        "endpoint's own requests and a deployment's live transfers: the gate is the same, "
+        "only what it must count differs.",
+        "sgl-project/sglang PR #36150, PR #36152 (a /flush_cache without a timeout skips "
+        "the scheduler's idle check, PF-30); sgl-project/sglang PR #12107 (an idle check "
+        "that missed a request: the flush freed the tree under it)",
+    ),
     # ----- invariants -------------------------------------------------------------------
     Rule(
         "INV-001",
@@ -666,20 +686,6 @@ RULES: tuple[Rule, ...] = (
         "no cache rule can catch it: the version of the transferred KV is the guard.",
         "verl-project/verl PR #7616; sgl-project/sglang PR #18646; sgl-project/rbg issue #22 "
         "(PF-29)",
-    ),
-    Rule(
-        "PD-002",
-        "FlushSparesLiveKv",
-        "MUST",
-        "A flush of a prefill/decode deployment's engine never frees KV that a live request "
-        "or a live KV transfer still holds: while one does, the flush (asked directly or as "
-        "part of an update) waits or is refused, whatever timeout or force its caller passed "
-        "or dropped.",
-        "The flush's report can be true (it did empty the tree) and still break the idle "
-        "gate: freeing the pages a transfer is reading from hands the decode engine KV that "
-        "is being overwritten. The mechanism is the gate, not the report, so it has a rule "
-        "of its own (FC-003 judges the report).",
-        "sgl-project/sglang PR #36150, PR #36152 (PF-30)",
     ),
     # ----- workers behind a router -------------------------------------------------------
     Rule(

@@ -515,11 +515,15 @@ def _install_branches(
     out: list[tuple[Install, Endpoint, Outcome]] = []
     if must_flush and (ep.kv_held or ep.refuse_flush):
         fail = {"weights": RuleId.FC_001, "label": RuleId.INV_003}
+        # The idle gate (FC-005) owes the refusal to a live request's KV, not to a fault: a
+        # success that shows the flush done freed that KV; one that shows it skipped, FC-001.
+        gate = None if ep.refuse_flush else RuleId.FC_005
         for name, e in ((Install.REFUSED_KEPT, kept), (Install.REFUSED_CLOSED, closed)):
-            out.append((name, e, evolve(rejected(e, RuleId.FC_001, **fail), completion=done)))
+            refused = rejected(e, RuleId.FC_001, **fail)
+            out.append((name, e, evolve(refused, completion=done, gate=gate)))
         if guarded:  # an injected refusal is FC-001's, asleep or not (CD-07 may stop)
-            out.append((Install.STOPPED, stop(ep), stopped(done)))
-            out.append((Install.STOPPED_LOADED, stop(loaded), stopped(done)))
+            out.append((Install.STOPPED, stop(ep), evolve(stopped(done), gate=gate)))
+            out.append((Install.STOPPED_LOADED, stop(loaded), evolve(stopped(done), gate=gate)))
             out.append((Install.ABORTED_THEN_FLUSHED, *aborted_then_flushed(ep, version, blame)))
         if needless:
             out.append((Install.FLUSHED, flushed, done))
@@ -791,7 +795,8 @@ def _if_stopped(branch: Branch, call: Action) -> Branches:
 @action(FlushCache, when=_always)
 def flush_cache(s: State, a: FlushCache) -> Branches:
     """LIV-001: refused only while KV is held or a refusal is injected (while KV is held
-    with nothing to flush, a success that changes nothing is allowed too). ENG-003: a
+    with nothing to flush, a success that changes nothing is allowed too). FC-005: while a
+    live request holds KV the flush is refused (the idle gate; ``Outcome.gate``). ENG-003: a
     completed flush removes every entry of other weights, lineage or KV format on every
     tier; an entry of the weights in force may stay (``flushed``: a storage tier keyed by
     version keeps it). FC-003: the reported result is the truth (a flush that removed
@@ -801,27 +806,41 @@ def flush_cache(s: State, a: FlushCache) -> Branches:
     if ep.kv_held or ep.refuse_flush:
         ep2 = evolve(ep, refuse_flush=False)
         outcome = seen(rejected(ep2, RuleId.FC_003, flushed=RuleId.FC_003), flushed=False)
-        refused = (s.with_endpoint(a.endpoint, ep2), outcome)
         if ep.refuse_flush or ep.config.radix or ep.cache:
-            return (refused,)
+            if not ep.refuse_flush:
+                # The idle gate (FC-005): a live request holds KV. A success that shows
+                # this completed flush freed it; one that shows entries kept lied (FC-003).
+                outcome = evolve(outcome, gate=RuleId.FC_005, completion=_completed(s, a)[1])
+            return ((s.with_endpoint(a.endpoint, ep2), outcome),)
+        refused = (s.with_endpoint(a.endpoint, ep2), outcome)
         # Nothing to flush (the radix cache off, no entry on any tier): the KV the requests
         # hold is nowhere a flush could drop it, so a success that changes nothing is as
         # allowed as the refusal.
         nothing = ok(ep, RuleId.LIV_001, flushed=RuleId.FC_003, cache=RuleId.FC_003)
         nothing = seen(nothing, flushed=True)
         return (refused, (s, evolve(nothing, flushed_from=ep.cache)))
+    done = _completed(s, a)
+    if ep.kv_released:  # or refused cleanly, changing nothing (MEM-001)
+        refused = seen(rejected(ep, RuleId.MEM_001, flushed=RuleId.FC_003), flushed=False)
+        return (done, (s, refused))
+    return (done,)
+
+
+def _completed(s: State, a: FlushCache) -> Branch:
+    """A flush of ``a.endpoint`` that completed: every entry of other weights, lineage or
+    KV format gone on every tier (ENG-003), reported done (FC-003)."""
+    ep = s.endpoint(a.endpoint)
     ep2 = encoder_kept(ep, flushed(ep))
     # MEM-001: with the KV released there is nothing on device to remove; the flush empties
     # the index (and lower tiers) and answers, it never touches the released pools.
     status = RuleId.MEM_001 if ep.kv_released else RuleId.LIV_001
     outcome = seen(ok(ep2, status, flushed=status, cache=RuleId.FC_003), flushed=True)
     # ``flushed_from``: what it had to remove, so that a listing after a flush of current
-    # entries alone is no evidence (nothing there could be wrongly kept).
-    done = (s.with_endpoint(a.endpoint, ep2), evolve(outcome, flushed_from=ep.cache - ep2.cache))
-    if ep.kv_released:  # or refused cleanly, changing nothing (MEM-001)
-        refused = seen(rejected(ep, RuleId.MEM_001, flushed=RuleId.FC_003), flushed=False)
-        return (done, (s, refused))
-    return (done,)
+    # entries alone is no evidence (nothing there could be wrongly kept); ``droppable``: the
+    # current entries it kept, which it may as well have removed.
+    kept = ep2.cache & ep.cache
+    outcome = evolve(outcome, flushed_from=ep.cache - ep2.cache, droppable=kept)
+    return (s.with_endpoint(a.endpoint, ep2), outcome)
 
 
 @action(FlushEncoderCache, when=_always)
@@ -1030,7 +1049,7 @@ def restart(s: State, a: Restart) -> Branches:
     )
     ep2 = evolve(ep2, cache=restarted_cache(ep, ep2))
     done = ok(ep2, cache=RuleId.ENG_010, weights=RuleId.ENG_010, derived=RuleId.DER_001)
-    return ((s.with_endpoint(a.endpoint, ep2), done),)
+    return ((s.with_endpoint(a.endpoint, ep2), evolve(done, droppable=ep2.cache)),)
 
 
 # ----- data-parallel ranks behind one endpoint (RNK-001..003) ------------------------------
@@ -1189,12 +1208,15 @@ def ranked_flush(s: State, a: FlushCache) -> Branches:
             ok(ep2, RuleId.LIV_001, flushed=RuleId.RNK_001, cache=RuleId.FC_003), flushed=True
         )
         return ((s.with_endpoint(i, ep2), evolve(outcome, flushed_from=ep.cache)),)
+    # a rank refused for a request holding KV there: the idle gate's refusal (FC-005's
+    # evidence; the merged claim of success stays RNK-001's)
+    gate = next((b[1].gate for b in done if b[1].gate is not None), None)
     out = []
     for e in dict.fromkeys(
         (ep2, ranked(ep, tuple(evolve(r, refuse_flush=False) for r in ep.ranks)))
     ):
         refused = rejected(e, RuleId.RNK_001, flushed=RuleId.RNK_001)
-        out.append((s.with_endpoint(i, e), seen(refused, flushed=False)))
+        out.append((s.with_endpoint(i, e), evolve(seen(refused, flushed=False), gate=gate)))
     return tuple(out)
 
 
@@ -1217,6 +1239,7 @@ def ranked_update(s: State, a: UpdateWeights) -> Branches:
     outcomes: list[Outcome] = []
     claims: list[Outcome] = []  # per rank: what a claim of success would have had to show
     faulted = refused = False
+    gate = None  # a rank's flush refused for a request holding KV there (FC-005)
     for r in ep.ranks:
         kept = evolve(r, fail_update=False, refuse_flush=False)
         if r.fail_update:
@@ -1231,6 +1254,7 @@ def ranked_update(s: State, a: UpdateWeights) -> Branches:
         else:
             after.append(kept)
             refused = True
+            gate = gate or o.gate
             if o.completion is not None:
                 claims.append(o.completion)
     if not faulted and not refused:
@@ -1247,8 +1271,12 @@ def ranked_update(s: State, a: UpdateWeights) -> Branches:
         whole = View(weights=a.version, label=a.version, cache=cache_)
         completion = evolve(claims[0], observation=evolve(claims[0].observation, view=whole))
         completion = evolve(completion, flushed_from=ep.cache)
+    gate = None if faulted else gate
     return tuple(
-        (s.with_endpoint(i, e), evolve(rejected(e, status, **blame), completion=completion))
+        (
+            s.with_endpoint(i, e),
+            evolve(rejected(e, status, **blame), completion=completion, gate=gate),
+        )
         for e in dict.fromkeys((back, shut))
     )
 
@@ -1340,7 +1368,7 @@ def stored_request(s: State, a: ServeRequest) -> Branches:
     return tuple(out)
 
 
-# ----- prefill/decode deployments (PD-001, PD-002) ------------------------------------------
+# ----- prefill/decode deployments (PD-001, FC-005) ------------------------------------------
 #
 # An endpoint with ``Config.role`` is one side of a prefill/decode deployment. Requests are
 # sent to a DECODE endpoint: the deployment's PREFILL endpoint (``State.prefill_index``)
@@ -1350,7 +1378,7 @@ def stored_request(s: State, a: ServeRequest) -> Branches:
 # request is then refused, and a live request whose transferred KV is of another version
 # than the decode side's is aborted (PD-001). A request admitted with StartRequest is a
 # live transfer until it finishes: the prefill side holds its KV as well, so a flush there,
-# asked or inside an update, is refused while it lives (PD-002). Only ``PREFILL_ACTIONS``
+# asked or inside an update, is refused while it lives (FC-005). Only ``PREFILL_ACTIONS``
 # and ``DECODE_ACTIONS`` are enabled on such endpoints, with no namespace, LoRA or clearing
 # pause; a decode endpoint admits only while the prefill endpoint's phase admits requests.
 
@@ -1452,28 +1480,20 @@ def pd_finish(s: State, a: FinishRequest) -> Branches:
 
 def _holding_transfers(s: State, a: FlushCache | UpdateWeights, effect: Effect) -> Branches:
     """``effect`` on the prefill endpoint as if the live transfers were its own in-flight
-    requests (they hold its KV: a flush must wait for them), then without them again. A
-    refusal they caused answers to PD-002."""
+    requests (they hold its KV: a flush must wait for them, FC-005's idle gate), then
+    without them again."""
     i = a.endpoint
     held = transfers(s)
     p = s.endpoint(i)
     out = []
     for s2, o in effect(s.with_endpoint(i, evolve(p, requests=held)), a):
         e = evolve(s2.endpoint(i), requests=())
-        if o.observation.status is Status.REJECTED and o.because.status in (
-            RuleId.FC_003,
-            RuleId.FC_001,
-        ):
-            because = evolve(o.because, status=RuleId.PD_002)
-            if o.because.flushed is not None:
-                because = evolve(because, flushed=RuleId.PD_002)
-            o = evolve(o, because=because)
         out.append((s2.with_endpoint(i, e), o))
     return tuple(out)
 
 
 def pd_flush(s: State, a: FlushCache) -> Branches:
-    """PD-002: a flush of the prefill endpoint is refused while a transfer is live (an
+    """FC-005: a flush of the prefill endpoint is refused while a transfer is live (an
     injected refusal stays FC-003's); otherwise any single scheduler's flush."""
     if s.endpoint(a.endpoint).refuse_flush or not transfers(s):
         return flush_cache(s, a)
@@ -1483,7 +1503,8 @@ def pd_flush(s: State, a: FlushCache) -> Branches:
 def pd_update(s: State, a: UpdateWeights) -> Branches:
     """An update of the prefill endpoint: a single scheduler's, with the live transfers
     holding its KV, so an update whose flush is required fails while one lives (FC-001's
-    branches, the refusal answering to PD-002: its flush would free a transfer's KV)."""
+    branches, the refusal owed to FC-005's idle gate: its flush would free a transfer's
+    KV)."""
     if s.endpoint(a.endpoint).refuse_flush or not transfers(s):
         return update_weights(s, a)
     return _holding_transfers(s, a, update_weights)  # type: ignore[arg-type]

@@ -185,7 +185,7 @@ class Config:
     endpoint computes each request's KV and transfers it to the DECODE endpoint the request
     was sent to, which decodes under its own weights; each side has its own weight version
     (PD-001), and a transfer is live from its admission on the decode side to its finish
-    (PD-002). ``None``: a single endpoint, as every other config."""
+    (FC-005). ``None``: a single endpoint, as every other config."""
     router: bool = field(default=False, validator=_plain_router_worker)
     """It is a worker behind the deployment's router (SGLang's model gateway, sgl-router;
     vLLM's router): the router sends it traffic only while it is in the rotation

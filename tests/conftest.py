@@ -33,6 +33,7 @@ REAL_ENGINES = ("vllm", "sglang", "peer")
 SLOW_MODULES = {
     "test_mutants.py": "the kill matrix: every mutant killed by its rule, two searches each",
     "test_designs.py": "the pass and kill matrices at ci and the product explorer per design",
+    "test_designs_budget.py": "a whole check per design at ten times the ci budget",
     "test_bench.py": "runs scripts/bench.py, a minute of search",
     "test_peer.py": "a real RL framework's client against kvfence serve",
     "test_explore_parallel.py": "forks explorer workers, serial and parallel searches",

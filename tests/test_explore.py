@@ -178,7 +178,8 @@ SHORTEST: dict[str, int] = {
     "crashes-after-swap": 2,
     "flush-refusal-reported-as-success": 2,
     "retract-blocks-flush": 2,
-    "flushes-around-paused-kv": 2,
+    "flushes-around-paused-kv": 3,  # a request, an in-place pause, the update
+    "flush-skips-idle-check": 2,  # a request starts, then a flush frees its KV
     "flush-forgets-storage": 3,
     "flush-forgets-encoder": 2,
     # 3: start a request, demote its prefix to the host tier, sync. On the encoder setup
@@ -246,13 +247,18 @@ SHOWS_ANOTHER_RULE_FIRST = {
     "flush-spares-queued-requests",
     "flush-is-a-stub",
     "flushes-around-paused-kv",
+    "flush-refusal-reported-as-success",
 }
 """On an exact lane, a flush that spares every entry (all held by queued requests) looks
 exactly like no flush at all, so a path no longer than the focused one shows ENG-001. A stub
 reset on an empty cache keeps nothing it should not, so its one-step path shows only its
 missing result (LIV-001) before a cached prefix shows FC-003. A flush that skips the KV a
-paused request holds and says OK breaks FC-001 (it served on) and, at the same length, FC-003
-(a flush that could not clear everything reported success)."""
+paused request holds and says OK breaks FC-001 or FC-003 where the refusal was an injected
+fault (no gate's), at the same length as FC-005 where a paused request's KV was flushed
+around. A flush refused while a request runs on KV of the weights in force, reported as
+success, shows only a success the gate did not allow (FC-005: a completed flush may keep
+those entries, so the listing cannot show the report false) before an update makes the
+kept entries stale (FC-003), or an injected refusal is called success (FC-003)."""
 
 STATEFUL: dict[str, int] = {
     **{name: 1 for name in ("never-flush", "unreported-means-disabled", "fp8-only")},
@@ -274,6 +280,7 @@ STATEFUL: dict[str, int] = {
     "finish-publishes-after-failed-chunk": 4,
     "relabel-without-loading": 3,
     "derived-skipped-on-tensor-funnel": 2,  # CD-15: the lag shows only after a forward
+    "flushes-around-paused-kv": 3,  # a request, an in-place pause, the update
     "p2p-prepare-writes-live": 3,  # CD-14: the chunk may be staged; the forward is not
     # a router: a worker out of rotation and not settled, then put back
     "readds-too-early": 3,

@@ -1,7 +1,8 @@
 """Prefill/decode deployments: the vocabulary (``Config.role``, live transfers), what the
-spec allows a request and a flush there (PD-001, PD-002), the reference P/D engines
-(``adapters/pd.py``), the live-KV naming (a flush that frees KV a live transfer holds is
-PD-002's, never FC-003's: its report is true), and the pd deployment of the explorer. The
+spec allows a request and a flush there (PD-001, and FC-005's idle gate for live
+transfers), the reference P/D engines (``adapters/pd.py``), the live-KV naming (a flush that
+frees KV a live transfer holds is FC-005's, never FC-003's: its report is true), and the pd
+deployment of the explorer. The
 catalog's P/D mutants and designs are also in the catalog-wide tests
 (tests/test_mutants.py, tests/test_designs.py, tests/test_cases.py)."""
 
@@ -40,6 +41,10 @@ DISK = Funnel.DISK
 
 def _statuses(state, action):
     return [(o.observation.status, o.because.status) for _, o in step(state, action)]
+
+
+def _gates(state, action):
+    return [(o.observation.status, o.gate) for _, o in step(state, action)]
 
 
 # ----- vocabulary ---------------------------------------------------------------------------
@@ -103,18 +108,16 @@ def test_a_live_transfer_outdated_by_an_update_on_the_decode_side_is_aborted():
     assert [o.observation.status for _, o in step(fresh, FinishRequest(1, "r1"))] == [Status.OK]
 
 
-# ----- the spec: PD-002, and the live-KV naming ----------------------------------------------
+# ----- the spec: FC-005 on a live transfer, and the live-KV naming -------------------------
 
 
 def test_a_live_transfer_holds_the_prefill_side_kv():
     s = after(initial_state((P, D)), StartRequest(1, "r1", "P"))
     assert [r.rid for r in transfers(s)] == ["r1"] and s.endpoint(0).requests == ()
-    assert _statuses(s, FlushCache(0)) == [(Status.REJECTED, RuleId.PD_002)]
-    # an update whose flush is required fails while it lives, each refusal PD-002's
-    refusals = [
-        st for st in _statuses(s, UpdateWeights(0, 1, DISK, True)) if st[1] == RuleId.PD_002
-    ]
-    assert refusals and all(st[0] is Status.REJECTED for st in refusals)
+    assert _gates(s, FlushCache(0)) == [(Status.REJECTED, RuleId.FC_005)]
+    # an update whose flush is required fails while it lives, each refusal the gate's
+    refusals = [st for st in _gates(s, UpdateWeights(0, 1, DISK, True)) if st[1] is not None]
+    assert refusals and all(st == (Status.REJECTED, RuleId.FC_005) for st in refusals)
     # no state the model reaches puts a phantom request on the prefill side
     assert all(s2.endpoint(0).requests == () for s2, _ in step(s, UpdateWeights(0, 1, DISK, True)))
     # a retract frees the transfer's KV: the flush may run
@@ -123,10 +126,10 @@ def test_a_live_transfer_holds_the_prefill_side_kv():
     assert [st[0] for st in _statuses(retracted, FlushCache(0))] == [Status.OK]
 
 
-def test_a_flush_that_frees_a_live_transfer_is_pd_002_and_not_fc_003():
+def test_a_flush_that_frees_a_live_transfer_is_fc_005_and_not_fc_003():
     """PF-30's naming: the flush's report is true (it emptied the tree), so the rule it
-    breaks is the idle gate's (PD-002). A checker that named the report (FC-003), as a
-    single endpoint's flush refusal is named, fails here."""
+    breaks is the idle gate's (FC-005). A checker that named the report (FC-003) fails
+    here."""
     r = replay_actions(
         registry.engine("flush-frees-live-transfer"),
         registry.client("reference"),
@@ -136,7 +139,7 @@ def test_a_flush_that_frees_a_live_transfer_is_pd_002_and_not_fc_003():
     )
     assert r.kind == "FAIL"
     rules = {v.rule for v in r.violations}
-    assert rules == {RuleId.PD_002}, rules
+    assert rules == {RuleId.FC_005}, rules
     assert RuleId.FC_003 not in rules
 
 
@@ -165,7 +168,7 @@ def test_the_reference_pd_engine_passes_at_ci_with_evidence_for_both_rules(out_d
     result = run_check(engine, registry.client("reference"), out_dir=out_dir, battery=False)
     assert result.verdict == "PASS", [(r.rule.id, r.verdict, r.reason) for r in result.rules]
     verdicts = {r.rule.id: r for r in result.rules}
-    for rule in ("PD-001", "PD-002"):
+    for rule in ("PD-001", "FC-005"):
         assert verdicts[rule].verdict == "PASS" and verdicts[rule].evidence > 0, rule
 
 
@@ -173,7 +176,7 @@ def test_pd_rules_are_not_at_stake_on_an_engine_without_roles(out_dir):
     engine, client = registry.engine("reference"), registry.client("reference")
     result = run_check(engine, client, out_dir=out_dir, max_examples=20, battery=False)
     verdicts = {r.rule.id: r.verdict for r in result.rules}
-    assert verdicts["PD-001"] == "N/A" and verdicts["PD-002"] == "N/A"
+    assert verdicts["PD-001"] == "N/A"
 
 
 # ----- the explorer's pd deployment ----------------------------------------------------------
@@ -213,7 +216,7 @@ def test_pd_designs_pass_under_the_explorer(name):
     ("mutant", "rule"),
     [
         ("decode-serves-any-kv-version", RuleId.PD_001),
-        ("flush-frees-live-transfer", RuleId.PD_002),
+        ("flush-frees-live-transfer", RuleId.FC_005),
     ],
 )
 def test_the_explorer_kills_each_pd_mutant_with_its_rule(mutant, rule):

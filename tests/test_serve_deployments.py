@@ -1,6 +1,6 @@
 """``kvfence serve`` behind a deployment: an endpoint of data-parallel ranks (``--ranks N``)
 and a prefill/decode pair (``--pd``), judged on the deployment rules (RNK-001..003, PD-001,
-PD-002).
+FC-005).
 
 Each test starts ``kvfence serve`` as a subprocess and drives it with httpx as a trainer
 drives SGLang: its rollouts place requests on a rank (``routed_dp_rank``) or send them to
@@ -410,7 +410,7 @@ def test_a_trainer_that_updates_only_one_role(tmp_path, engine, verdict):
 )
 def test_a_prefill_flush_spares_a_live_transfer(tmp_path, engine, flush, verdict):
     """A streamed request on the decode server holds KV the prefill server computed: the
-    prefill server's ``/flush_cache`` meanwhile must be refused (PD-002), as the
+    prefill server's ``/flush_cache`` meanwhile must be refused (FC-005), as the
     reference does; PF-30's prefill server frees it and says so truthfully."""
     with serve(tmp_path, "--pd", "--engine", engine, "--stream-hold", "5") as d:
         assert generate(d.decode) == 200
@@ -427,10 +427,10 @@ def test_a_prefill_flush_spares_a_live_transfer(tmp_path, engine, flush, verdict
         code = d.stop()
     assert got["verdict"] == verdict, got
     if verdict == "FAIL":
-        assert failed(got) == {"PD-002"}, got
+        assert failed(got) == {"FC-005"}, got
         assert code == 1
     else:
-        assert rules(got)["PD-002"] == "PASS" and evidence(got, "PD-002") > 0, got
+        assert rules(got)["FC-005"] == "PASS" and evidence(got, "FC-005") > 0, got
         assert code == 0, d.stdout
         replays(Path(got["trace"]), 0)
 
