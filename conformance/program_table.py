@@ -66,7 +66,9 @@ def table_setups() -> list[tuple[tuple[Config, ...], Policy]]:
     return out
 
 
-def program_table(client: Any, recorder: Any, timeout: float) -> list[Violation]:
+def program_table(
+    client: Any, recorder: Any, timeout: float, focus: str | None = None
+) -> list[Violation]:
     """A client program's client rules on every setup of ``table_setups``, whatever the
     engine under test: one sync per setup, driven on a fresh reference endpoint and the
     model in lockstep, so that a program deciding across endpoints is judged on every
@@ -74,7 +76,11 @@ def program_table(client: Any, recorder: Any, timeout: float) -> list[Violation]
     ``client_table`` does the same for one endpoint), and its verdict does not depend on
     which engine is checked. Returns the CLI violations found, the first per rule and
     number of endpoints, each naming its setup; the engine's rules are the run's, not the
-    table's. The CLI rules it exercised are counted on ``recorder``."""
+    table's. The CLI rules it exercised are counted on ``recorder``.
+
+    ``focus`` (a rule ID, ``kvfence check --focus``): the table stops at the first setup
+    that shows that rule broken, since a focused check judges no other rule; without one,
+    or while the rule holds, every setup runs."""
     engine = InProcessAdapter(ReferenceEndpoint, "program-table")
     out: list[Violation] = []
     seen: set[tuple[str, int]] = set()
@@ -99,5 +105,7 @@ def program_table(client: Any, recorder: Any, timeout: float) -> list[Violation]
         for rule_id, n in lock.recorder.exercised.items():
             if BY_ID[rule_id].kind == "CLI":
                 recorder.exercised[rule_id] += n
+        if focus is not None and any(v.rule == focus for v in out):
+            break
     engine.close()
     return out

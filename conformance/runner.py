@@ -429,7 +429,7 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
         search.reasons = missing_reasons(engine)
         if not is_program(client):
             search.table = client_table(client, search.recorder, opts.timeout)
-        else:
+        elif not _program_table_last(opts):
             search.table = program_table(client, search.recorder, opts.timeout)
     except AdapterError as e:
         search.error = e
@@ -441,6 +441,16 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
         _battery(engine, client, search, opts, budget.max_examples if own is None else own)
         if search.error is not None or search.recorder.failure is not None:
             return search
+        assert search.battery is not None
+    if is_program(client) and _program_table_last(opts):
+        try:
+            search.table = program_table(client, search.recorder, opts.timeout, opts.focus)
+        except AdapterError as e:
+            search.error = e
+            return search
+        if any(v.rule == opts.focus for v in search.table):
+            return search  # the focus is shown broken: a focused check judges nothing else
+    if opts.battery:
         assert search.battery is not None
         if own is None:
             left = max(1, budget.max_examples - search.battery.ran - search.battery.failed)
@@ -458,6 +468,15 @@ def generate(engine: EngineAdapter, client: ClientAdapter, opts: Options) -> Sea
         if search.error is not None or search.recorder.failure is not None:
             break
     return search
+
+
+def _program_table_last(opts: Options) -> bool:
+    """A client program's table (``program_table``: about 780 one-sync runs, seconds) runs
+    after the battery in a focused check, and stops at the focus rule's first violation:
+    a focused check stops at its rule's first kill, and the battery (one scenario per
+    example) shows most rules long before the table has run. Unfocused, the table runs
+    first and whole, so every CLI rule is judged on every setup."""
+    return opts.focus is not None and opts.battery
 
 
 def battery_budget(engine: EngineAdapter, opts: Options) -> int | None:

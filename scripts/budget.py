@@ -102,22 +102,28 @@ def _systems(side: str, name: str, engine: str = "reference") -> tuple[str, str]
 
 def prefix_kill(m) -> tuple[int | None, str]:
     """``(example, part)``: where the seed-independent part of ``m``'s focused ci check
-    (the client table, then the battery) first shows ``m.rule`` broken; ``(None, "")``
-    when it does not (the random search must)."""
+    (a resolver's client table, then the battery, then a program's table: the order of a
+    focused ``runner.generate``) first shows ``m.rule`` broken; ``(None, "")`` when it does
+    not (the random search must)."""
     engine_name, client_name = _systems(m.side, m.name, m.engine)
     engine, client = registry.engine(engine_name), registry.client(client_name)
     rec = Recorder()
+    program = is_program(client)
     try:
-        table = program_table if is_program(client) else client_table
-        if m.rule in {v.rule for v in table(client, rec, TIMEOUT)}:
+        if not program and m.rule in {v.rule for v in client_table(client, rec, TIMEOUT)}:
             return 0, "table"
         run_battery(engine, client, load_battery(), rec, TIMEOUT, m.rule, FOCUSED_EXAMPLES["ci"])
+        shown = rec.shown.get(m.rule)
+        if shown is not None:
+            return shown, "battery"
+        # a program's table runs after the battery in a focused check (runner)
+        if program and m.rule in {v.rule for v in program_table(client, rec, TIMEOUT, m.rule)}:
+            return 0, "table"
     except AdapterError:
         return None, ""
     finally:
         engine.close()
-    shown = rec.shown.get(m.rule)
-    return (shown, "battery") if shown is not None else (None, "")
+    return None, ""
 
 
 def mutant_row(m, seeds: int, battery: bool, out: Path) -> dict:

@@ -50,9 +50,14 @@ def test_setups_cover_every_producer_pair_in_order():
 
 
 def test_a_wrong_cross_endpoint_decision_is_in_the_table():
-    found = program_table(MajorityFlush(), Recorder(), 5.0)
+    whole, focused = Recorder(), Recorder()
+    found = program_table(MajorityFlush(), whole, 5.0)
     assert RuleId.CLI_001 in {v.rule for v in found}
     assert any("3 endpoint(s)" in v.where for v in found)
+    # focused on the rule, the table stops at its first violation: the same one, sooner
+    first = program_table(MajorityFlush(), focused, 5.0, focus=RuleId.CLI_001)
+    assert first[-1] == next(v for v in found if v.rule == RuleId.CLI_001)
+    assert sum(focused.exercised.values()) < sum(whole.exercised.values())
 
 
 def test_a_correct_cross_endpoint_decision_is_not():
