@@ -82,3 +82,22 @@ def test_the_correct_program_gets_the_same_verdict_on_both_engines(out_dir):
         assert not [v for v in result.violations if v.rule.startswith("CLI")], engine
     assert verdicts["reference"] == verdicts["reference-closing"]
     assert verdicts["reference"][RuleId.CLI_001] == "PASS"
+
+
+def test_a_focused_check_runs_the_table_after_the_battery(out_dir):
+    """Focused, a program's table runs after the battery and stops at the focus rule's
+    first violation: with a one-scenario battery that passes, the table's violation is the
+    FAIL, named by its setup."""
+    result = run_check(
+        registry.engine("reference"),
+        MajorityFlush(),
+        max_examples=1,
+        focus=RuleId.CLI_001,
+        strict=True,
+        out_dir=out_dir,
+    )
+    assert result.verdict == "FAIL" and result.exit_code == 1
+    assert result.battery is not None and result.battery.ran == 1
+    assert result.battery.failed == 0
+    shown = [v for v in result.violations if v.rule == RuleId.CLI_001]
+    assert shown and "program table" in shown[0].where
