@@ -356,7 +356,16 @@ def build_parser() -> Parser:
         "--versions", type=positive_int, default=2, help="checkpoints to build: v0 .. vN-1"
     )
 
-    sub.add_parser("diagram", help="print the endpoint lifecycle as a Mermaid diagram")
+    p = sub.add_parser(
+        "diagram",
+        help="print the endpoint lifecycle (or a deployment's parts) as a Mermaid diagram",
+    )
+    p.add_argument(
+        "--deployment",
+        choices=("ranks", "store", "pd", "router"),
+        help="draw this deployment's endpoints, ranks, router, store and the KV between them "
+        "(docs/deployments.md) instead of the lifecycle",
+    )
 
     p = sub.add_parser(
         "serve",
@@ -1142,6 +1151,11 @@ def cmd_tiny_model(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_diagram(args: argparse.Namespace, console: Console) -> int:
+    if args.deployment is not None:
+        from .explore import deployment_diagram
+
+        print(deployment_diagram(args.deployment))
+        return EXIT_PASS
     print(lifecycle.diagram())
     return EXIT_PASS
 

@@ -256,6 +256,58 @@ def setups_for(focus: str | None) -> tuple[Setup, ...]:
     return chosen or SETUPS
 
 
+def deployment_diagram(name: str) -> str:
+    """Deployment ``name`` (``DEPLOYMENTS``) as a Mermaid flowchart, drawn from its setup:
+    one node per endpoint of its configs (a prefill or decode role, a router's worker, its
+    ranks as nodes of their own), the trainer's control calls (pause, update, flush,
+    continue: each endpoint's own call, fanned out to its ranks), the KV that moves between
+    parts (a P/D transfer, a shared store's entries), the router's traffic, and on each
+    edge the setup's rules that judge it. ``ValueError`` for an unknown name."""
+    lines = ["flowchart LR", '  trainer(["trainer: its weight sync"])']
+    for setup in deployment(name):
+        rules = ", ".join(sorted(setup.rules))
+        routed = [i for i, c in enumerate(setup.configs) if c.router]
+        if routed:
+            lines.append('  router{{"router: rotation"}}')
+            lines.append('  requests(["requests"]) --> router')
+        for i, c in enumerate(setup.configs):
+            what = [f"endpoint {i}"]
+            if c.role is not None:
+                what.append(c.role.value)
+            if c.router:
+                what.append("worker")
+            what.append("radix cache on" if c.radix else "radix cache off")
+            lines.append(f'  ep{i}["{", ".join(what)}"]')
+            control = "pause, update, flush, continue"
+            if c.ranks > 1:
+                lines.append(f"  trainer -->|{control}| ep{i}")
+                for k in range(c.ranks):
+                    lines.append(f'  ep{i}r{k}["rank {k}: weights, radix cache, requests"]')
+                    lines.append(f"  ep{i} <-->|fan-out, merged reply: {rules}| ep{i}r{k}")
+                    if not c.router:
+                        lines.append(f'  requests(["requests"]) -->|placed on a rank| ep{i}r{k}')
+            else:
+                lines.append(f"  trainer -->|{control}: its own call| ep{i}")
+                if not c.router and c.role is None:
+                    lines.append(f'  requests(["requests"]) --> ep{i}')
+            if c.router:
+                lines.append(f"  router -->|traffic while in rotation: {rules}| ep{i}")
+            if c.store:
+                lines.append(f"  ep{i} <-->|store, load: {rules}| store")
+        if any(c.store for c in setup.configs):
+            lines.append('  store[("KV store: shared, outlives restarts")]')
+        prefill = [i for i, c in enumerate(setup.configs) if c.role is Role.PREFILL]
+        decode = [i for i, c in enumerate(setup.configs) if c.role is Role.DECODE]
+        for p in prefill:
+            for d in decode:
+                lines.append(
+                    f"  ep{p} -->|KV transfer, live until the request finishes: {rules}| ep{d}"
+                )
+        for d in decode:
+            lines.append(f'  requests(["requests"]) --> ep{d}')
+    return "\n".join(lines)
+
+
 def deployment(name: str) -> tuple[Setup, ...]:
     """The setups of deployment ``name``; ``ValueError`` names the known ones."""
     try:
