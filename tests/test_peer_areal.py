@@ -23,14 +23,11 @@ in turn (torch imported once), three per path:
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from test_serve import serve
+from peer_lane import run_peer
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = ROOT / "tests" / "peer" / "areal_sync.py"
@@ -60,19 +57,9 @@ def rules(verdict: dict, outcome: str) -> set[str]:
 
 
 def test_areal_client_verdicts(tmp_path):
-    with ExitStack() as stack:
-        served = [
-            (mode, stack.enter_context(serve(tmp_path / f"{mode}{i}", engine, "sglang", extra)))
-            for mode in MODES
-            for i, (engine, extra) in enumerate(SERVERS)
-        ]
-        cmd = [str(AREAL_PYTHON), str(DRIVER), *(f"{mode}={s.url}" for mode, s in served)]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        calls = [json.loads(line) for line in r.stdout.splitlines() if '"call"' in line]
-        verdicts = [s.http.get("/kvfence/verdict").json() for _, s in served]
-        codes = [s.stop() for _, s in served]
-    traffic = [json.loads(next(s.out.glob("*.traffic.json")).read_text()) for _, s in served]
+    servers = [(mode, engine, extra) for mode in MODES for engine, extra in SERVERS]
+    run = run_peer(AREAL_PYTHON, DRIVER, tmp_path, "sglang", servers)
+    calls, verdicts, codes, traffic = run.calls, run.verdicts, run.codes, run.traffic
     # AReaL's own calls all answered: the verdicts are about what they did
     assert all(c["ok"] for c in calls), calls
     assert len(calls) == 2 * 3 * 6 + 3, calls  # xccl adds init_weights_update_group

@@ -25,14 +25,11 @@ servers:
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from test_serve import serve
+from peer_lane import run_peer
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = ROOT / "tests" / "peer" / "skyrl4_sync.py"
@@ -63,19 +60,8 @@ def violated(verdict: dict) -> dict[str, str]:
 
 
 def test_skyrl_040_client_verdicts(tmp_path):
-    with ExitStack() as stack:
-        served = [
-            stack.enter_context(serve(tmp_path / str(i), engine, "vllm", extra))
-            for i, (_, engine, extra) in enumerate(SERVERS)
-        ]
-        args = [f"{variant}={s.url}" for (variant, _, _), s in zip(SERVERS, served, strict=True)]
-        r = subprocess.run(
-            [str(SKYRL4_PYTHON), str(DRIVER), *args], capture_output=True, text=True, timeout=300
-        )
-        assert r.returncode == 0, r.stderr[-3000:]
-        calls = [json.loads(line) for line in r.stdout.splitlines() if '"call"' in line]
-        verdicts = [s.http.get("/kvfence/verdict").json() for s in served]
-        codes = [s.stop() for s in served]
+    run = run_peer(SKYRL4_PYTHON, DRIVER, tmp_path, "vllm", SERVERS, timeout=300)
+    calls, verdicts, codes = run.calls, run.verdicts, run.codes
     # SkyRL's own calls all answered: the verdicts are about what they did
     assert all(c["ok"] for c in calls), calls
     resets = [c for c in calls if c["call"] == "reset_prefix_cache"]

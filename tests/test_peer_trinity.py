@@ -35,14 +35,11 @@ fully-async explorer syncs while rollouts run, and ``SGLangRolloutModel`` pauses
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from test_serve import serve
+from peer_lane import run_peer
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = ROOT / "tests" / "peer" / "trinity_sync.py"
@@ -75,19 +72,9 @@ def outcome(verdict: dict, rule: str) -> str | None:
 
 
 def test_trinity_client_verdicts(tmp_path):
-    with ExitStack() as stack:
-        served = [
-            (mode, stack.enter_context(serve(tmp_path / f"{mode}{i}", engine, "sglang", extra)))
-            for mode in MODES
-            for i, (engine, extra) in enumerate(SERVERS)
-        ]
-        cmd = [str(TRINITY_PYTHON), str(DRIVER), *(f"{mode}={s.url}" for mode, s in served)]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        calls = [json.loads(line) for line in r.stdout.splitlines() if '"call"' in line]
-        verdicts = [s.http.get("/kvfence/verdict").json() for _, s in served]
-        codes = [s.stop() for _, s in served]
-    traffic = [json.loads(next(s.out.glob("*.traffic.json")).read_text()) for _, s in served]
+    servers = [(mode, engine, extra) for mode in MODES for engine, extra in SERVERS]
+    run = run_peer(TRINITY_PYTHON, DRIVER, tmp_path, "sglang", servers)
+    calls, verdicts, codes, traffic = run.calls, run.verdicts, run.codes, run.traffic
     # Trinity's own calls all answered: the verdicts are about what they did
     assert all(c["ok"] for c in calls), calls
     for k, mode in enumerate(MODES):

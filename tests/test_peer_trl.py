@@ -19,14 +19,11 @@ servers in turn (torch and vLLM imported once, about a minute on two loaded core
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from test_serve import serve
+from peer_lane import run_peer
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = ROOT / "tests" / "peer" / "trl_sync.py"
@@ -50,17 +47,9 @@ SERVERS = [
 
 
 def test_trl_client_verdicts(tmp_path):
-    with ExitStack() as stack:
-        served = [
-            stack.enter_context(serve(tmp_path / str(i), engine, "vllm", extra))
-            for i, (engine, extra) in enumerate(SERVERS)
-        ]
-        cmd = [str(TRL_PYTHON), str(DRIVER), *(s.url for s in served)]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        calls = [json.loads(line) for line in r.stdout.splitlines() if '"call"' in line]
-        verdicts = [s.http.get("/kvfence/verdict").json() for s in served]
-        codes = [s.stop() for s in served]
+    servers = [(None, engine, extra) for engine, extra in SERVERS]
+    run = run_peer(TRL_PYTHON, DRIVER, tmp_path, "vllm", servers)
+    calls, verdicts, codes = run.calls, run.verdicts, run.codes
     # TRL's own calls all answered: the verdicts are about what they did
     assert all(c["ok"] for c in calls), calls
     reset = [c for c in calls if c["call"] == "reset_prefix_cache"]

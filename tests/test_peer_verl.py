@@ -21,14 +21,11 @@ module is skipped with that reason. One driver process drives four servers:
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from test_serve import serve
+from peer_lane import run_peer
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = ROOT / "tests" / "peer" / "verl_sync.py"
@@ -58,18 +55,9 @@ def outcome(verdict: dict, rule: str) -> str:
 
 
 def test_verl_adapter_verdicts(tmp_path):
-    with ExitStack() as stack:
-        served = [
-            stack.enter_context(serve(tmp_path / str(i), engine, "sglang", extra))
-            for i, (engine, extra) in enumerate(SERVERS)
-        ]
-        cmd = [str(VERL_PYTHON), str(DRIVER), *(s.url for s in served)]
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stderr[-3000:]
-        calls = [json.loads(line) for line in r.stdout.splitlines() if '"call"' in line]
-        verdicts = [s.http.get("/kvfence/verdict").json() for s in served]
-        codes = [s.stop() for s in served]
-    traffic = [json.loads(next(s.out.glob("*.traffic.json")).read_text()) for s in served]
+    servers = [(None, engine, extra) for engine, extra in SERVERS]
+    run = run_peer(VERL_PYTHON, DRIVER, tmp_path, "sglang", servers)
+    calls, verdicts, codes, traffic = run.calls, run.verdicts, run.codes, run.traffic
     assert all(c["ok"] for c in calls), calls
     flushes = [c["returned"] for c in calls if c["call"] == "flush_cache"]
     assert "Cache flushed" in flushes[2] and flushes[3] == "{}", flushes  # retried; gave up
