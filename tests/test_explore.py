@@ -248,6 +248,7 @@ SHOWS_ANOTHER_RULE_FIRST = {
     "flush-is-a-stub",
     "flushes-around-paused-kv",
     "flush-refusal-reported-as-success",
+    "flush-stub-claims-success",
 }
 """On an exact lane, a flush that spares every entry (all held by queued requests) looks
 exactly like no flush at all, so a path no longer than the focused one shows ENG-001. A stub
@@ -258,7 +259,8 @@ fault (no gate's), at the same length as FC-005 where a paused request's KV was 
 around. A flush refused while a request runs on KV of the weights in force, reported as
 success, shows only a success the gate did not allow (FC-005: a completed flush may keep
 those entries, so the listing cannot show the report false) before an update makes the
-kept entries stale (FC-003), or an injected refusal is called success (FC-003)."""
+kept entries stale (FC-003), or an injected refusal is called success (FC-003); a stub
+flush that claims success does the same while a request runs."""
 
 STATEFUL: dict[str, int] = {
     **{name: 1 for name in ("never-flush", "unreported-means-disabled", "fp8-only")},
@@ -308,6 +310,10 @@ MODEL_ONLY_NAMES_ANOTHER_RULE = {
     "bucket-failure-keeps-serving": "a model-only replay of its recorded response on torn "
     "weights names the mixed KV it used (INV-001/INV-002), not FC-004 as the live lockstep "
     "does: a naming gap of the restart-oracle/torn classification still to close",
+    "flush-is-a-stub": "its flush answers 200 with no result while a request runs: live, the "
+    "lockstep names the missing result FC-003 (a missing result counts as failure); the "
+    "recorded trace holds the 200 alone, which a model-only replay reads as a success the idle "
+    "gate did not allow (FC-005)",
 }
 
 
