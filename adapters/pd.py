@@ -27,7 +27,7 @@ from typing import ClassVar
 from ..model.capabilities import Capability
 from ..model.state import Config, Use, server_info
 from ..model.vocabulary import PauseMode, Role
-from .reference import ReferenceEndpoint, Reply, Request
+from .reference import PROBED_SCHEDULER, ReferenceEndpoint, Reply, Request
 
 PD_CONFIGS: tuple[Config, ...] = (
     Config(role=Role.PREFILL),
@@ -37,15 +37,8 @@ PD_CONFIGS: tuple[Config, ...] = (
 radix cache on), endpoint 1 the decode engine (its own radix cache off, and reported so:
 every prefix it decodes arrives by transfer)."""
 
-PD_CAPABILITIES: frozenset[Capability] = frozenset(
+PD_CAPABILITIES: frozenset[Capability] = PROBED_SCHEDULER | frozenset(
     {
-        Capability.WEIGHTS_PROBE,
-        Capability.CACHE_PROBE,
-        Capability.PROVENANCE,
-        Capability.ATTRIBUTION,
-        Capability.BYTE_ORACLE,
-        Capability.FLUSH_RESULT,
-        Capability.PAUSE,
         Capability.INFLIGHT,
         Capability.ROLES,
     }

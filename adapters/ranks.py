@@ -28,24 +28,17 @@ from ..model.observation import View
 from ..model.state import Config
 from ..model.vocabulary import Funnel, Lane, PauseMode, Phase
 from .protocol import Unsupported
-from .reference import ReferenceEndpoint, Reply
+from .reference import PROBED_SCHEDULER, ReferenceEndpoint, Reply
 
 RANKS_CONFIGS: tuple[Config, ...] = (Config(lane=Lane.EXACT, ranks=2), Config(ranks=2))
 """The endpoints a ranked engine is checked on: an exact lane and a standard lane, each with
 two data-parallel ranks (the explorer's ``ranks`` setup)."""
 
 
-RANKS_CAPABILITIES: frozenset[Capability] = frozenset(
+RANKS_CAPABILITIES: frozenset[Capability] = PROBED_SCHEDULER | frozenset(
     {
-        Capability.WEIGHTS_PROBE,
-        Capability.CACHE_PROBE,
-        Capability.PROVENANCE,
-        Capability.ATTRIBUTION,
-        Capability.BYTE_ORACLE,
-        Capability.FLUSH_RESULT,
         Capability.FAULTS,
         Capability.INFLIGHT,
-        Capability.PAUSE,
         Capability.EXACT_LANE,
         Capability.RESTART_ORACLE,
         Capability.RANKS,

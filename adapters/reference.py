@@ -122,6 +122,22 @@ class Reply:
     stored: StoreEntry | None = None
 
 
+PROBED_SCHEDULER: frozenset[Capability] = frozenset(
+    {
+        Capability.WEIGHTS_PROBE,
+        Capability.CACHE_PROBE,
+        Capability.PROVENANCE,
+        Capability.ATTRIBUTION,
+        Capability.BYTE_ORACLE,
+        Capability.FLUSH_RESULT,
+        Capability.PAUSE,
+    }
+)
+"""What every in-process deployment endpoint (ranks, store, P/D, router) can be probed for
+and driven by, as one reference scheduler: weights, cache listing, provenance, attribution,
+byte oracle, flush result, pause. Each deployment adds its own capabilities to it."""
+
+
 class ReferenceEndpoint:
     """One correct endpoint. Public methods are its API; ``_hooks`` are what mutants change.
 

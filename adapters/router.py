@@ -29,21 +29,14 @@ from typing import ClassVar
 from ..model.capabilities import Capability
 from ..model.state import Config
 from ..model.vocabulary import Funnel, Kind, Phase
-from .reference import ReferenceEndpoint, Reply
+from .reference import PROBED_SCHEDULER, ReferenceEndpoint, Reply
 
 ROUTER_CONFIGS: tuple[Config, ...] = (Config(router=True), Config(router=True))
 """The workers a router engine is checked on: two standard-lane workers with the radix
 cache on, behind one router."""
 
-ROUTER_CAPABILITIES: frozenset[Capability] = frozenset(
+ROUTER_CAPABILITIES: frozenset[Capability] = PROBED_SCHEDULER | frozenset(
     {
-        Capability.WEIGHTS_PROBE,
-        Capability.CACHE_PROBE,
-        Capability.PROVENANCE,
-        Capability.ATTRIBUTION,
-        Capability.BYTE_ORACLE,
-        Capability.FLUSH_RESULT,
-        Capability.PAUSE,
         Capability.INFLIGHT,
         Capability.ROUTER,
     }

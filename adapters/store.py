@@ -26,7 +26,7 @@ from typing import ClassVar
 from ..model.capabilities import Capability
 from ..model.state import Config, StoreEntry
 from ..model.vocabulary import Kind, Lane
-from .reference import CachedKV, ReferenceEndpoint, Reply
+from .reference import PROBED_SCHEDULER, CachedKV, ReferenceEndpoint, Reply
 
 STORE_CONFIGS: tuple[Config, ...] = (
     Config(store=True, lane=Lane.EXACT),
@@ -37,15 +37,8 @@ STORE_CONFIGS: tuple[Config, ...] = (
 (lineage ``base``, bf16 KV), a standard lane of the same lineage storing fp8 KV, and a
 standard lane of another lineage (``sft-b``, bf16)."""
 
-STORE_CAPABILITIES: frozenset[Capability] = frozenset(
+STORE_CAPABILITIES: frozenset[Capability] = PROBED_SCHEDULER | frozenset(
     {
-        Capability.WEIGHTS_PROBE,
-        Capability.CACHE_PROBE,
-        Capability.PROVENANCE,
-        Capability.ATTRIBUTION,
-        Capability.BYTE_ORACLE,
-        Capability.FLUSH_RESULT,
-        Capability.PAUSE,
         Capability.RESTART,
         Capability.EXACT_LANE,
         Capability.RESTART_ORACLE,
