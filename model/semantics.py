@@ -1061,7 +1061,7 @@ def restart(s: State, a: Restart) -> Branches:
 # the merge (all must succeed). Sleeps, restarts, two-phase windows, publishes, tiers and a
 # pause that clears the cache are not modelled across ranks: not enabled on such an endpoint.
 
-RANKED_ACTIONS: frozenset[type[Action]] = frozenset(
+SCHEDULER_CALLS: frozenset[type[Action]] = frozenset(
     {
         ServeRequest,
         StartRequest,
@@ -1070,10 +1070,15 @@ RANKED_ACTIONS: frozenset[type[Action]] = frozenset(
         FlushCache,
         PauseGeneration,
         ContinueGeneration,
-        FaultUpdateFailsMidway,
-        FaultRankUpdateFails,
     }
 )
+"""The requests and control calls every deployment part takes as one scheduler would (a
+ranked endpoint, a worker behind a router); each deployment adds its own."""
+
+RANKED_ACTIONS: frozenset[type[Action]] = SCHEDULER_CALLS | {
+    FaultUpdateFailsMidway,
+    FaultRankUpdateFails,
+}
 """The actions enabled on a ranked endpoint (a client's SyncWeights drives them)."""
 
 
@@ -1535,19 +1540,7 @@ def _pd_effect(s: State, a: Action) -> Effect | None:
 # place, staying in rotation, or drained first. Only ``ROUTER_ACTIONS`` are enabled on a
 # worker, with no namespace, LoRA or clearing pause.
 
-ROUTER_ACTIONS: frozenset[type[Action]] = frozenset(
-    {
-        ServeRequest,
-        StartRequest,
-        FinishRequest,
-        UpdateWeights,
-        FlushCache,
-        PauseGeneration,
-        ContinueGeneration,
-        LeaveRotation,
-        EnterRotation,
-    }
-)
+ROUTER_ACTIONS: frozenset[type[Action]] = SCHEDULER_CALLS | {LeaveRotation, EnterRotation}
 """The actions enabled on a worker behind a router."""
 
 
