@@ -43,6 +43,18 @@ def server_info(**fields: object) -> ServerInfo:
     return tuple(sorted(fields.items()))
 
 
+SCHEDULER_FEATURES = ("draft", "encoder", "fp8_kv", "lora", "derived", "encoder_reset_separate")
+"""Config features of one scheduler that a deployment part (ranks, the store, a P/D role, a
+router's worker) is not modelled with."""
+
+
+def _scheduler_features(instance: Config) -> list[str]:
+    """The ``SCHEDULER_FEATURES`` (and lower tiers) ``instance`` turns on, by name: what a
+    deployment's validator names in its ``ValueError``."""
+    on = [f for f in SCHEDULER_FEATURES if getattr(instance, f)]
+    return on + (["tiers"] if instance.tiers != frozenset({Tier.DEVICE}) else [])
+
+
 def _at_least_one_rank(instance: Config, attribute: object, value: object) -> None:
     """``Config.ranks`` is a positive int, and ranks are modelled for the prefix cache and
     lanes alone; ``ValueError`` names the bad value or the feature ranks do not combine with."""
@@ -50,9 +62,7 @@ def _at_least_one_rank(instance: Config, attribute: object, value: object) -> No
         raise ValueError(f"Config.ranks={value!r}: expected an int of at least 1")
     if value == 1:
         return
-    features = ("draft", "encoder", "fp8_kv", "lora", "derived", "encoder_reset_separate")
-    on = [f for f in features if getattr(instance, f)]
-    on += ["tiers"] if instance.tiers != frozenset({Tier.DEVICE}) else []
+    on = _scheduler_features(instance)
     if on:
         raise ValueError(
             f"Config.ranks={value} with {', '.join(on)}: ranks are modelled "
@@ -65,9 +75,7 @@ def _plain_store_endpoint(instance: Config, attribute: object, value: object) ->
     alone, as one scheduler; ``ValueError`` names the feature it does not combine with."""
     if not value:
         return
-    features = ("draft", "encoder", "fp8_kv", "lora", "derived", "encoder_reset_separate")
-    on = [f for f in features if getattr(instance, f)]
-    on += ["tiers"] if instance.tiers != frozenset({Tier.DEVICE}) else []
+    on = _scheduler_features(instance)
     on += ["ranks"] if instance.ranks != 1 else []
     if on:
         raise ValueError(
@@ -85,9 +93,7 @@ def _plain_role_endpoint(instance: Config, attribute: object, value: object) -> 
     a transfer the decode side holds: not modelled."""
     if value is None:
         return
-    features = ("draft", "encoder", "fp8_kv", "lora", "derived", "encoder_reset_separate")
-    on = [f for f in features if getattr(instance, f)]
-    on += ["tiers"] if instance.tiers != frozenset({Tier.DEVICE}) else []
+    on = _scheduler_features(instance)
     on += ["ranks"] if instance.ranks != 1 else []
     on += ["store"] if instance.store else []
     on += ["radix"] if value is Role.DECODE and instance.radix else []
@@ -106,9 +112,7 @@ def _plain_router_worker(instance: Config, attribute: object, value: object) -> 
     combine with."""
     if not value:
         return
-    features = ("draft", "encoder", "fp8_kv", "lora", "derived", "encoder_reset_separate")
-    on = [f for f in features if getattr(instance, f)]
-    on += ["tiers"] if instance.tiers != frozenset({Tier.DEVICE}) else []
+    on = _scheduler_features(instance)
     on += ["ranks"] if instance.ranks != 1 else []
     on += ["store"] if instance.store else []
     on += ["role"] if instance.role is not None else []
