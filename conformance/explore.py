@@ -625,6 +625,7 @@ def _counterexample(
             run.configs,
             run.policy,
             comment=f"shortest counterexample by breadth-first search (setup {found.setup})",
+            capabilities=engine.capabilities,
         )
         stem = f"explore-counterexample-{safe_name(found.engine)}-{safe_name(found.client)}"
         path = unique_path(out_dir, stem)  # per run, as check's: time and process ID

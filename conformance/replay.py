@@ -314,7 +314,7 @@ class RecordedEngine:
     def __init__(self, trace: Trace) -> None:
         self.fixed_configs = trace.configs
         self.steps = [s for s in trace.steps if s.observed is not None]
-        self.capabilities = recorded_capabilities(trace.steps)
+        self.capabilities = recorded_capabilities(trace.steps, trace.declared)
         self.infos = [
             info
             for s in trace.steps
@@ -355,11 +355,16 @@ class RecordedEngine:
         """Nothing to release."""
 
 
-def recorded_capabilities(steps: list[Step]) -> frozenset[Capability]:
+def recorded_capabilities(
+    steps: list[Step], declared: frozenset[Capability] = frozenset()
+) -> frozenset[Capability]:
     """Claim only what the trace recorded: a field no step carries is not evidence, so its
     rules judge nothing rather than pass on silence; an action capability only where an
     action it unlocks was recorded (a trace from an adapter without ``pause`` has syncs that
-    drive UpdateWeights alone, and is replayed that way)."""
+    drive UpdateWeights alone, and is replayed that way). One declared capability counts
+    as recorded: ``flush_result`` in the header's ``declared`` says the system reports
+    every flush's result, so a flush recorded without one is a recorded missing result,
+    judged as the live lockstep judges it (a failure, FC-003), not as silence."""
     C = Capability
     names = {type(s.action).__name__ for s in steps}
     caps = {NEEDED_BY_ACTION[n] for n in names if n in NEEDED_BY_ACTION}
@@ -375,7 +380,7 @@ def recorded_capabilities(steps: list[Step]) -> frozenset[Capability]:
         caps.add(C.ATTRIBUTION)
     if any(r.output is not None and r.cold is not None for r in responses):
         caps.add(C.BYTE_ORACLE)
-    if any(o.flushed is not None for o in obs):
+    if C.FLUSH_RESULT in declared or any(o.flushed is not None for o in obs):
         caps.add(C.FLUSH_RESULT)
     if any(r.fresh is not None for r in responses):
         caps.add(C.RESTART_ORACLE)

@@ -31,6 +31,7 @@ from attrs import define, field
 
 from ..model import READABLE_SPECS, SPEC_VERSION
 from ..model.actions import Action, TraceError, action_from_json
+from ..model.capabilities import Capability
 from ..model.client import Plan
 from ..model.observation import (
     Entry,
@@ -652,14 +653,29 @@ class Step:
 
 class Trace:
     """A parsed trace: ``header`` (dict), ``configs``, ``policy``, ``steps`` (``Step``
-    values) and ``verdict`` (the last line, or ``None`` if the trace has none)."""
+    values), ``verdict`` (the last line, or ``None`` if the trace has none) and
+    ``declared``: the capabilities the recorded system declared (the header's
+    ``capabilities``; empty when the header has none)."""
 
-    def __init__(self, head, configs, policy, steps, verdict) -> None:
+    def __init__(self, head, configs, policy, steps, verdict, declared=frozenset()) -> None:
         self.header = head
         self.configs: tuple[Config, ...] = configs
         self.policy: Policy = policy
         self.steps: list[Step] = steps
         self.verdict: dict[str, Any] | None = verdict
+        self.declared: frozenset[Capability] = declared
+
+
+def _declared(raw: object, where: str) -> frozenset[Capability]:
+    """A header's ``capabilities``: absent (``None``) or a list of capability names."""
+    if raw is None:
+        return frozenset()
+    if not isinstance(raw, list) or not all(isinstance(c, str) for c in raw):
+        raise TraceError(f"{where}: expected a list of capability names, got {raw!r}")
+    unknown = sorted(set(raw) - {c.value for c in Capability})
+    if unknown:
+        raise TraceError(f"{where}: unknown capabilities {unknown}")
+    return frozenset(Capability(c) for c in raw)
 
 
 def read_trace(path: Path, allow_other_spec: bool = False) -> Trace:
@@ -846,6 +862,7 @@ def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
         raise TraceError(f"{where}: field 'configs' must list at least one endpoint")
     configs = tuple(config_from_json(c, f"{where}.configs[{i}]") for i, c in enumerate(configs_raw))
     policy = policy_from_json(head.get("policy", {}), f"{where}.policy")
+    declared = _declared(head.get("capabilities"), f"{where}.capabilities")
     steps: list[Step] = []
     verdict = None
     sync: int | None = None  # the number of the sync step engine calls may belong to
@@ -889,4 +906,4 @@ def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
         parsed = None if observed is None else observation_from_json(observed, where, base)
         steps.append(Step(number, action, parsed, within=within, line=n))
         base = shown_cache(steps[-1], base)
-    return Trace(head, configs, policy, steps, verdict)
+    return Trace(head, configs, policy, steps, verdict, declared)

@@ -310,10 +310,6 @@ MODEL_ONLY_NAMES_ANOTHER_RULE = {
     "bucket-failure-keeps-serving": "a model-only replay of its recorded response on torn "
     "weights names the mixed KV it used (INV-001/INV-002), not FC-004 as the live lockstep "
     "does: a naming gap of the restart-oracle/torn classification still to close",
-    "flush-is-a-stub": "its flush answers 200 with no result while a request runs: live, the "
-    "lockstep names the missing result FC-003 (a missing result counts as failure); the "
-    "recorded trace holds the 200 alone, which a model-only replay reads as a success the idle "
-    "gate did not allow (FC-005)",
 }
 
 

@@ -84,3 +84,40 @@ def test_older_spec_traces_load_and_unknown_ones_say_so(tmp_path):
     alien.write_text(old.read_text().replace('"spec_version": "0.1"', '"spec_version": "9.9"'))
     with pytest.raises(TraceError, match=f"spec 9.9 .*this is spec {SPEC_VERSION}"):
         read_trace(alien)
+
+
+@pytest.mark.parametrize(
+    "capabilities, message",
+    [
+        ("flush_result", "list of capability names"),
+        ([1], "list of capability names"),
+        (["flush_result", "telepathy"], "unknown capabilities \\['telepathy'\\]"),
+    ],
+    ids=["a-string", "a-number", "unknown-name"],
+)
+def test_a_malformed_capabilities_header_is_a_trace_error(capabilities, message, tmp_path):
+    lines = REGRESSION.read_text().splitlines()
+    head = json.loads(lines[3])
+    head["capabilities"] = capabilities
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(head) + "\n" + lines[4] + "\n")
+    with pytest.raises(TraceError, match=message):
+        read_trace(path)
+
+
+def test_a_declared_flush_result_makes_a_missing_one_a_recorded_failure(tmp_path):
+    """A system that declares ``flush_result`` and answers a flush with no result broke
+    FC-003 on the record alone, as the live lockstep judges it; without the declaration
+    the missing result is silence (no flush rule is judged)."""
+    from kvfence.conformance.replay import RecordedEngine
+
+    lines = REGRESSION.read_text().splitlines()
+    head = json.loads(lines[3])
+    path = tmp_path / "t.jsonl"
+    for declared, claimed in ((["flush_result"], True), (None, False)):
+        head.pop("capabilities", None)
+        if declared is not None:
+            head["capabilities"] = declared
+        path.write_text(json.dumps(head) + "\n" + lines[4] + "\n")
+        trace = read_trace(path)
+        assert ("flush_result" in RecordedEngine(trace).capabilities) is claimed
