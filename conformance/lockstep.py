@@ -49,6 +49,7 @@ from ..model.checks import (
     within_tolerance,
 )
 from ..model.observation import malformed
+from ..model.order import ordered
 from ..model.properties import SOMETIMES, Memory
 from ..model.rules import BY_ID, RuleId
 from ..model.state import Bounds, Config, Policy, State, initial_state, with_profile
@@ -337,7 +338,9 @@ class Lockstep:
             raise AdapterError(RuleId.ADP_002, f"the adapter's {e}") from None
         caps = self.engine.capabilities
         where = f"endpoint {getattr(action, 'endpoint', '')}"
-        branches = [(s, *b) for s in self.states for b in spec.step(s, action)]
+        # in stable_key order: which branch's violations a failing step reports, and the
+        # order of the outcomes a trace records, must not depend on PYTHONHASHSEED
+        branches = [(s, *b) for s in ordered(self.states) for b in spec.step(s, action)]
         if not branches:
             raise NotEnabled(f"{action!r} is not enabled in the model")
         judged = [

@@ -361,15 +361,17 @@ def recorded_capabilities(
     """Claim only what the trace recorded: a field no step carries is not evidence, so its
     rules judge nothing rather than pass on silence; an action capability only where an
     action it unlocks was recorded (a trace from an adapter without ``pause`` has syncs that
-    drive UpdateWeights alone, and is replayed that way). One declared capability counts
-    as recorded: ``flush_result`` in the header's ``declared`` says the system reports
-    every flush's result, so a flush recorded without one is a recorded missing result,
-    judged as the live lockstep judges it (a failure, FC-003), not as silence."""
+    drive UpdateWeights alone, and is replayed that way). Two declared capabilities (the
+    header's ``declared``) make a recorded ``None`` a reading, judged as the live lockstep
+    judges it, not silence: ``flush_result`` (a flush recorded without a result failed,
+    FC-003) and ``weights_probe`` where a probe was recorded (its ``weights`` ``None``
+    means torn weights, FC-004, not an unread field)."""
     C = Capability
     names = {type(s.action).__name__ for s in steps}
     caps = {NEEDED_BY_ACTION[n] for n in names if n in NEEDED_BY_ACTION}
     obs = [s.observed for s in steps if s.observed is not None]
-    if any(o.view is not None and o.view.weights is not None for o in obs):
+    probed = C.WEIGHTS_PROBE in declared and any(o.view is not None for o in obs)
+    if probed or any(o.view is not None and o.view.weights is not None for o in obs):
         caps.add(C.WEIGHTS_PROBE)
     if any(o.view is not None and o.view.cache is not None for o in obs):
         caps.add(C.CACHE_PROBE)  # never exact_cache: a recorded listing may hold less

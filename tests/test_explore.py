@@ -306,13 +306,6 @@ def _sides(mutant) -> tuple[str, str]:
     return (mutant.name, "reference") if mutant.side == "engine" else (mutant.engine, mutant.name)
 
 
-MODEL_ONLY_NAMES_ANOTHER_RULE = {
-    "bucket-failure-keeps-serving": "a model-only replay of its recorded response on torn "
-    "weights names the mixed KV it used (INV-001/INV-002), not FC-004 as the live lockstep "
-    "does: a naming gap of the restart-oracle/torn classification still to close",
-}
-
-
 def test_every_mutant_is_pinned():
     assert set(SHORTEST) | set(NOT_EXPLORED) == {m.name for m in MUTANTS}
     assert not set(SHORTEST) & set(NOT_EXPLORED)
@@ -347,10 +340,7 @@ def test_explorer_finds_a_shortest_counterexample(mutant, out_dir):
     assert tuple(trace.configs) == x.configs and trace.policy == x.policy
     # the recorded observations alone convict it (unless its rule needs exact_cache, which a
     # recorded listing cannot promise: it may hold less), and so does a live replay
-    if mutant.name in MODEL_ONLY_NAMES_ANOTHER_RULE:
-        # still convicted by the recorded observations alone, under another rule's name
-        assert replay_trace(trace, None, None).violations
-    elif Capability.EXACT_CACHE not in EVIDENCE.get(mutant.rule, ()):
+    if Capability.EXACT_CACHE not in EVIDENCE.get(mutant.rule, ()):
         assert mutant.rule in {v.rule for v in replay_trace(trace, None, None).violations}
     live = replay_trace(trace, registry.engine(engine), registry.client(client))
     assert live.kind == "FAIL" and mutant.rule in {v.rule for v in live.violations}
