@@ -147,21 +147,30 @@ class ReferenceProgram:
         """Whether to reset each endpoint's prefix cache."""
         return [self.wants_flush(policy, info) for info in infos]
 
+    engine_flush = False
+    """Whether the prefix-cache reset rides on the update (``flush_cache=True``) rather than
+    a separate reset after it; the other cache kinds are reset separately either way."""
+
     def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
         infos = [ep.server_info() for ep in endpoints]
         stuck = []
         for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
             ep.pause(pause_for(policy, flush))
-            if not ep.update_weights(version, flush_cache=False):
-                stuck.append(ep.index)
+            if not self.update(ep, version, flush and self.engine_flush):
+                stuck.append(ep.index)  # the engine failed closed (FC-001): stay paused
                 continue
-            kinds = [k for k in ep.cache_kinds if k != "prefix" or flush]
+            separate = flush and not self.engine_flush
+            kinds = [k for k in ep.cache_kinds if k != "prefix" or separate]
             if all([self.reset(ep, k) for k in kinds]):
                 ep.continue_generation()
             else:
                 stuck.append(ep.index)
         if stuck:
-            raise SyncFailed(f"endpoints {stuck} left paused: a reset or an update failed")
+            raise SyncFailed(f"endpoints {stuck} left paused: an update or a reset failed")
+
+    def update(self, ep: Endpoint, version: int, flush: bool) -> bool:
+        """One update of ``ep`` to ``version``; whether the engine reported success."""
+        return ep.update_weights(version, flush_cache=flush)
 
     def reset(self, ep: Endpoint, kind: str) -> bool:
         return reset(ep, kind)
@@ -184,20 +193,7 @@ class AnyOnFlushesEverywhere(ReferenceProgram):
             return [any(each)] * len(infos)
         return each
 
-    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
-        infos = [ep.server_info() for ep in endpoints]
-        stuck = []
-        for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
-            ep.pause(pause_for(policy, flush))
-            if not ep.update_weights(version, flush_cache=flush):
-                stuck.append(ep.index)  # the engine failed closed (FC-001): stay paused
-                continue
-            if all([reset(ep, k) for k in ep.cache_kinds if k != "prefix"]):
-                ep.continue_generation()
-            else:
-                stuck.append(ep.index)
-        if stuck:
-            raise SyncFailed(f"endpoints {stuck} left paused: an update or a reset failed")
+    engine_flush = True
 
 
 class RetriesFailedUpdate(ReferenceProgram):
@@ -213,21 +209,10 @@ class RetriesFailedUpdate(ReferenceProgram):
     """
 
     name = "retries-failed-update"
+    engine_flush = True
 
-    def sync(self, endpoints: Sequence[Endpoint], version: int, policy: Policy) -> None:
-        infos = [ep.server_info() for ep in endpoints]
-        stuck = []
-        for ep, flush in zip(endpoints, self.decide(policy, infos), strict=True):
-            ep.pause(pause_for(policy, flush))
-            if not any(ep.update_weights(version, flush_cache=flush) for _ in range(RETRIES)):
-                stuck.append(ep.index)
-                continue
-            if all([reset(ep, k) for k in ep.cache_kinds if k != "prefix"]):
-                ep.continue_generation()
-            else:
-                stuck.append(ep.index)
-        if stuck:
-            raise SyncFailed(f"endpoints {stuck} left paused: the update kept failing")
+    def update(self, ep: Endpoint, version: int, flush: bool) -> bool:
+        return any(ep.update_weights(version, flush_cache=flush) for _ in range(RETRIES))
 
 
 # ----- mutants -----------------------------------------------------------------------------
