@@ -314,7 +314,7 @@ class RecordedEngine:
     def __init__(self, trace: Trace) -> None:
         self.fixed_configs = trace.configs
         self.steps = [s for s in trace.steps if s.observed is not None]
-        self.capabilities = recorded_capabilities(trace.steps, trace.declared)
+        self.capabilities = recorded_capabilities(trace.steps, trace.declared, trace.unanswered)
         self.infos = [
             info
             for s in trace.steps
@@ -356,16 +356,17 @@ class RecordedEngine:
 
 
 def recorded_capabilities(
-    steps: list[Step], declared: frozenset[Capability] = frozenset()
+    steps: list[Step], declared: frozenset[Capability] = frozenset(), unanswered: bool = False
 ) -> frozenset[Capability]:
     """Claim only what the trace recorded: a field no step carries is not evidence, so its
     rules judge nothing rather than pass on silence; an action capability only where an
     action it unlocks was recorded (a trace from an adapter without ``pause`` has syncs that
     drive UpdateWeights alone, and is replayed that way). Two declared capabilities (the
     header's ``declared``) make a recorded ``None`` a reading, judged as the live lockstep
-    judges it, not silence: ``flush_result`` (a flush recorded without a result failed,
-    FC-003) and ``weights_probe`` where a probe was recorded (its ``weights`` ``None``
-    means torn weights, FC-004, not an unread field)."""
+    judges it, not silence: ``flush_result`` where a step recorded ``"flushed": null``
+    (``unanswered``: a flush the spec expected a result of, answered without one: failed,
+    FC-003; a step without the key says nothing), and ``weights_probe`` where a probe was
+    recorded (its ``weights`` ``None`` means torn weights, FC-004, not an unread field)."""
     C = Capability
     names = {type(s.action).__name__ for s in steps}
     caps = {NEEDED_BY_ACTION[n] for n in names if n in NEEDED_BY_ACTION}
@@ -382,7 +383,8 @@ def recorded_capabilities(
         caps.add(C.ATTRIBUTION)
     if any(r.output is not None and r.cold is not None for r in responses):
         caps.add(C.BYTE_ORACLE)
-    if C.FLUSH_RESULT in declared or any(o.flushed is not None for o in obs):
+    answered = any(o.flushed is not None for o in obs)
+    if answered or (unanswered and C.FLUSH_RESULT in declared):
         caps.add(C.FLUSH_RESULT)
     if any(r.fresh is not None for r in responses):
         caps.add(C.RESTART_ORACLE)

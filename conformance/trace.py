@@ -283,6 +283,10 @@ def step_json(s: Step, base: frozenset[Entry] | None = None) -> dict[str, Any]:
         }
     if s.observed is not None:
         out["observed"] = observation_json(s.observed, base)
+        if s.observed.flushed is None and any(
+            o.observation.flushed is not None for o in s.expected
+        ):
+            out["observed"]["flushed"] = None  # a flush result the spec expected, not given
         out["expected"] = [outcome_json(o, base) for o in s.expected]
     if s.within is not None:
         out["within"] = s.within
@@ -653,17 +657,22 @@ class Step:
 
 class Trace:
     """A parsed trace: ``header`` (dict), ``configs``, ``policy``, ``steps`` (``Step``
-    values), ``verdict`` (the last line, or ``None`` if the trace has none) and
+    values), ``verdict`` (the last line, or ``None`` if the trace has none),
     ``declared``: the capabilities the recorded system declared (the header's
-    ``capabilities``; empty when the header has none)."""
+    ``capabilities``; empty when the header has none), and ``unanswered``: whether a step
+    recorded ``"flushed": null`` (a flush result the spec expected and the system did not
+    give; a step without the key recorded nothing about it)."""
 
-    def __init__(self, head, configs, policy, steps, verdict, declared=frozenset()) -> None:
+    def __init__(
+        self, head, configs, policy, steps, verdict, declared=frozenset(), unanswered=False
+    ) -> None:
         self.header = head
         self.configs: tuple[Config, ...] = configs
         self.policy: Policy = policy
         self.steps: list[Step] = steps
         self.verdict: dict[str, Any] | None = verdict
         self.declared: frozenset[Capability] = declared
+        self.unanswered: bool = unanswered
 
 
 def _declared(raw: object, where: str) -> frozenset[Capability]:
@@ -863,6 +872,7 @@ def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
     configs = tuple(config_from_json(c, f"{where}.configs[{i}]") for i, c in enumerate(configs_raw))
     policy = policy_from_json(head.get("policy", {}), f"{where}.policy")
     declared = _declared(head.get("capabilities"), f"{where}.capabilities")
+    unanswered = False  # a step recorded "flushed": null
     steps: list[Step] = []
     verdict = None
     sync: int | None = None  # the number of the sync step engine calls may belong to
@@ -904,6 +914,8 @@ def _read_trace(path: Path, allow_other_spec: bool) -> Trace:
             sync = None
         observed = obj.get("observed")
         parsed = None if observed is None else observation_from_json(observed, where, base)
+        if isinstance(observed, dict) and "flushed" in observed and observed["flushed"] is None:
+            unanswered = True
         steps.append(Step(number, action, parsed, within=within, line=n))
         base = shown_cache(steps[-1], base)
-    return Trace(head, configs, policy, steps, verdict, declared)
+    return Trace(head, configs, policy, steps, verdict, declared, unanswered)

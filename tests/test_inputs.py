@@ -255,9 +255,10 @@ def test_a_passing_trace_cut_to_status_is_unknown_not_fixed(tmp_path):
 
 def test_a_check_fail_whose_read_field_was_not_recorded_is_unknown_not_fixed(tmp_path):
     """A real FAIL counterexample of ``kvfence check``: the stub flush answers without a
-    flush result although the engine declares one (LIV-001 read ``flushed``). Judged from
-    the recorded observations alone, whole or cut to statuses, nothing observed shows the
-    flush: UNKNOWN (exit 2), never FIXED."""
+    flush result although the engine declares one (LIV-001 read ``flushed``). Cut to
+    statuses, the record no longer holds the missing result: judged from the recorded
+    observations alone it is UNKNOWN (exit 2), never FIXED. Whole, the trace recorded the
+    missing result (``"flushed": null``), so the model-only replay FAILs as the check did."""
     from kvfence.adapters import registry
     from kvfence.conformance.runner import run_check
 
@@ -272,10 +273,11 @@ def test_a_check_fail_whose_read_field_was_not_recorded_is_unknown_not_fixed(tmp
     read = [v["where"].split()[-1] for v in recorded["violations"]]
     assert "flushed" in read, recorded
     cut = cut_to_status(result.counterexample, tmp_path / "cut.jsonl")
-    for trace in (result.counterexample, cut):
-        r = kvfence("replay", str(trace), "--model-only")
-        assert r.returncode == 2 and r.stdout.startswith("UNKNOWN"), r.stdout + r.stderr
-        assert "does not hold" in r.stdout.replace("\n", " "), r.stdout
+    r = kvfence("replay", str(cut), "--model-only")
+    assert r.returncode == 2 and r.stdout.startswith("UNKNOWN"), r.stdout + r.stderr
+    assert "does not hold" in r.stdout.replace("\n", " "), r.stdout
+    r = kvfence("replay", str(result.counterexample), "--model-only")
+    assert r.returncode == 1 and r.stdout.startswith("FAIL"), r.stdout + r.stderr
 
 
 @pytest.mark.parametrize(

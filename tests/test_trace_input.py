@@ -105,19 +105,28 @@ def test_a_malformed_capabilities_header_is_a_trace_error(capabilities, message,
         read_trace(path)
 
 
-def test_a_declared_flush_result_makes_a_missing_one_a_recorded_failure(tmp_path):
-    """A system that declares ``flush_result`` and answers a flush with no result broke
-    FC-003 on the record alone, as the live lockstep judges it; without the declaration
-    the missing result is silence (no flush rule is judged)."""
+def test_a_declared_flush_result_makes_a_recorded_null_a_failure(tmp_path):
+    """A system that declares ``flush_result`` and recorded ``"flushed": null`` (the spec
+    expected a result, none came) is judged on it, as the live lockstep judged it (a
+    missing result is a failure, FC-003); without the declaration, or with the key absent
+    (nothing recorded about it, as in a trace cut to statuses), it is silence."""
     from kvfence.conformance.replay import RecordedEngine
 
     lines = REGRESSION.read_text().splitlines()
-    head = json.loads(lines[3])
     path = tmp_path / "t.jsonl"
-    for declared, claimed in ((["flush_result"], True), (None, False)):
+    for declared, key, claimed in (
+        (["flush_result"], True, True),
+        (["flush_result"], False, False),
+        (None, True, False),
+    ):
+        head, step = json.loads(lines[3]), json.loads(lines[4])
+        step["observed"].pop("flushed", None)
+        if key:
+            step["observed"]["flushed"] = None
         head.pop("capabilities", None)
         if declared is not None:
             head["capabilities"] = declared
-        path.write_text(json.dumps(head) + "\n" + lines[4] + "\n")
+        path.write_text(json.dumps(head) + "\n" + json.dumps(step) + "\n")
         trace = read_trace(path)
+        assert trace.unanswered is key
         assert ("flush_result" in RecordedEngine(trace).capabilities) is claimed
