@@ -128,6 +128,17 @@ def test_design_passes_at_ci(design, matrices):
         assert verdicts[rule] in ("PASS", "WARN"), f"{design.name} never exercised {rule}"
 
 
+@pytest.mark.parametrize("name", ["reference", "reference-closing"])
+def test_reference_passes_every_rule(name, matrices):
+    """Both reference systems PASS at ci and reach every scenario (each REACH rule PASS)."""
+    result = dict((d.name, r) for d, r in matrices.designs)[name]
+    assert result.verdict == "PASS", [(r.rule.id, r.verdict, r.reason) for r in result.rules]
+    verdicts = {r.rule.id: r.verdict for r in result.rules}
+    assert {v for k, v in verdicts.items() if k.startswith("REACH")} == {"PASS"}
+    assert result.counterexample is None
+    assert result.exit_code == 0
+
+
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_mutant_still_killed_by_its_rule(mutant, matrices):
     """Each kill-matrix row: killed by the mutant's rule; outside ``BEYOND_FIRST_KILL``, by
