@@ -86,10 +86,9 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_the_semantics_are_equivariant_under_renaming",
         "test_the_semantics_ignore_the_funnel",
     },
-    "test_store.py": {
-        "test_the_keyed_store_passes_at_ci_with_evidence_for_sto_001",
-        "test_store_designs_pass_under_the_explorer",
-    },
+    "test_store.py": {"test_store_designs_pass_under_the_explorer"},
+    "test_ranks.py": {"test_the_reference_ranks_engine_passes_at_ci"},
+    "test_pd.py": {"test_the_reference_pd_engine_passes_at_ci_with_evidence_for_both_rules"},
     "test_serve_deployments.py": {
         "test_a_dp_flush_answers_after_every_rank[merges-every-flush-reply-400-PASS]",
         "test_an_update_that_fails_on_one_rank_is_reported_failed[closes-on-any-rank-failure-PASS]",
