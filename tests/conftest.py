@@ -67,6 +67,7 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_blind_adapter_skips_rules_it_cannot_see",
     },
     "test_check_search.py": {"test_rules_broken_in_set_aside_examples_fail"},
+    "test_exit_paths.py": {"test_sigterm_mid_mutants_writes_the_runs_done_and_exits_2"},
     "test_battery.py": {"test_late_faults_pass_the_search_alone"},
     "test_programs.py": {
         "test_program_mutant_killed_by_its_rule_in_the_kill_matrix",
