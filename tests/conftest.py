@@ -87,7 +87,6 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_the_semantics_are_equivariant_under_renaming",
         "test_the_semantics_ignore_the_funnel",
     },
-    "test_store.py": {"test_store_designs_pass_under_the_explorer"},
     "test_ranks.py": {"test_the_reference_ranks_engine_passes_at_ci"},
     "test_pd.py": {"test_the_reference_pd_engine_passes_at_ci_with_evidence_for_both_rules"},
     "test_serve_deployments.py": {
@@ -100,9 +99,9 @@ SLOW_TESTS: dict[str, set[str]] = {
     },
     "test_router.py": {
         "test_the_reference_router_passes_at_ci_with_evidence_for_rtr_001",
-        "test_router_designs_pass_under_the_explorer",
         "test_the_router_semantics_are_equivariant_under_renaming",
     },
+    "test_deployments.py": {"test_deployment_design_explores_clean"},
 }
 """Slow tests of otherwise fast modules (module file name -> test function names, or one
 parametrized case as ``name[id]``): whole checks at the full ci budget that PASS or find
@@ -223,24 +222,6 @@ class Shared:
 def shared() -> type[Shared]:
     """``shared(adapter)``: wrap a module-scoped real engine (tests/vllm, tests/sglang)."""
     return Shared
-
-
-def explores_clean(name: str, setup: str, min_states: int) -> None:
-    """Design ``name`` under the product explorer on deployment ``setup`` (``kvfence
-    explore --deployment``) at depth 4 with the reference client: no violation, no error,
-    the search complete and past its first steps (more than ``min_states`` states)."""
-    from kvfence.conformance.explore import deployment, explore_adapter
-
-    x = explore_adapter(
-        registry.engine(name),
-        registry.client("reference"),
-        depth=4,
-        out_dir=None,
-        setups=deployment(setup),
-    )
-    assert not x.error and not x.violation and not x.other, (x.error, x.violation, x.other)
-    assert x.complete and x.depth_reached == 4 and x.setups == (setup,)
-    assert x.states > min_states, x.states
 
 
 def after(state, *acts):
