@@ -106,7 +106,8 @@ SLOW_TESTS: dict[str, set[str]] = {
 """Slow tests of otherwise fast modules (module file name -> test function names, or one
 parametrized case as ``name[id]``): whole checks at the full ci budget that PASS or find
 nothing (600 examples: tens of seconds each), a long focused search, the kill matrix of
-the client programs, the product explorer per mutant, the two deepest model counts (the
+the client programs, the product explorer per mutant and per deployment design, the stop
+of a whole one-worker ``kvfence mutants``, the two deepest model counts (the
 shallower pins stay fast), the two checks of the symmetry reduction over the states
 reachable in two or three steps (about a minute each on a core; the reduced counts and
 the orbit tests stay fast), and the served deployments' correct designs beyond the
