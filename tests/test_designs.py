@@ -10,7 +10,9 @@ vacuously.
 
 from __future__ import annotations
 
+import json
 import os
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -126,6 +128,17 @@ def test_design_passes_at_ci(design, matrices):
     assert not bad, bad  # no MUST rule failed, errored or went unexercised
     for rule in design.keeps:
         assert verdicts[rule] in ("PASS", "WARN"), f"{design.name} never exercised {rule}"
+
+
+@pytest.mark.parametrize("name", ["reference", "reference-closing"])
+def test_reference_passes_every_rule(name, matrices):
+    """Both reference systems PASS at ci and reach every scenario (each REACH rule PASS)."""
+    result = dict((d.name, r) for d, r in matrices.designs)[name]
+    assert result.verdict == "PASS", [(r.rule.id, r.verdict, r.reason) for r in result.rules]
+    verdicts = {r.rule.id: r.verdict for r in result.rules}
+    assert {v for k, v in verdicts.items() if k.startswith("REACH")} == {"PASS"}
+    assert result.counterexample is None
+    assert result.exit_code == 0
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
@@ -512,14 +525,19 @@ def test_a_crash_on_a_standard_lane_stays_a_fault():
 
 
 def test_kvfence_mutants_shows_both_matrices(tmp_path, capsys):
-    """The CLI prints the pass matrix and the kill matrix and exits 0 only when both hold."""
+    """The CLI prints the pass matrix and the kill matrix and exits 0 only when both hold;
+    a design that passes and a mutant killed by its rule are two green JUnit cases."""
+    junit, report = tmp_path / "m.xml", tmp_path / "m.json"
     argv = ["mutants", "--only", "CD-06", "flush-stub-claims-success", "--jobs", "1"]
-    code = main([*argv, "--out", str(tmp_path), "--json", str(tmp_path / "m.json")])
+    code = main([*argv, "--out", str(tmp_path), "--junit", str(junit), "--json", str(report)])
     out = capsys.readouterr().out
     assert "pass matrix" in out and "kill matrix" in out
     assert "radix-off-skips-flush" in out and "flush-stub-claims-success" in out
     assert code == 0, out
-    assert (tmp_path / "m.json").exists()
+    root = ET.parse(junit).getroot()
+    assert len(list(root.iter("testcase"))) == 2
+    assert not list(root.iter("failure")) and not list(root.iter("error"))
+    assert [r["outcome"] for r in json.loads(report.read_text())["rows"]] == ["pass", "pass"]
 
 
 def test_a_failing_design_fails_the_command(tmp_path, capsys):

@@ -25,7 +25,9 @@ from pathlib import Path
 import pytest
 from attrs import frozen
 
+from kvfence.adapters.designs import BY_NAME as DESIGNS_BY_NAME
 from kvfence.conformance.cli import COMMANDS, build_parser, main
+from kvfence.conformance.matrix import select
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [
@@ -44,6 +46,10 @@ NOT_RUN_HERE = {
     "database: tests/test_fuzz_database.py starts a redis-server for it)",
     "reader's code": "the reader's own module or script",
     "whole matrices": "scripts/setup.sh (README command 1) runs the whole matrices",
+    "pass-matrix row": "a whole check of a catalogued design at ci, which is its row of the "
+    "pass matrix: the main job runs it and tests/test_designs.py::test_design_passes_at_ci "
+    "reads the row; test_kvfence_mutants_shows_both_matrices runs `mutants --only` with a "
+    "design",
     "default explore": "about a minute on 2 cores: scripts/bench.py's explore-d6 figure is "
     "this search, and tests/test_explore.py pins its state counts",
 }
@@ -104,9 +110,26 @@ def not_run_here(argv: list[str]) -> str | None:
         return "reader's code"
     if argv[1] == "mutants" and "--only" not in argv:
         return "whole matrices"
+    if _checks_a_design(argv):
+        return "pass-matrix row"
     if argv[1] == "explore" and len(argv) == 2:
         return "default explore"
     return None
+
+
+def _checks_a_design(argv: list[str]) -> bool:
+    """``kvfence check`` of one catalogued design with no option but ``--engine``/``--client``
+    and ``--out``, or ``kvfence mutants --only`` naming a design: the pass matrix's run."""
+    if argv[1] == "mutants":
+        designs, _, _ = select(argv[argv.index("--only") + 1 :])
+        return bool(designs)
+    if argv[1] != "check":
+        return False
+    options = dict(zip(argv[2::2], argv[3::2], strict=False))
+    if len(argv) % 2 or set(options) - {"--engine", "--client", "--out"}:
+        return False
+    systems = {options.get("--engine", "reference"), options.get("--client", "reference")}
+    return bool(systems & set(DESIGNS_BY_NAME)) and systems <= {"reference", *DESIGNS_BY_NAME}
 
 
 EXITS = {
@@ -203,6 +226,12 @@ def test_what_is_not_run_here_has_a_reason_and_the_rest_runs():
     assert reasons <= set(NOT_RUN_HERE), reasons - set(NOT_RUN_HERE)
     assert not_run_here(shlex.split("kvfence check --client never-flush")) is None
     assert not_run_here(shlex.split("kvfence mutants --only never-flush")) is None
+    design = "kvfence check --engine version-keyed-cache"
+    assert not_run_here(shlex.split(design)) == "pass-matrix row"
+    assert not_run_here(shlex.split(design + " --max-examples 50")) is None
+    assert not_run_here(shlex.split("kvfence mutants --only CD-03 never-flush")) == (
+        "pass-matrix row"
+    )
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if documented(p)])

@@ -140,11 +140,9 @@ def test_sigterm_stops_a_check_whose_engine_swallows_the_interrupt(tmp_path):
     assert took < 30, took
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])
-def test_sigterm_mid_mutants_writes_the_runs_done_and_exits_2(tmp_path, jobs):
+def _mutants(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
     report = tmp_path / "matrix.json"
-    cmd = [*KVFENCE, "mutants", "--jobs", jobs, "--out", str(tmp_path / "out")]
-    cmd += ["--json", str(report)]
+    cmd = [*KVFENCE, "mutants", *args, "--out", str(tmp_path / "out"), "--json", str(report)]
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -152,8 +150,14 @@ def test_sigterm_mid_mutants_writes_the_runs_done_and_exits_2(tmp_path, jobs):
         text=True,
         env={**os.environ, "COLUMNS": "200"},
     )
-    # Stop it once the first run is done and others are under way (its first progress
-    # line), not after a fixed sleep: on a loaded machine the imports alone can take that.
+    return proc, report
+
+
+def test_sigterm_mid_mutants_writes_the_runs_done_and_exits_2(tmp_path):
+    """One run at a time: stopped once the first run is done and others are under way (its
+    first progress line), not after a fixed sleep: on a loaded machine the imports alone
+    can take that."""
+    proc, report = _mutants(tmp_path, "--jobs", "1")
     seen = []
     for line in proc.stdout:
         seen.append(line)
@@ -167,3 +171,24 @@ def test_sigterm_mid_mutants_writes_the_runs_done_and_exits_2(tmp_path, jobs):
     verdicts = [r["verdict"] for r in results]
     assert "ERROR" in verdicts, verdicts  # the runs the stop cut short
     assert any("stopped by a signal" in (r.get("error") or "") for r in results), results[:3]
+
+
+def test_sigterm_mid_parallel_mutants_keeps_the_kill_done_and_exits_2(tmp_path):
+    """Two runs on two worker processes: a mutant killed in a fraction of a second and a
+    design's whole check at ci (seconds). Stopped once the kill's counterexample is written
+    (the first run done), the kill stands and the design's run is ERROR, stopped."""
+    proc, report = _mutants(tmp_path, "--only", "CD-06", "never-flush", "--jobs", "2")
+    deadline = time.monotonic() + 120
+    while not list((tmp_path / "out").glob("*counterexample-*never-flush*.jsonl")):
+        assert proc.poll() is None and time.monotonic() < deadline, "no kill written"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    code, out, _ = finish(proc, 120)
+    assert code == 2, out[-3000:]
+    rows = {
+        r["engine"] if r["client"] == "reference" else r["client"]: r
+        for r in json.loads(report.read_text())["results"]
+    }
+    assert rows["never-flush"]["verdict"] == "FAIL", rows["never-flush"]
+    design = rows["radix-off-skips-flush"]
+    assert design["verdict"] == "ERROR" and "stopped by a signal" in design["error"], design

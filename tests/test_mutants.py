@@ -1,5 +1,6 @@
-"""Every mutant is shown killed by the rule it was written to break, and both reference
-systems are shown passing, at the ci profile (the kill matrix of ``kvfence mutants``)."""
+"""Every mutant is shown killed by the rule it was written to break, at the ci profile
+(the kill matrix of ``kvfence mutants``); both reference systems pass in the pass matrix
+(tests/test_designs.py)."""
 
 from __future__ import annotations
 
@@ -16,16 +17,6 @@ from kvfence.conformance.matrix import (
 )
 from kvfence.conformance.runner import run_check
 from kvfence.model.rules import BY_ID
-
-
-@pytest.mark.parametrize("name", ["reference", "reference-closing"])
-def test_reference_passes_every_rule(name, out_dir):
-    result = run_check(registry.engine(name), registry.client("reference"), out_dir=out_dir)
-    assert result.verdict == "PASS", [(r.rule.id, r.verdict, r.reason) for r in result.rules]
-    verdicts = {r.rule.id: r.verdict for r in result.rules}
-    assert {v for k, v in verdicts.items() if k.startswith("REACH")} == {"PASS"}
-    assert result.counterexample is None
-    assert result.exit_code == 0
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)

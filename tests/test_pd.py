@@ -9,13 +9,13 @@ catalog's P/D mutants and designs are also in the catalog-wide tests
 from __future__ import annotations
 
 import pytest
-from conftest import after, explores_clean
+from conftest import after
 
 from kvfence.adapters import registry
 from kvfence.adapters.pd import PD_CONFIGS, DecodeEndpoint, PrefillEndpoint
 from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
 from kvfence.conformance.cli import main_explore
-from kvfence.conformance.explore import SETUPS, deployment, explore_adapter
+from kvfence.conformance.explore import deployment, explore_adapter
 from kvfence.conformance.replay import replay_actions
 from kvfence.conformance.runner import run_check
 from kvfence.conformance.trace import config_from_json, config_json
@@ -172,20 +172,7 @@ def test_the_reference_pd_engine_passes_at_ci_with_evidence_for_both_rules(out_d
         assert verdicts[rule].verdict == "PASS" and verdicts[rule].evidence > 0, rule
 
 
-def test_pd_rules_are_not_at_stake_on_an_engine_without_roles(out_dir):
-    engine, client = registry.engine("reference"), registry.client("reference")
-    result = run_check(engine, client, out_dir=out_dir, max_examples=20, battery=False)
-    verdicts = {r.rule.id: r.verdict for r in result.rules}
-    assert verdicts["PD-001"] == "N/A"
-
-
 # ----- the explorer's pd deployment ----------------------------------------------------------
-
-
-def test_the_pd_deployment_is_opt_in():
-    (pd,) = deployment("pd")
-    assert pd not in SETUPS and pd.configs == PD_CONFIGS
-    assert not any(c.role for s in SETUPS for c in s.configs)
 
 
 def test_the_pd_model_state_count_is_pinned():
@@ -198,18 +185,6 @@ def test_the_pd_model_state_count_is_pinned():
     assert code == 0, text
     assert "distinct states: 3,436 up to symmetry" in text and "transitions: 29,536" in text
     assert "PASS" in text
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "checks-transferred-kv-version",
-        "holds-admission-across-versions",
-        "drains-transfers-before-update",
-    ],
-)
-def test_pd_designs_pass_under_the_explorer(name):
-    explores_clean(name, "pd", 400)
 
 
 @pytest.mark.parametrize(

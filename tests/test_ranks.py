@@ -7,7 +7,7 @@ explorer. The catalog's ranked mutants and designs are also in the catalog-wide 
 from __future__ import annotations
 
 import pytest
-from conftest import after, explores_clean
+from conftest import after
 
 from kvfence.adapters import registry
 from kvfence.adapters.designs import BY_NAME as DESIGNS
@@ -15,7 +15,6 @@ from kvfence.adapters.protocol import Unsupported
 from kvfence.adapters.ranks import RANKS_CONFIGS, RankedEndpoint
 from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
 from kvfence.conformance.cli import main_explore
-from kvfence.conformance.explore import DEPLOYMENTS, SETUPS, deployment
 from kvfence.conformance.runner import run_check
 from kvfence.conformance.trace import config_from_json, config_json
 from kvfence.model.actions import (
@@ -207,14 +206,6 @@ def test_the_reference_ranks_engine_passes_at_ci(out_dir):
 # ----- the explorer's ranks deployment ------------------------------------------------------
 
 
-def test_the_ranks_deployment_is_opt_in():
-    (ranks,) = deployment("ranks")
-    assert ranks not in SETUPS and ranks.configs == (RANKED,)
-    with pytest.raises(ValueError, match="unknown deployment 'mesh'; known: ranks"):
-        deployment("mesh")
-    assert {"ranks", "store"} <= set(DEPLOYMENTS)
-
-
 def test_the_ranks_model_state_count_is_pinned():
     """``kvfence explore --deployment ranks`` at the CLI's default bounds (one prefix, one
     request ID, versions <= 2, depth 6, symmetry on): one standard endpoint of two ranks.
@@ -224,16 +215,3 @@ def test_the_ranks_model_state_count_is_pinned():
     assert code == 0, text
     assert "distinct states: 6,716 up to symmetry" in text and "transitions: 51,276" in text
     assert "PASS" in text
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        "reference-ranks",
-        "merges-every-flush-reply",
-        "closes-on-any-rank-failure",
-        "rolls-back-moved-ranks",
-    ],
-)
-def test_ranked_designs_pass_under_the_explorer(name):
-    explores_clean(name, "ranks", 500)

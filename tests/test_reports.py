@@ -104,18 +104,24 @@ def test_matrix_json_carries_expected_rule_killed_by_and_verdict(tmp_path):
     assert len(data["results"]) == len(data["rows"]) == 6
 
 
-def test_a_green_matrix_writes_a_green_junit(tmp_path, capsys):
+def test_a_green_kill_matrix_writes_a_green_junit(tmp_path, capsys):
+    """Two mutants killed by their rules: two passing cases, two ``pass`` rows. (A design's
+    passing run through the command, whole at ci, is
+    tests/test_designs.py::test_kvfence_mutants_shows_both_matrices.)"""
     junit, report = tmp_path / "m.xml", tmp_path / "m.json"
-    argv = ["mutants", "--only", "CD-06", "guard-missing-on-disk", "--jobs", "1"]
-    code = main([*argv, "--out", str(tmp_path), "--junit", str(junit), "--json", str(report)])
-    assert code == 0, capsys.readouterr().out
+    argv = ["mutants", "--only", "guard-missing-on-disk", "flush-stub-claims-success"]
+    argv += ["--jobs", "1", "--out", str(tmp_path), "--junit", str(junit), "--json", str(report)]
+    code = main(argv)
+    out = capsys.readouterr()
+    assert code == 0, out.out
+    assert "kill matrix" in out.out and "flush-stub-claims-success" in out.out
     root = ET.parse(junit).getroot()
     cases = list(root.iter("testcase"))
     assert len(cases) == 2
     assert not list(root.iter("failure")) and not list(root.iter("error"))
     rows = json.loads(report.read_text())["rows"]
     assert [r["outcome"] for r in rows] == ["pass", "pass"]
-    assert "kvfence mutants: 2/2 runs" in capsys.readouterr().err  # progress, not a TTY
+    assert "kvfence mutants: 2/2 runs" in out.err  # progress, not a TTY
 
 
 def test_check_json_and_junit_carry_warnings_and_rule_classes(tmp_path):

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import after, explores_clean
+from conftest import after
 
 from kvfence.adapters import registry
 from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
 from kvfence.adapters.router import ROUTER_CONFIGS, Rotation, RouterWorker
 from kvfence.conformance.cli import main_explore
-from kvfence.conformance.explore import SETUPS, deployment, explore_adapter
+from kvfence.conformance.explore import deployment, explore_adapter
 from kvfence.conformance.replay import replay_actions, replay_trace
 from kvfence.conformance.runner import run_check
 from kvfence.conformance.trace import config_from_json, config_json, read_trace
@@ -161,12 +161,6 @@ def test_the_reference_router_passes_at_ci_with_evidence_for_rtr_001(out_dir):
     assert verdicts["RTR-001"].verdict == "PASS" and verdicts["RTR-001"].evidence > 0
 
 
-def test_rtr_001_is_not_at_stake_on_an_engine_without_a_router(out_dir):
-    engine, client = registry.engine("reference"), registry.client("reference")
-    result = run_check(engine, client, out_dir=out_dir, max_examples=20, battery=False)
-    assert {r.rule.id: r.verdict for r in result.rules}["RTR-001"] == "N/A"
-
-
 def test_the_regression_trace_replays():
     """The mutant's counterexample (a worker paused for its sync, taken out, put back)
     FAILS against the mutant and the model alone, and PASSES against the reference router."""
@@ -196,12 +190,6 @@ def test_the_look_alike_is_killed_where_the_reference_refuses():
 # ----- the explorer's router deployment ------------------------------------------------------
 
 
-def test_the_router_deployment_is_opt_in():
-    (router,) = deployment("router")
-    assert router not in SETUPS and router.configs == ROUTER_CONFIGS
-    assert not any(c.router for s in SETUPS for c in s.configs)
-
-
 def test_the_router_model_state_count_is_pinned():
     """``kvfence explore --deployment router --depth 3`` at the CLI's other default bounds
     (one prefix, one request ID, versions <= 2, symmetry on): two workers behind one
@@ -212,13 +200,6 @@ def test_the_router_model_state_count_is_pinned():
     assert code == 0, text
     assert "distinct states: 3,300 up to symmetry" in text and "transitions: 19,482" in text
     assert "PASS" in text
-
-
-@pytest.mark.parametrize(
-    "name", ["drains-serving-workers", "drains-and-readds", "updates-paused-rotation"]
-)
-def test_router_designs_pass_under_the_explorer(name):
-    explores_clean(name, "router", 400)
 
 
 @pytest.mark.parametrize("mutant", ["readds-too-early", "readds-at-newest-weights"])

@@ -7,14 +7,13 @@ tests (tests/test_mutants.py, tests/test_designs.py, tests/test_cases.py)."""
 from __future__ import annotations
 
 import pytest
-from conftest import after, explores_clean
+from conftest import after
 
 from kvfence.adapters import registry
 from kvfence.adapters.reference import InProcessAdapter, ReferenceEndpoint
 from kvfence.adapters.store import STORE_CONFIGS, StoreEndpoint
 from kvfence.conformance.cli import main_explore
-from kvfence.conformance.explore import SETUPS, deployment, explore_adapter
-from kvfence.conformance.runner import run_check
+from kvfence.conformance.explore import deployment, explore_adapter
 from kvfence.conformance.trace import config_from_json, config_json
 from kvfence.model.actions import (
     FlushCache,
@@ -121,32 +120,13 @@ def test_the_reference_engine_on_store_configs_shares_one_store_across_restarts(
     assert not other.hit and other.stored is None  # another format: never matched
 
 
-def test_the_keyed_store_passes_at_ci_with_evidence_for_sto_001(out_dir):
-    engine = registry.engine("keys-store-by-weights")
-    assert engine.fixed_configs == STORE_CONFIGS
-    result = run_check(engine, registry.client("reference"), out_dir=out_dir)
-    assert result.verdict == "PASS", [(r.rule.id, r.verdict, r.reason) for r in result.rules]
-    verdicts = {r.rule.id: r for r in result.rules}
-    assert verdicts["STO-001"].verdict == "PASS" and verdicts["STO-001"].evidence > 0
-
-
-def test_sto_001_is_not_at_stake_on_an_engine_without_a_store(out_dir):
-    engine, client = registry.engine("reference"), registry.client("reference")
-    result = run_check(engine, client, out_dir=out_dir, max_examples=20)
-    verdicts = {r.rule.id: r.verdict for r in result.rules}
-    assert verdicts["STO-001"] == "N/A"
+def test_the_keyed_store_runs_on_the_store_configs():
+    """Its check at ci (PASS, STO-001 PASS with evidence) is its pass-matrix row:
+    tests/test_designs.py::test_design_passes_at_ci[keys-store-by-weights]."""
+    assert registry.engine("keys-store-by-weights").fixed_configs == STORE_CONFIGS
 
 
 # ----- the explorer's store deployment ------------------------------------------------------
-
-
-def test_the_store_deployment_is_opt_in():
-    (store,) = deployment("store")
-    assert store not in SETUPS and store.configs == (
-        BF16,
-        Config(store=True, lineage="sft-b", kv_format="fp8"),
-    )
-    assert not any(c.store for s in SETUPS for c in s.configs)
 
 
 def test_the_store_model_state_count_is_pinned():
@@ -161,11 +141,6 @@ def test_the_store_model_state_count_is_pinned():
     assert code == 0, text
     assert "distinct states: 4,199 up to symmetry" in text and "transitions: 25,422" in text
     assert "PASS" in text
-
-
-@pytest.mark.parametrize("name", ["keys-store-by-weights", "rotates-store-namespace"])
-def test_store_designs_pass_under_the_explorer(name):
-    explores_clean(name, "store", 500)
 
 
 def test_the_explorer_kills_the_token_keyed_store_with_sto_001():
