@@ -78,7 +78,7 @@ from ..model.rules import RuleId
 from ..model.state import PROFILE_FIELDS, Bounds, Config, Policy, initial_state, with_profile
 from ..model.vocabulary import Lane, Tier
 from .calls import stop_if_asked
-from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled, Refused
+from .errors import AdapterError, BeyondModel, ConformanceFailure, Diverged, NotEnabled, Refused
 from .lockstep import Lockstep
 from .record import Recorder
 from .trace import config_from_json, config_json, policy_from_json, policy_json, write_atomic
@@ -332,7 +332,7 @@ def _with_evidence(scenarios: list[Scenario]) -> list[Scenario]:
         kept: list[Action] = []
         try:
             run_scenario(engine, client, s, recorder, 60.0, kept=kept)
-        except (AdapterError, ConformanceFailure, Diverged, Refused, NotEnabled):
+        except (AdapterError, BeyondModel, ConformanceFailure, Diverged, Refused, NotEnabled):
             pass  # the reference breaking a scenario is for the pass matrix to show
         finally:
             engine.close()
@@ -641,6 +641,9 @@ def run_battery(
             continue
         except Refused:
             tally(s, "skipped", "the client raised on this configuration")
+            continue
+        except BeyondModel as e:
+            tally(s, "skipped", str(e))
             continue
         tally(s, "skipped", why) if why else tally(s, "passed")
     order = [r.id for r in RULES]

@@ -47,5 +47,12 @@ class Diverged(Exception):
     without a verdict, and the search goes on (``Lockstep.focus``)."""
 
 
+class BeyondModel(Exception):
+    """A client program called what the deployment under check has no model of
+    (``semantics.modelled``: a two-phase update on an endpoint attached to the shared KV
+    store): the spec neither allows nor forbids it, so the example says nothing about the
+    client. The search sets it aside; the battery skips the scenario, naming the call."""
+
+
 class NotEnabled(Exception):
     """A recorded action the model does not enable at its turn (replay and shrinking)."""

@@ -67,7 +67,7 @@ from ..model.state import (
     with_profile,
 )
 from ..model.vocabulary import CacheMode, Lane, PauseMode, Role, Tier
-from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled
+from .errors import AdapterError, BeyondModel, ConformanceFailure, Diverged, NotEnabled
 from .lockstep import Cursor, Lockstep
 from .record import Recorder
 from .replay import replay_actions
@@ -478,7 +478,7 @@ class _Search:
         except Diverged as e:
             self.other = self.other or (tuple(e.args[0]), path)
             return None
-        except NotEnabled:
+        except (NotEnabled, BeyondModel):
             return None
         except (AdapterError, SpecError) as e:
             return node, path, str(e)

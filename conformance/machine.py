@@ -57,7 +57,7 @@ from ..model.state import Bounds, State
 from ..model.vocabulary import Tier
 from . import strategies
 from .calls import stop_if_asked
-from .errors import Diverged, Refused
+from .errors import BeyondModel, Diverged, Refused
 from .lockstep import MACHINE_BOUNDS, Lockstep
 from .record import Recorder
 
@@ -190,6 +190,8 @@ class KvfenceMachine(RuleBasedStateMachine):
             self.lockstep.run(action)
         except Diverged:
             reject()  # broke only other rules: this example says nothing about the focus
+        except BeyondModel:
+            reject()  # the client called what this deployment has no model of
         except Refused:
             reject()  # the client raised here: recorded; judge it on other configurations
 

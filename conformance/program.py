@@ -108,7 +108,7 @@ __all__ = [
 from ..model.rules import RuleId
 from .calls import call_with_timeout
 from .client_table import refusal, resolve
-from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled
+from .errors import AdapterError, BeyondModel, ConformanceFailure, Diverged, NotEnabled
 from .record import Recorder
 from .trace import ClientCall, InfoCall, PlanRecord, Step
 
@@ -498,6 +498,12 @@ class SyncRun:
             # The engine cannot pause: nothing is served during a sync in lockstep anyway,
             # so the call is a no-op (its obligations settle at the end of the sync).
             return True
+        if not all(spec.modelled(s.endpoint(index), action) for s in self.lock.states):
+            self.halt = BeyondModel(
+                f"{VERB_OF.get(type(action), action.name)}: endpoint {index}'s deployment "
+                f"has no model of {action.name} (beyond the spec's bounds there)"
+            )
+            raise self.halt
         if not all(spec.enabled(s, action) for s in self.lock.states):
             phase = before.endpoint(index).phase.value
             raise ProgramError(

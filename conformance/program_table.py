@@ -23,7 +23,7 @@ from ..model.rules import BY_ID
 from ..model.state import Config, Policy, server_info
 from ..model.vocabulary import CacheMode, PauseMode
 from .client_table import policy_words
-from .errors import AdapterError, ConformanceFailure, Diverged, NotEnabled, Refused
+from .errors import AdapterError, BeyondModel, ConformanceFailure, Diverged, NotEnabled, Refused
 from .lockstep import Lockstep
 from .program import ProgramError
 from .record import Recorder
@@ -92,7 +92,7 @@ def program_table(
             lock.run(SyncWeights(1))
         except ConformanceFailure as e:
             bad = list(e.violations)
-        except (AdapterError, Diverged, NotEnabled, Refused, ProgramError):
+        except (AdapterError, BeyondModel, Diverged, NotEnabled, Refused, ProgramError):
             pass  # the run judges what the table cannot (a capability, a phase)
         where = f"{len(configs)} endpoint(s), {policy_words(policy)}, server info " + ", ".join(
             repr(None if c.info is None else dict(c.info)) for c in configs

@@ -34,7 +34,7 @@ from ..model.state import Bounds, Config, Policy
 from ..model.vocabulary import CacheMode, Lane, PauseMode, Tier
 from . import strategies
 from .calls import Timing
-from .errors import AdapterError, ConformanceFailure, NotEnabled, Refused
+from .errors import AdapterError, BeyondModel, ConformanceFailure, NotEnabled, Refused
 from .lockstep import MACHINE_BOUNDS, Lockstep
 from .program import RecordedProgram
 from .record import Recorder, Run
@@ -111,7 +111,7 @@ def replay_actions(
     except Refused as e:
         run = lock.snapshot([*lock.pending, e.violation])
         return Replayed(ReplayKind.FAIL, (e.violation,), tuple(lock.pending), run)
-    except NotEnabled as e:
+    except (NotEnabled, BeyondModel) as e:
         return Replayed(ReplayKind.INVALID, (), tuple(lock.pending), lock.snapshot([]), str(e))
     except AdapterError as e:
         return Replayed(ReplayKind.ERROR, (), tuple(lock.pending), lock.snapshot([]), str(e))

@@ -1623,6 +1623,25 @@ def routed_update(s: State, a: UpdateWeights) -> Branches:
 # ----- the next-state relation ------------------------------------------------------------
 
 
+def modelled(ep: Endpoint, a: Action) -> bool:
+    """Whether the deployment ``ep`` belongs to models ``a``'s type at all, whatever the
+    phase or guard: a ranked endpoint only ``RANKED_ACTIONS``, one attached to the shared
+    store only ``STORE_ACTIONS``, one side of a prefill/decode pair only its role's
+    actions, a worker behind a router only ``ROUTER_ACTIONS``. A call outside them (a
+    two-phase update on a store endpoint) is beyond the spec's bounds there: the spec
+    neither allows nor forbids it."""
+    kind = type(a)
+    if ep.ranks and kind not in RANKED_ACTIONS:
+        return False
+    if ep.config.store and kind not in STORE_ACTIONS:
+        return False
+    if ep.config.role is not None:
+        allowed = DECODE_ACTIONS if ep.config.role is Role.DECODE else PREFILL_ACTIONS
+        if kind not in allowed:
+            return False
+    return not (ep.config.router and kind not in ROUTER_ACTIONS)
+
+
 def enabled(state: State, action: Action, bounds: Bounds | None = None) -> bool:
     """``action`` may be taken in ``state``: its endpoint exists, the phase table allows
     it, and its guard holds (and it lies ``within`` ``bounds``, when given). Cheap: no

@@ -207,6 +207,27 @@ def test_a_verb_the_phase_does_not_allow_is_the_programs_failure():
     assert "not allowed now" in str(r.violations[0].actual)
 
 
+def test_a_call_the_deployment_has_no_model_of_is_beyond_the_spec_not_the_programs_failure():
+    """The two-phase program on endpoints attached to the shared KV store: the store's model
+    has no two-phase update (``semantics.STORE_ACTIONS``), so its ``begin_update`` is beyond
+    the spec's bounds there, neither allowed nor forbidden: the replay is INVALID naming the
+    call, never a CLI-011 FAIL of a correct program; on plain endpoints the same program
+    PASSes."""
+    from kvfence.adapters.programs import TwoPhaseProgram
+    from kvfence.model.actions import BeginWeightUpdate
+    from kvfence.model.semantics import modelled
+
+    store = (Config(store=True), Config(store=True, lineage="sft-b", kv_format="fp8"))
+    r = _run(TwoPhaseProgram(), store, [SyncWeights(1)])
+    assert r.kind == "INVALID" and not r.violations, (r.kind, r.violations)
+    assert "has no model of BeginWeightUpdate" in r.message, r.message
+    assert _run(TwoPhaseProgram(), (ON, ON), [SyncWeights(1)]).kind == "PASS"
+    state = initial_state(store)
+    assert not modelled(state.endpoint(0), BeginWeightUpdate(0, 1))
+    assert modelled(state.endpoint(0), UpdateWeights(0, 1))
+    assert modelled(initial_state((ON,)).endpoint(0), BeginWeightUpdate(0, 1))
+
+
 @pytest.mark.parametrize("name", PROGRAM_MUTANTS)
 def test_program_mutant_killed_by_its_rule_in_the_kill_matrix(name, out_dir):
     from kvfence.adapters.mutants import BY_NAME
