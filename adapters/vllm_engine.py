@@ -319,9 +319,9 @@ class VllmAdapter:
     ``--max-examples`` is given, after the battery (``battery_budget``): a few examples
     beyond the battery's fixed scenarios, small enough for a CI job (a real engine answers
     in ~10-100 ms, not µs)."""
-    battery_budget: int = 100
+    battery_budget: int = 160
     """The most battery scenarios a ``ci`` check starts here, apart from ``budget``: every
-    one the engine can run (55 of the battery's 85 on this tree: the rest need a second
+    one the engine can run (129 of the battery's 343 on this tree: the rest need a second
     endpoint or a capability it lacks, or repeat another on its one endpoint), so that
     the rules the battery reaches on vLLM do not depend on the draw
     (``runner.battery_budget``)."""

@@ -57,7 +57,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from attrs import frozen
@@ -82,6 +82,9 @@ from .errors import AdapterError, BeyondModel, ConformanceFailure, Diverged, Not
 from .lockstep import Lockstep
 from .record import Recorder
 from .trace import config_from_json, config_json, policy_from_json, policy_json, write_atomic
+
+if TYPE_CHECKING:
+    from .explore import Setup
 
 BATTERY_BOUNDS = Bounds(
     prefixes=("P", "Q", "R"), rids=("r1", "r2", "r3"), versions=64, lora_revisions=16
@@ -217,13 +220,14 @@ def kill_scenarios(workers: int = 1) -> list[Scenario]:
 
 
 def witness_scenarios() -> list[Scenario]:
-    """For each setup of the product explorer, a shortest path of the model to each REACH
-    rule (``model.explore.witnesses``, within the explorer's bounds)."""
+    """For each setup of the product explorer (``explore.SETUPS``, then each deployment's),
+    a shortest path of the model to each REACH rule (``model.explore.witnesses``, within
+    the explorer's bounds)."""
     from ..model.explore import witnesses
-    from .explore import EXPLORE_BOUNDS, SETUPS
+    from .explore import DEPLOYMENTS, EXPLORE_BOUNDS, SETUPS
 
     out = []
-    for setup in SETUPS:
+    for setup in (*SETUPS, *(s for group in DEPLOYMENTS.values() for s in group)):
         root = initial_state(setup.configs, setup.policy)
         for w in witnesses((root,), EXPLORE_BOUNDS, WITNESS_DEPTH, True, cap=WITNESS_STATES):
             out.append(
@@ -298,6 +302,73 @@ def long_scenarios() -> list[Scenario]:
     ]
 
 
+def evidence_setups() -> list[Setup]:
+    """Where the evidence witnesses start: each setup of the product explorer
+    (``explore.SETUPS``) split into one setup per distinct endpoint config (same policy,
+    named ``<setup>/<n>``; what one endpoint shows needs no second one, and one endpoint
+    runs on every engine), then each deployment's setups (``explore.DEPLOYMENTS``) whole.
+    A split setup keeps the rules of its parent that need no second endpoint: its evidence
+    search goes deeper only for a one-endpoint setup's own rules."""
+    from .explore import DEPLOYMENTS, SETUPS
+
+    out: list[Setup] = []
+    for s in SETUPS:
+        configs = list(dict.fromkeys(s.configs))
+        if len(configs) == 1:
+            out.append(s)
+            continue
+        for n, c in enumerate(configs, 1):
+            out.append(attrs.evolve(s, name=f"{s.name}/{n}", configs=(c,), rules=frozenset()))
+    out += [s for group in DEPLOYMENTS.values() for s in group]
+    return out
+
+
+def evidence_scenarios(workers: int = 1) -> list[Scenario]:
+    """The evidence witnesses: for each evidence setup (``evidence_setups``), the reference
+    system's shortest path to evidence of each rule it shows there
+    (``explore.evidence_search``), as one scenario per path, for the rules whose first
+    evidence it is; a path that another of the same setup extends is left out, its rules
+    going to the longer one. So every rule that the reference can show on a setup has a
+    scenario that puts it at stake whatever the random search draws."""
+    from ..adapters import registry
+    from .explore import (
+        DEPLOYMENTS,
+        EVIDENCE_SHALLOW,
+        EVIDENCE_SHALLOW_DEPLOYMENT,
+        evidence_search,
+    )
+    from .search import pool
+
+    setups = evidence_setups()
+    deployed = {s.name for group in DEPLOYMENTS.values() for s in group}
+
+    def one(i: int) -> list[Scenario]:
+        s = setups[i]
+        shape = Scenario("", (), s.configs, s.policy, ())
+        engine = registry.engine(_reference_for(shape))
+        shallow = EVIDENCE_SHALLOW_DEPLOYMENT if s.name in deployed else EVIDENCE_SHALLOW
+        found = evidence_search(engine, registry.client("reference"), s, shallow)
+        paths: dict[tuple[Action, ...], list[str]] = {}
+        for rule, path in found.items():
+            paths.setdefault(path, []).append(rule)
+        for path in sorted(paths, key=len):
+            longer = [p for p in paths if len(p) > len(path) and p[: len(path)] == path]
+            if longer:
+                paths[min(longer, key=len)] += paths.pop(path)
+        return [
+            Scenario(
+                f"evidence {', '.join(sorted(rules))} on {s.name}",
+                tuple(sorted(rules)),
+                tuple(_plain(c) for c in s.configs),
+                s.policy,
+                path,
+            )
+            for path, rules in sorted(paths.items(), key=lambda kv: (len(kv[0]), sorted(kv[1])))
+        ]
+
+    return [x for found in pool(len(setups), one, workers, "evidence") for x in found]
+
+
 def _merged(scenarios: Iterable[Scenario]) -> list[Scenario]:
     """One scenario per (configs, policy, actions), with the rules of every copy."""
     out: dict[tuple, Scenario] = {}
@@ -349,7 +420,13 @@ def generate(workers: int = 1) -> Battery:
     started = time.monotonic()
     fingerprint = source_fingerprint()
     scenarios = _merged(
-        [*witness_scenarios(), *long_scenarios(), *kill_scenarios(workers), *case_scenarios()]
+        [
+            *witness_scenarios(),
+            *long_scenarios(),
+            *kill_scenarios(workers),
+            *case_scenarios(),
+            *evidence_scenarios(workers),
+        ]
     )
     scenarios = _with_evidence(scenarios)
     seconds = time.monotonic() - started

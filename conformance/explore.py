@@ -703,3 +703,78 @@ def kill_search(
             if x.complete:
                 left.remove(name)
     return None
+
+
+# ----- evidence witnesses ----------------------------------------------------------------
+
+
+EVIDENCE_SHALLOW = 2
+"""Depth to which the evidence search records a shortest path for every rule (a
+deployment's setups: ``EVIDENCE_SHALLOW_DEPLOYMENT``)."""
+
+EVIDENCE_SHALLOW_DEPLOYMENT = 3
+"""The same for a deployment's setups: a request or a refused update crosses two parts
+(an update's failure settled on a router's worker, a token sampled across a P/D update),
+one step more than on a single endpoint."""
+
+EVIDENCE_DEPTH = 4
+"""Depth to which it goes on for the rules its setup names (``Setup.rules``) not shown yet
+(a window's WIN-002 is four steps: open, a chunk, a serve under mixed weights, the finish)."""
+
+EVIDENCE_STATES = 8000
+"""Nodes the evidence search of one setup visits at most."""
+
+
+class _EvidenceSearch(_Search):
+    """The breadth-first search of ``evidence_search``: every edge is judged as in
+    ``_Search``, and the first path whose last step gave a rule evidence (the recorder's
+    ``exercised`` count grew, or a REACH rule was reached) is kept for it. It ends once no
+    level beyond ``shallow`` is needed (every rule of ``wanted`` has its path), or
+    at the state budget."""
+
+    def __init__(self, *args: Any, wanted: frozenset[str], shallow: int) -> None:
+        super().__init__(*args)
+        self.wanted, self.shallow = wanted, shallow
+        self.found: dict[str, tuple[Action, ...]] = {}
+
+    def step(self, node: _Node, action: Action) -> tuple[_Node, tuple[Action, ...], str] | None:
+        path = (*node.path, action)
+        if len(node.path) >= self.shallow and self.wanted <= set(self.found):
+            return node, path, "done"
+        rec = self.recorder
+        before, reached = dict(rec.exercised), set(rec.reached)
+        end = super().step(node, action)
+        grew = {r for r, n in rec.exercised.items() if n > before.get(r, 0)}
+        for r in grew | (rec.reached - reached):
+            self.found.setdefault(r, path)
+        if self.truncated:
+            return node, path, "done"
+        return end
+
+
+def evidence_search(
+    engine: EngineAdapter,
+    client: ClientAdapter,
+    setup: Setup,
+    shallow: int = EVIDENCE_SHALLOW,
+    timeout: float = 60.0,
+) -> dict[str, tuple[Action, ...]]:
+    """For each rule an in-process ``engine`` and ``client`` gave evidence for from
+    ``setup``, a shortest path of top-level actions whose last step gave it: every rule to
+    ``shallow`` steps, the setup's own rules (``Setup.rules``) to
+    ``EVIDENCE_DEPTH``, within ``EVIDENCE_STATES`` nodes. Breadth-first in lockstep, as
+    ``explore_adapter``; a path that breaks a rule ends there (the caller's reference system
+    should break none). ``engine`` is closed at the end; ``ValueError`` if it is not
+    in-process."""
+    if not (hasattr(engine, "snapshot") and hasattr(engine, "restore")):
+        raise ValueError(f"engine {engine.name!r} cannot be explored: not in-process")
+    profile = getattr(engine, "profile", None)
+    setup = attrs.evolve(setup, configs=tuple(with_profile(c, profile) for c in setup.configs))
+    args = (engine, client, (setup,), EXPLORE_BOUNDS, (EVIDENCE_DEPTH,), True, None, timeout)
+    search = _EvidenceSearch(*args, wanted=setup.rules, shallow=shallow)
+    search.max_states = EVIDENCE_STATES
+    try:
+        search.run()
+    finally:
+        engine.close()
+    return search.found

@@ -6,13 +6,16 @@ each step draws one action the model enables in every candidate state
 (``Lockstep.enabled_actions``) and runs it in lockstep.
 
 The draw: an action type by ``DRAW_FREQUENCY`` among the enabled ones (traffic and syncs
-dominate, disruptions stay rare), then one of its instances. While an endpoint holds KV on a
-lower tier (host or storage), three steps in four draw only among that endpoint's enabled
-actions, by ``STEERED_FREQUENCY`` (``tier_steered``): a tier bug hides behind a chain on one
-endpoint (serve, evict, release, flush) that the plain draw, spread over every endpoint and
-dominated by traffic, completed in 8 of 3,713 focused ci examples. Lower-tier KV exists only
-where the engine declares ``tiers``, so for other engines (vLLM) no extra choice is drawn and
-the distribution is the plain one. Like zarr's ``testing/stateful.py``, the machine ships inside the
+dominate, disruptions stay rare), then one of its instances. While an endpoint holds a
+latent hazard (``model.hazards``: lower-tier KV, released memory, an open window, requests
+held in place, torn or mixed weights, a refused flush pending), three steps in four draw
+only among that endpoint's enabled actions, weighted by that hazard's
+``HAZARD_FREQUENCY`` (``hazard_steered``): a fault hides behind a chain on one endpoint
+(serve, evict, release, flush) that the plain draw, spread over every endpoint and
+dominated by traffic, completed in 8 of 3,713 focused ci examples. A state that holds no
+hazard draws nothing extra. No verdict of a correct system rests on the steering: the
+battery, run before the search, gives each rule its evidence (``battery``'s evidence
+witnesses). Like zarr's ``testing/stateful.py``, the machine ships inside the
 library and takes the system under test as an argument.
 """
 
@@ -53,8 +56,8 @@ from ..model.actions import (
     UpdateWeights,
     WakeUp,
 )
-from ..model.state import Bounds, State
-from ..model.vocabulary import Tier
+from ..model.hazards import Hazard, hazards_held, meets
+from ..model.state import Bounds
 from . import strategies
 from .calls import stop_if_asked
 from .errors import BeyondModel, Diverged, Refused
@@ -95,53 +98,72 @@ an entry (0: never drawn, for a type ``candidates`` does not enumerate), so that
 left out is an omission the registry test names, not a silent "never drawn"."""
 
 
-STEERED_FREQUENCY: dict[type[Action], int] = {
-    Sleep: 4,
-    FlushCache: 3,
-    UpdateWeights: 3,
-    WakeUp: 2,
-    ServeRequest: 2,
-    EvictPrefix: 4,
+HAZARD_FREQUENCY: dict[str, dict[type[Action], int]] = {
+    "lower-tier KV": {
+        Sleep: 4,
+        EvictPrefix: 4,
+        FlushCache: 3,
+        UpdateWeights: 3,
+        WakeUp: 2,
+        ServeRequest: 2,
+    },
+    "KV released": {WakeUp: 4, FlushCache: 3, UpdateWeights: 3, SyncWeights: 2},
+    "open window": {
+        UpdateWeightChunk: 3,
+        ServeRequest: 3,
+        FinishWeightUpdate: 3,
+        AbortWeightUpdate: 2,
+        FaultChunkFails: 2,
+    },
+    "held in place": {UpdateWeights: 3, SyncWeights: 3, FlushCache: 3, ContinueGeneration: 2},
+    "torn or mixed": {ServeRequest: 4, FlushCache: 3, UpdateWeights: 3, SyncWeights: 2},
+    "refused flush pending": {FlushCache: 3, UpdateWeights: 3, SyncWeights: 3, Sleep: 2},
 }
-"""How often each action type is drawn on an endpoint that holds lower-tier KV
-(``tier_steered``; a type not listed: 1). What a tier bug hides behind is the event that
-meets the lower-tier KV next (a release, a flush, an update, a resume, a reuse), not
-traffic: a request in flight even keeps a release (``Sleep``) from being enabled."""
+"""How often each action type is drawn on an endpoint that holds a hazard, per hazard
+(``model.hazards.HAZARDS``, by name; a type not listed: 1): what a fault hides behind is
+the event that meets the hazard next (``Hazard.met_by``), not traffic. Lower-tier KV: a
+release, a flush, an update, a resume, a reuse (a request in flight even keeps a release
+from being enabled); released memory: the resume, a flush or an update while released; an
+open window: its chunks, a forward under mixed weights, its finish or abort; requests held
+in place: an update, a sync or a flush under them; torn or mixed weights: a serve, a
+flush, an update; a refused flush pending: the flush or update that meets it."""
 
 
-def lower_tier_endpoints(states: frozenset[State]) -> frozenset[int]:
-    """Endpoints that hold KV on a lower tier (host or storage) in every candidate state."""
-    held = [
-        {i for i, ep in enumerate(s.endpoints) if any(e.tier is not Tier.DEVICE for e in ep.cache)}
-        for s in states
-    ]
-    return frozenset(set.intersection(*held)) if held else frozenset()
+def hazard_steered(
+    lockstep: Lockstep,
+    data: st.DataObject,
+    held: tuple[tuple[Hazard, int], ...] | None = None,
+) -> tuple[list[Action], Hazard | None]:
+    """``(pool, hazard)``: the actions the next one is drawn from, and the hazard they are
+    steered to (``None``: the plain draw, ``lockstep.enabled_actions()``). While some
+    endpoint holds a hazard (``model.hazards.hazards_held``, in every candidate state), an
+    integer 0..3 is drawn: 0, where a shrink goes, is the plain draw; otherwise one of the
+    held ``(hazard, endpoint)`` pairs is drawn (no draw when there is one) and the pool
+    keeps the enabled actions on that endpoint and the syncs (``SyncWeights`` reaches every
+    endpoint), to be weighted by that hazard's ``HAZARD_FREQUENCY``.
 
-
-def tier_steered(lockstep: Lockstep, data: st.DataObject) -> tuple[list[Action], bool]:
-    """``(pool, steered)``: the actions the next one is drawn from, and whether they are
-    steered. Plain: ``lockstep.enabled_actions()``. While some endpoint holds KV on a lower
-    tier, three draws in four (an integer 0..3 is drawn; 0, where a shrink goes, is the
-    plain draw) keep only the enabled actions on such an endpoint, to be weighted by
-    ``STEERED_FREQUENCY``.
-
-    A tier bug (a flush, update, release or resume that forgets host or storage KV:
-    PF-19, sgl-project/sglang PR #19029) shows only on the endpoint that holds the lower-tier
-    KV, and only if that endpoint's next few actions come before something else drops the
-    KV: drawn over every endpoint, the chain serve, evict, release, flush reached its last
-    step in 8 of 3,713 focused ci examples. Steering keeps the draws on that endpoint until
-    the KV is gone. Every steered action is one the model enables in every candidate state
-    (the pool is a subset of ``enabled_actions``), so the checker judges it as any other.
-    Lower-tier KV exists only where the engine declares ``tiers`` (an ``EvictPrefix`` needs
-    it), so for any other engine no extra choice is drawn and the draw is unchanged."""
+    A fault of the catalogue shows only on the endpoint that holds the hazard, and only if
+    that endpoint's next few actions come before something else removes it: drawn over
+    every endpoint, the chain serve, evict, release, flush reached its last step in 8 of
+    3,713 focused ci examples. Every steered action is one the model enables in every
+    candidate state (the pool is a subset of ``enabled_actions``), so the checker judges it
+    as any other. A state that holds no hazard draws nothing extra: its draw is the plain
+    one. ``held``: ``hazards_held(lockstep.states)`` when the caller has it."""
     pool = lockstep.enabled_actions()
-    held = lower_tier_endpoints(lockstep.states)
-    if not held:
-        return pool, False
-    there = [a for a in pool if getattr(a, "endpoint", None) in held]
-    if there and data.draw(st.integers(0, 3), label="steer to lower-tier KV") > 0:
-        return there, True
-    return pool, False
+    if held is None:
+        held = hazards_held(lockstep.states)
+    choices = [
+        (h, there)
+        for h, i in held
+        if (there := [a for a in pool if getattr(a, "endpoint", i) == i])
+    ]
+    if not choices or data.draw(st.integers(0, 3), label="steer to a hazard") == 0:
+        return pool, None
+    if len(choices) == 1:
+        hazard, there = choices[0]
+    else:
+        hazard, there = choices[data.draw(st.integers(0, len(choices) - 1), label="hazard")]
+    return there, hazard
 
 
 class KvfenceMachine(RuleBasedStateMachine):
@@ -173,19 +195,24 @@ class KvfenceMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def step(self, data: st.DataObject) -> None:
         """Draw an action type by ``DRAW_FREQUENCY`` among those enabled, then one of its
-        instances, and run it in lockstep. While an endpoint holds KV on a lower tier, the
-        draw is first steered to that endpoint's actions three times in four
-        (``tier_steered``). A stop signal received since (``calls.STOPPED``) ends the
-        search here."""
+        instances, and run it in lockstep. While an endpoint holds a hazard, the draw is
+        first steered to that endpoint's actions three times in four, weighted by the
+        hazard's ``HAZARD_FREQUENCY`` (``hazard_steered``). Events: the action type, and
+        ``<hazard> met`` where the action meets a hazard held on its endpoint. A stop signal
+        received since (``calls.STOPPED``) ends the search here."""
         stop_if_asked()
-        pool, steered = tier_steered(self.lockstep, data)
+        held = hazards_held(self.lockstep.states)
+        pool, hazard = hazard_steered(self.lockstep, data, held)
         kinds = {type(a) for a in pool}
-        weights = STEERED_FREQUENCY if steered else DRAW_FREQUENCY
+        weights = DRAW_FREQUENCY if hazard is None else HAZARD_FREQUENCY[hazard.name]
         drawn = [k for k, n in DRAW_FREQUENCY.items() if n and k in kinds]
         weighted = [k for k in drawn for _ in range(weights.get(k, 1))]
         kind = data.draw(st.sampled_from(weighted), label="action type")
         action = data.draw(st.sampled_from([a for a in pool if type(a) is kind]), label="action")
         event(kind.__name__)
+        for h, i in held:
+            if meets(h, i, action):
+                event(f"{h.name} met")
         try:
             self.lockstep.run(action)
         except Diverged:

@@ -77,8 +77,8 @@ BEYOND_STATEFUL_BUDGET: dict[str, str] = {}
 """Mutants the stateful search alone misses at the focused ci budget, each with the reason;
 each must be killed by the breadth-first kill (``first_kill``), the kill matrix's default;
 ``kvfence mutants --stateful`` reports them unkilled, which is the truth of that search.
-Empty since the machine steers its draw to an endpoint holding lower-tier KV
-(``machine.tier_steered``): ``kv-resumed-stale-after-weights-only-update`` (serve, evict to
+Empty since the machine steers its draw to an endpoint holding a hazard such as lower-tier
+KV (``machine.hazard_steered``): ``kv-resumed-stale-after-weights-only-update`` (serve, evict to
 host, release the KV, flush) is now reached at the ci budget."""
 
 

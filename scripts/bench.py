@@ -36,6 +36,10 @@ Figures:
   folder): seconds and scenarios.
 * ``battery-kills``: every mutant's first kill with the battery (a focused ci check until
   its rule is shown): the slowest, the median and how many took 1 s or more.
+* ``hazards``: per hazard of ``model.hazards`` (lower-tier KV, released memory, an open
+  window, requests held in place, torn or mixed weights, a refused flush pending), the
+  examples of a ci check of the reference whose random search reached it, and those in
+  which the next action drawn there met it.
 * ``vllm``: one ci-profile ``kvfence check --engine vllm --client reference`` (only where
   vLLM is installed): wall, engine, client and checker seconds from the run's own account
   (``Result.timing``) and ``checker_fraction``, the share of the wall time that is
@@ -307,6 +311,54 @@ def battery_kills(quick: bool) -> dict[str, float | str]:
     }
 
 
+def hazards(quick: bool) -> dict[str, float]:
+    """How often the random search of a ci check of the reference reaches each hazard of
+    ``model.hazards`` and meets it (``run_check``, the battery first, not counted): per
+    hazard, ``<hazard>_reached``, the examples with a step that began with it held on some
+    endpoint, and ``<hazard>_met``, the examples in which the action drawn at such a step
+    meets it (``hazards.meets``); ``examples``, the examples the search ran. Counted by
+    wrapping the machine's steering (``machine.hazard_steered``), which every step calls
+    with the run's lockstep before its draw. ``--quick``: 30 examples."""
+    from kvfence.adapters import registry
+    from kvfence.conformance import machine
+    from kvfence.conformance.runner import run_check
+    from kvfence.model.hazards import HAZARDS, hazards_held, meets
+
+    steps: list[tuple[object, tuple, int]] = []
+    steer = machine.hazard_steered
+
+    def counted(lockstep, data, held=None):
+        held = hazards_held(lockstep.states) if held is None else held
+        steps.append((lockstep, held, len(lockstep.actions)))
+        return steer(lockstep, data, held)
+
+    machine.hazard_steered = counted
+    try:
+        with TemporaryDirectory() as tmp:
+            run_check(
+                registry.engine("reference"),
+                registry.client("reference"),
+                out_dir=Path(tmp),
+                max_examples=30 if quick else None,
+            )
+    finally:
+        machine.hazard_steered = steer
+    reached: dict[str, set[int]] = {h.name: set() for h in HAZARDS}
+    met: dict[str, set[int]] = {h.name: set() for h in HAZARDS}
+    for lockstep, held, n in steps:
+        ran = lockstep.actions[n] if len(lockstep.actions) > n else None
+        for h, i in held:
+            reached[h.name].add(id(lockstep))
+            if ran is not None and meets(h, i, ran):
+                met[h.name].add(id(lockstep))
+    slug = {h.name: h.name.replace(" ", "_").replace("-", "_").lower() for h in HAZARDS}
+    out: dict[str, float] = {"examples": len({id(x) for x, _, _ in steps})}
+    for h in HAZARDS:
+        out[f"{slug[h.name]}_reached"] = len(reached[h.name])
+        out[f"{slug[h.name]}_met"] = len(met[h.name])
+    return out
+
+
 def vllm(quick: bool) -> dict[str, float | str]:
     """One ci-profile check of ``--engine vllm --client reference`` (the first check
     ``scripts/check-vllm.sh`` runs, with its 300 s call timeout), split by the run's own
@@ -519,6 +571,7 @@ FIGURES = {
     "deployment-kills": deployment_kills,
     "battery": battery,
     "battery-kills": battery_kills,
+    "hazards": hazards,
     "vllm": vllm,
     "serve": serve,
 }

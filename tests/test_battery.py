@@ -237,3 +237,66 @@ def test_cache_dir_follows_the_environment(monkeypatch, tmp_path):
     assert battery.cache_dir() == tmp_path / "kvfence"
     monkeypatch.setenv("KVFENCE_CACHE_DIR", str(tmp_path / "x"))
     assert battery.cache_dir() == Path(tmp_path / "x")
+
+
+def _battery_evidence(engine_name: str, client_name: str, scenarios) -> set[str]:
+    """The rules a system gets evidence for with the random search off: its client table
+    (a client program's, or a resolver's), then every battery scenario, as ``run_check``
+    runs them before its search; no example is drawn."""
+    from kvfence.conformance.client_table import client_table
+    from kvfence.conformance.program import is_program
+    from kvfence.conformance.program_table import program_table
+
+    engine, client = registry.engine(engine_name), registry.client(client_name)
+    recorder = Recorder()
+    try:
+        table = program_table if is_program(client) else client_table
+        table(client, recorder, 60.0)
+        run = battery.run_battery(engine, client, scenarios, recorder, 60.0)
+    finally:
+        engine.close()
+    assert run.failed == 0, run.failed_scenario
+    return {r for r, n in recorder.exercised.items() if n} | recorder.reached
+
+
+def _design_systems():
+    from kvfence.adapters.designs import DESIGNS
+
+    return {
+        d.name: ((d.name, "reference") if d.side == "engine" else ("reference", d.name), d)
+        for d in DESIGNS
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_design_systems()))
+def test_every_design_keeps_its_evidence_with_the_search_off(name, the_battery):
+    """Every correct design's Keeps rules (the rules whose safety it keeps by other means
+    than the reference) have evidence from the battery and client table alone, so its PASS
+    on them does not depend on what the random search draws or how it is steered. Without
+    the evidence witnesses, ``keeps-current-storage`` had none for ENG-010 (a restart
+    reopening its storage tier), shown only when the search happened to draw a restart."""
+    (engine, client), design = _design_systems()[name]
+    got = _battery_evidence(engine, client, the_battery)
+    assert set(design.keeps) <= got, sorted(set(design.keeps) - got)
+    witnesses = attrs.evolve(
+        the_battery,
+        scenarios=tuple(s for s in the_battery.scenarios if not s.name.startswith("evidence")),
+    )
+    if name == "keeps-current-storage":  # what the evidence witnesses add
+        assert "ENG-010" not in _battery_evidence(engine, client, witnesses)
+
+
+def test_each_evidence_witness_gives_the_reference_its_rules(the_battery):
+    """An evidence witness is for the rules whose first evidence it is on its setup, and
+    the reference system gave each of them evidence when the battery was generated."""
+    found = [s for s in the_battery.scenarios if "evidence " in s.name]
+    assert found
+    for s in found:  # a scenario merged with a kill is also for the mutant's rule
+        for part in s.name.split("; "):
+            if part.startswith("evidence "):
+                rules = set(part.removeprefix("evidence ").split(" on ")[0].split(", "))
+                assert rules <= set(s.rules) and rules <= set(s.evidence), (s.name, s.evidence)
+    names = {n.split(" on ")[-1] for s in found for n in s.name.split("; ") if "evidence" in n}
+    assert {"plain/1", "plain/2", "two-phase", "ranks", "store", "pd", "router"} <= names
+    win = [s for s in found if "WIN-002" in s.rules]
+    assert win and all(len(s.actions) >= 4 for s in win)  # open, a chunk, a serve, the finish

@@ -1,5 +1,6 @@
-"""The stateful machine's draw: steered to an endpoint that holds lower-tier KV
-(``machine.tier_steered``), and unchanged for an engine without tiers."""
+"""The stateful machine's draw: steered to an endpoint that holds a latent hazard
+(``machine.hazard_steered``, ``model.hazards``), with the plain draw at choice 0, and
+unchanged where no hazard is held."""
 
 from __future__ import annotations
 
@@ -9,15 +10,17 @@ from kvfence.adapters import registry
 from kvfence.adapters.clients import ReferenceClient
 from kvfence.conformance import strategies
 from kvfence.conformance.lockstep import NEEDS, Lockstep, enabled_pool
-from kvfence.conformance.machine import (
-    DRAW_FREQUENCY,
-    STEERED_FREQUENCY,
-    lower_tier_endpoints,
-    tier_steered,
-)
+from kvfence.conformance.machine import DRAW_FREQUENCY, HAZARD_FREQUENCY, hazard_steered
 from kvfence.conformance.record import Recorder
-from kvfence.model.actions import EvictPrefix, ServeRequest
+from kvfence.model.actions import (
+    EvictPrefix,
+    FaultRefuseFlush,
+    ServeRequest,
+    StartRequest,
+    SyncWeights,
+)
 from kvfence.model.capabilities import Capability
+from kvfence.model.hazards import BY_NAME, HAZARDS, hazards_held
 from kvfence.model.state import Config, Policy
 from kvfence.model.vocabulary import Tier
 
@@ -45,12 +48,12 @@ def _lockstep() -> Lockstep:
     return step
 
 
-def test_no_lower_tier_kv_draws_nothing_extra():
+def test_no_hazard_draws_nothing_extra():
     step = _lockstep()
     step.run(ServeRequest(1, "P"))  # device KV only: nothing to steer to
-    assert lower_tier_endpoints(step.states) == frozenset()
-    pool, steered = tier_steered(step, Draws())  # Draws() fails on any draw
-    assert pool == step.enabled_actions() and not steered
+    assert hazards_held(step.states) == ()
+    pool, hazard = hazard_steered(step, Draws())  # Draws() fails on any draw
+    assert pool == step.enabled_actions() and hazard is None
 
 
 def test_lower_tier_kv_steers_to_its_endpoint():
@@ -58,21 +61,61 @@ def test_lower_tier_kv_steers_to_its_endpoint():
     step.run(ServeRequest(1, "P"))
     step.run(ServeRequest(0, "P"))
     step.run(EvictPrefix(1, "P", Tier.HOST))
-    assert lower_tier_endpoints(step.states) == frozenset({1})
+    assert hazards_held(step.states) == ((BY_NAME["lower-tier KV"], 1),)
     enabled = step.enabled_actions()
     assert any(getattr(a, "endpoint", None) == 0 for a in enabled)
     data = Draws(3)
-    pool, steered = tier_steered(step, data)
-    assert steered and data.labels == ["steer to lower-tier KV"]
-    assert pool and all(a in enabled and a.endpoint == 1 for a in pool)
-    # 0 (where a shrink goes) is the plain draw over every endpoint
-    pool, steered = tier_steered(step, Draws(0))
-    assert pool == enabled and not steered
+    pool, hazard = hazard_steered(step, data)
+    assert hazard is BY_NAME["lower-tier KV"] and data.labels == ["steer to a hazard"]
+    assert pool and all(a in enabled for a in pool)
+    assert {getattr(a, "endpoint", 1) for a in pool} == {1}  # its endpoint, and the syncs
+    assert any(isinstance(a, SyncWeights) for a in pool)
 
 
-def test_steered_weights_name_only_drawn_types():
-    assert set(STEERED_FREQUENCY) <= set(DRAW_FREQUENCY)
-    assert all(w >= 1 for w in STEERED_FREQUENCY.values())
+def test_choice_zero_is_the_plain_draw():
+    """Where a shrink goes: the integer 0 of the steering draw keeps every enabled action
+    and no hazard's weights, so a shrunk counterexample needs no steering to replay."""
+    step = _lockstep()
+    step.run(ServeRequest(1, "P"))
+    step.run(EvictPrefix(1, "P", Tier.HOST))
+    data = Draws(0)
+    pool, hazard = hazard_steered(step, data)
+    assert pool == step.enabled_actions() and hazard is None
+    assert data.labels == ["steer to a hazard"]
+
+
+def test_several_hazards_draw_which_one():
+    step = _lockstep()
+    step.run(ServeRequest(1, "P"))
+    step.run(EvictPrefix(1, "P", Tier.HOST))
+    step.run(FaultRefuseFlush(0))
+    held = hazards_held(step.states)
+    assert held == ((BY_NAME["lower-tier KV"], 1), (BY_NAME["refused flush pending"], 0))
+    data = Draws(1, 1)
+    pool, hazard = hazard_steered(step, data)
+    assert data.labels == ["steer to a hazard", "hazard"]
+    assert hazard is BY_NAME["refused flush pending"]
+    assert {getattr(a, "endpoint", 0) for a in pool} == {0}
+
+
+def test_a_request_in_flight_keeps_the_steered_pool_to_what_is_enabled():
+    step = _lockstep()
+    step.run(ServeRequest(1, "P"))
+    step.run(EvictPrefix(1, "P", Tier.HOST))
+    step.run(StartRequest(1, "r1", "Q"))
+    pool, _ = hazard_steered(step, Draws(2))
+    assert set(pool) <= set(step.enabled_actions())
+
+
+def test_hazard_weights_name_every_hazard_and_only_drawn_types():
+    assert list(HAZARD_FREQUENCY) == [h.name for h in HAZARDS]
+    for h in HAZARDS:
+        weights = HAZARD_FREQUENCY[h.name]
+        assert set(weights) <= {k for k, n in DRAW_FREQUENCY.items() if n}, h.name
+        assert all(w >= 1 for w in weights.values()), h.name
+        # the heaviest weights go to events that meet the hazard
+        top = max(weights.values())
+        assert any(k in h.met_by for k, w in weights.items() if w == top), h.name
 
 
 NO_TIERS = frozenset(Capability) - {Capability.TIERS}
@@ -88,7 +131,7 @@ def test_an_engine_without_tiers_never_holds_lower_tier_kv(configs):
 
 def test_vllm_declares_no_tiers():
     """The vLLM adapter (offline and HTTP) draws from this machine: without ``tiers`` it is
-    never steered, so its ci budget still reaches INV-001 as before."""
+    never steered to lower-tier KV."""
     from kvfence.adapters import vllm_engine
 
     assert Capability.TIERS not in vllm_engine.OFFLINE_CAPABILITIES
