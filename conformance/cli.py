@@ -236,6 +236,14 @@ def build_parser() -> Parser:
         help="kill every mutant by the stateful search alone (by default an in-process "
         "mutant is first killed by breadth-first search, the shortest counterexample)",
     )
+    p.add_argument(
+        "--designs-times",
+        type=positive_int,
+        metavar="N",
+        help="the pass matrix also at N times each run's budget (10: every design's plain "
+        "check at 6,000 examples under ci), its runs started first; a table, JUnit suite and "
+        "JSON section of its own",
+    )
     _common(p)
 
     p = sub.add_parser("replay", help="replay a JSONL counterexample")
@@ -603,7 +611,8 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
     if unknown:
         console.print(f"[bold red]usage:[/] unknown design(s) or mutant(s) {', '.join(unknown)}")
         return EXIT_USAGE
-    total = len(designs) + len(mutants)
+    times = args.designs_times or 0
+    total = len(designs) * (2 if times else 1) + len(mutants)
     with Progress("kvfence mutants", total, "runs", enabled=args.verbosity >= 0) as progress:
         x = matrix.run_matrices(
             designs,
@@ -615,6 +624,7 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
             args.jobs,
             explore=not args.stateful,
             on_done=progress.advance,
+            designs_times=times,
         )
     matrix.print_matrices(x, args.profile, console)
     try:

@@ -12,9 +12,14 @@ product explorer (``first_kill``: the shortest counterexample, replayed from a f
 in well under a second each); only when that cannot say does the stateful search run
 (``kvfence mutants --stateful``: the stateful search alone, as ``kvfence check --focus``).
 
-Runs are independent processes (``jobs``, default: every core), so the matrices take the
-wall time of the slowest few runs. ``kvfence mutants`` prints both tables and writes the
-same JUnit XML and JSON as ``kvfence check``, one entry per run.
+The pass matrix may also run **at N times the budget** (``kvfence mutants --designs-times
+10``: every design's plain check at ten times the profile's examples), so that a design the
+spec wrongly rejects only on a rare path, which 600 examples happen to miss, still fails it.
+
+Runs are independent processes (``jobs``, default: every core), the longest (the designs at
+N times the budget) started first, so the matrices take about the wall time of their total
+CPU over the cores. ``kvfence mutants`` prints the tables and writes the same JUnit XML and
+JSON as ``kvfence check``, one entry per run.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from .explore import (
 )
 from .fingerprint import source_fingerprint
 from .record import Recorder
-from .runner import Result, _rule_verdicts, run_check
+from .runner import PROFILES, Result, _rule_verdicts, run_check
 from .verdict import Verdict
 
 
@@ -225,6 +230,12 @@ def level(rule_id: str) -> str:
     return rule.level if rule is not None else "MUST"
 
 
+def times_budget(profile: str, max_examples: int | None, times: int) -> int:
+    """``--max-examples`` of a pass-matrix run at ``times`` times the budget: ``times`` x
+    ``max_examples``, or x the profile's examples when ``max_examples`` is ``None``."""
+    return times * (max_examples or int(PROFILES[profile].max_examples))
+
+
 @frozen
 class Matrices:
     """What ``run_matrices`` saw: each design and mutant with its result, and wall time."""
@@ -234,10 +245,21 @@ class Matrices:
     seconds: float
     fingerprint: str | None = None
     """The ``source_fingerprint`` of the tree the runs started from (``None``: not known)."""
+    times: int = 0
+    """The pass matrix was also run at ``times`` times each run's budget (0: it was not)."""
+    designs_times: tuple[tuple[Design, Result], ...] = ()
+    """That pass matrix: each design with its result at ``times`` times the budget."""
+    max_examples: int | None = None
+    """The budget every run of the ci-size matrices was given (``None``: the profile's)."""
+
+    @property
+    def all_designs(self) -> tuple[tuple[Design, Result], ...]:
+        """Every pass-matrix row: at the budget, then at ``times`` times it."""
+        return self.designs + self.designs_times
 
     @property
     def ok(self) -> bool:
-        return all(passed(r) for _, r in self.designs) and all(
+        return all(passed(r) for _, r in self.all_designs) and all(
             killed(m, r) for m, r in self.mutants
         )
 
@@ -249,7 +271,7 @@ class Matrices:
         if self.ok:
             return 0
         failed = any(
-            not passed(r) and r.verdict in (Verdict.FAIL, Verdict.WARN) for _, r in self.designs
+            not passed(r) and r.verdict in (Verdict.FAIL, Verdict.WARN) for _, r in self.all_designs
         )
         survived = any(
             not killed(m, r) and r.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.PASS)
@@ -263,6 +285,7 @@ class Matrices:
         error)."""
         lines = []
         rows = [(d.name, r) for d, r in self.designs if not passed(r)]
+        rows += [(f"{d.name} at {self.times}x", r) for d, r in self.designs_times if not passed(r)]
         rows += [(m.name, r) for m, r in self.mutants if not killed(m, r)]
         for name, r in rows:
             if r.verdict not in (Verdict.UNKNOWN, Verdict.ERROR):
@@ -277,6 +300,8 @@ class Matrices:
 
     @property
     def results(self) -> list[Result]:
+        """The results of the designs at the budget and of the mutants (``designs_times``
+        apart)."""
         return [r for _, r in self.designs] + [r for _, r in self.mutants]
 
 
@@ -290,13 +315,27 @@ def run_matrices(
     jobs: int = os.cpu_count() or 1,
     explore: bool = True,
     on_done: Callable[[str], None] | None = None,
+    designs_times: int = 0,
 ) -> Matrices:
     """Run the pass matrix over ``designs`` and the kill matrix over ``mutants``, ``jobs``
     runs at a time in separate processes. ``max_examples`` overrides every run's budget.
     ``explore``: kill in-process mutants by breadth-first search first (``first_kill``);
     False: by the stateful search only, as ``kvfence check --focus`` would. ``on_done``:
-    called with the design's or mutant's name as each run ends (in the order they end)."""
-    todo = [design_job(d, profile, out, timeout, max_examples) for d in designs]
+    called with the design's or mutant's name as each run ends (in the order they end;
+    ``NAME at Nx`` for a run at N times the budget). ``designs_times`` > 0: the pass matrix
+    also at that many times the budget (``times_budget``), its runs started first (the
+    longest)."""
+    if designs_times < 0:
+        raise ValueError(f"designs_times must be 0 or more, not {designs_times}")
+    scaled = times_budget(profile, max_examples, designs_times) if designs_times else 0
+    todo = [
+        attrs.evolve(
+            design_job(d, profile, out, timeout, scaled), label=f"{d.name} at {designs_times}x"
+        )
+        for d in designs
+        if designs_times
+    ]
+    todo += [design_job(d, profile, out, timeout, max_examples) for d in designs]
     todo += [mutant_job(m, profile, out, timeout, max_examples, explore) for m in mutants]
     fingerprint = source_fingerprint()  # of the files the runs load, not of later edits
     from .battery import load
@@ -339,12 +378,16 @@ def run_matrices(
                 runner.STOPPED.set()
                 if len(results) == i:  # this run had not finished
                     results.append(_stopped(j))
-    n = len(designs)
+    k = len(designs) if designs_times else 0
+    n = k + len(designs)
     return Matrices(
-        tuple(zip(designs, results[:n], strict=True)),
+        tuple(zip(designs, results[k:n], strict=True)),
         tuple(zip(mutants, results[n:], strict=True)),
         time.monotonic() - started,
         fingerprint,
+        times=designs_times,
+        designs_times=tuple(zip(designs, results[:k], strict=True)) if k else (),
+        max_examples=max_examples,
     )
 
 
@@ -423,13 +466,18 @@ def _fitted(
 
 
 def pass_table(
-    rows: Sequence[tuple[Design, Result]], profile: str, width: int | None = None
+    rows: Sequence[tuple[Design, Result]],
+    profile: str,
+    width: int | None = None,
+    times: int = 0,
+    first_note: int = 1,
 ) -> tuple[Table, list[str]]:
     """One row per design: its case, the rules it keeps, the verdict, examples and seconds,
     fitted to ``width`` (``_fitted``: seconds, then examples, then the case left out), and
-    the columns left out. A passing run's notes are numbered in the verdict cell and
-    printed under the table (``pass_notes``)."""
-    cells, numbered = [], 0
+    the columns left out. A passing run's notes are numbered in the verdict cell, from
+    ``first_note``, and printed under the table (``pass_notes``). ``times``: the rows are
+    runs at that many times the budget (the title says so)."""
+    cells, numbered = [], first_note - 1
     for d, result in rows:
         good = passed(result)
         verdict = f"[{'green' if good else 'bold red'}]{result.verdict}[/]"
@@ -442,14 +490,16 @@ def pass_table(
         seconds = f"{result.seconds:.1f}"
         cells.append([d.name, d.case or "reference", keeps, verdict, str(result.examples), seconds])
     columns = ("design", "case", "keeps", "verdict", "examples", "s")
-    title = f"kvfence pass matrix (profile {profile})"
+    scale = f", {times}x the budget" if times else ""
+    title = f"kvfence pass matrix (profile {profile}{scale})"
     return _fitted(title, columns, cells, ("s", "examples", "case"), width)
 
 
-def pass_notes(rows: Sequence[tuple[Design, Result]]) -> list[str]:
-    """The numbered notes of the passing rows of ``pass_table``, one line each."""
+def pass_notes(rows: Sequence[tuple[Design, Result]], first: int = 1) -> list[str]:
+    """The numbered notes of the passing rows of ``pass_table``, one line each, numbered
+    from ``first``."""
     notes = [f"{d.name}: {_notes(r)}" for d, r in rows if passed(r) and _notes(r)]
-    return [f"[{k}] {note}" for k, note in enumerate(notes, 1)]
+    return [f"[{k}] {note}" for k, note in enumerate(notes, first)]
 
 
 def kill_table(
@@ -479,9 +529,19 @@ def print_matrices(x: Matrices, profile: str, console: Console) -> None:
     if x.designs:
         table, dropped = pass_table(x.designs, profile, console.width)
         console.print(table)
-        for note in pass_notes(x.designs):
+        notes = pass_notes(x.designs)
+        for note in notes:
             console.print(note, markup=False, highlight=False)
         left_out += [f"pass matrix {c}" for c in dropped]
+        if x.designs_times:
+            first = len(notes) + 1
+            table, dropped = pass_table(
+                x.designs_times, profile, console.width, x.times, first_note=first
+            )
+            console.print(table)
+            for note in pass_notes(x.designs_times, first):
+                console.print(note, markup=False, highlight=False)
+            left_out += [f"pass matrix at {x.times}x {c}" for c in dropped]
     if x.mutants:
         table, dropped = kill_table(x.mutants, profile, console.width)
         console.print(table)
@@ -493,10 +553,12 @@ def print_matrices(x: Matrices, profile: str, console: Console) -> None:
             highlight=False,
         )
     good_d = sum(passed(r) for _, r in x.designs)
+    good_x = sum(passed(r) for _, r in x.designs_times)
     good_m = sum(killed(m, r) for m, r in x.mutants)
     word = "[green]OK[/]" if x.ok else "[bold red]NOT OK[/]"
+    at_times = f" ({good_x}/{len(x.designs_times)} at {x.times}x)" if x.designs_times else ""
     console.print(
-        f"{word}: {good_d}/{len(x.designs)} correct designs pass, "
+        f"{word}: {good_d}/{len(x.designs)} correct designs pass{at_times}, "
         f"{good_m}/{len(x.mutants)} mutants killed by their rule ({x.seconds:.1f} s wall)"
     )
 
@@ -535,16 +597,19 @@ def _why(kind: str, result: Result, rule: str | None) -> str:
     return f"{result.verdict}: {result.error or unjudged or 'not shown either way'}"
 
 
-def matrix_rows(x: Matrices) -> list[dict[str, object]]:
+def matrix_rows(
+    x: Matrices, designs: Sequence[tuple[Design, Result]] | None = None
+) -> list[dict[str, object]]:
     """One JSON object per design and per mutant: ``kind`` (design, mutant), ``name``,
     ``side`` (engine, client), ``expected_rule`` (a mutant's rule; ``None`` for a design),
     ``killed_by`` (the rules its counterexample broke), ``verdict`` (the run's),
     ``outcome`` (``outcome``: pass, failure, error), ``message`` (why, when not a pass),
-    ``steps``, ``seconds``, ``counterexample`` (its JSONL path or ``None``)."""
+    ``steps``, ``seconds``, ``counterexample`` (its JSONL path or ``None``). ``designs``:
+    only these design rows (``x.designs_times``), no mutant."""
     rows: list[tuple[str, str, str, str | None, Result]] = [
-        ("design", d.name, d.side, None, r) for d, r in x.designs
+        ("design", d.name, d.side, None, r) for d, r in (x.designs if designs is None else designs)
     ]
-    rows += [("mutant", m.name, m.side, m.rule, r) for m, r in x.mutants]
+    rows += [("mutant", m.name, m.side, m.rule, r) for m, r in x.mutants if designs is None]
     out = []
     for kind, name, side, rule, r in rows:
         result = outcome(kind, r, rule)
@@ -568,67 +633,140 @@ def matrix_rows(x: Matrices) -> list[dict[str, object]]:
 
 def write_matrix_json(x: Matrices, path: Path, profile: str = "ci") -> None:
     """``kvfence mutants --json``: ``{"ok", "exit_code", "seconds", "profile",
+    "max_examples" (``Matrices.max_examples``: ``None`` for the profile's budget),
     "fingerprint" (the run's ``Matrices.fingerprint``, else ``source_fingerprint`` now),
-    "rows": matrix_rows, "results":
-    [report.result_json per run]}``, written atomically."""
+    "rows": matrix_rows, "results": [report.result_json per run]}``, and when the pass
+    matrix also ran at N times the budget, ``"pass_matrix_times": {"times": N,
+    "max_examples" (each of those runs': ``times_budget``), "rows", "results"}`` for its
+    designs. Written atomically."""
     import json
 
     from .report import result_json
     from .trace import write_atomic
 
-    data = {
+    data: dict[str, object] = {
         "ok": x.ok,
         "exit_code": x.exit_code,
         "seconds": round(x.seconds, 3),
         "profile": profile,
+        "max_examples": x.max_examples,
         "fingerprint": x.fingerprint or source_fingerprint(),
         "rows": matrix_rows(x),
         "results": [result_json(r) for r in x.results],
     }
+    if x.designs_times:
+        data["pass_matrix_times"] = {
+            "times": x.times,
+            "max_examples": times_budget(profile, x.max_examples, x.times),
+            "rows": matrix_rows(x, x.designs_times),
+            "results": [result_json(r) for _, r in x.designs_times],
+        }
     write_atomic(path, json.dumps(data, indent=2, default=repr) + "\n")
 
 
-def read_matrix_json(
-    path: Path, designs: Sequence[Design], mutants: Sequence[Mutant], profile: str = "ci"
-) -> Matrices | None:
-    """The matrices a ``write_matrix_json`` report at ``path`` holds, when that run is this
-    one: the same ``profile``, the same ``source_fingerprint`` and a row for every one of
-    ``designs`` and ``mutants`` (then the results are those a new run would compute); else
-    ``None``, also for a missing or unreadable file. A relative counterexample path is
-    read against the folder the run ran in (``path``'s folder's parent, as
-    ``kvfence mutants --out DIR --json DIR/matrices.json`` writes it)."""
+def _this_tree(path: Path, profile: str, max_examples: int | None) -> dict | None:
+    """The JSON object of the ``write_matrix_json`` report at ``path`` when its runs were of
+    this source tree (``source_fingerprint``), ``profile`` and ``max_examples``; else
+    ``None``, also for a missing or unreadable file."""
     import json
-
-    from .report import result_from_json
 
     try:
         data = json.loads(path.read_text())
-        if data.get("profile") != profile or data.get("fingerprint") != source_fingerprint():
-            return None
-        rows = data["rows"]
-        results = [result_from_json(r) for r in data["results"]]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError):
         return None
+    if not isinstance(data, dict) or data.get("profile") != profile:
+        return None
+    if data.get("max_examples", -1) != max_examples:
+        return None
+    return data if data.get("fingerprint") == source_fingerprint() else None
+
+
+def _results_by_name(path: Path, rows: object, results: object) -> dict[tuple[str, str], Result]:
+    """``(kind, name)`` -> the result of that row of a report at ``path``, a relative
+    counterexample path read against the folder the run ran in (``path``'s folder's parent,
+    as ``kvfence mutants --out DIR --json DIR/matrices.json`` writes it). Raises
+    ``KeyError``, ``ValueError`` or ``TypeError`` on rows of another shape."""
+    from .report import result_from_json
+
+    if not isinstance(rows, list) or not isinstance(results, list) or len(rows) != len(results):
+        raise ValueError("rows and results differ")
     base = path.resolve().parent.parent
     by_row: dict[tuple[str, str], Result] = {}
-    for row, result in zip(rows, results, strict=False):
+    for row, data in zip(rows, results, strict=True):
+        result = result_from_json(data)
         if result.counterexample is not None and not result.counterexample.is_absolute():
             result = attrs.evolve(result, counterexample=base / result.counterexample)
         by_row[(row["kind"], row["name"])] = result
+    return by_row
+
+
+def read_matrix_json(
+    path: Path,
+    designs: Sequence[Design],
+    mutants: Sequence[Mutant],
+    profile: str = "ci",
+    max_examples: int | None = None,
+) -> Matrices | None:
+    """The matrices a ``write_matrix_json`` report at ``path`` holds, when that run is this
+    one: the same ``profile`` and ``max_examples`` (``None``: the profile's budget), the
+    same ``source_fingerprint`` and a row for every one of ``designs`` and ``mutants``
+    (then the results are those a new run would compute); else ``None``, also for a
+    missing or unreadable file. A relative counterexample path is read against the folder
+    the run ran in (``path``'s folder's parent, as ``kvfence mutants --out DIR --json
+    DIR/matrices.json`` writes it). The pass matrix at N times the budget is not read
+    here (``read_designs_times``)."""
+    data = _this_tree(path, profile, max_examples)
+    if data is None:
+        return None
+    try:
+        by_row = _results_by_name(path, data["rows"], data["results"])
+    except (ValueError, KeyError, TypeError):
+        return None
     try:
         return Matrices(
             designs=tuple((d, by_row[("design", d.name)]) for d in designs),
             mutants=tuple((m, by_row[("mutant", m.name)]) for m in mutants),
             seconds=float(data["seconds"]),
             fingerprint=data["fingerprint"],
+            max_examples=max_examples,
         )
-    except KeyError:
+    except (KeyError, ValueError, TypeError):
         return None
+
+
+def read_designs_times(
+    path: Path,
+    designs: Sequence[Design],
+    times: int,
+    profile: str = "ci",
+    max_examples: int | None = None,
+) -> dict[str, Result] | None:
+    """Design name -> its result in the pass matrix at ``times`` times the budget that the
+    ``write_matrix_json`` report at ``path`` holds (``kvfence mutants --designs-times``),
+    for each of ``designs`` it has a row for, when that run is this one: the same
+    ``profile`` and ``max_examples`` at 1x, the same ``source_fingerprint``, the same
+    ``times``, and each run's budget ``times_budget(profile, max_examples, times)``;
+    else ``None``, also for a report without that matrix or a missing or unreadable file.
+    A design without a row is left out (its caller runs it); a row's result is given as
+    it is, so an ERROR or UNKNOWN one stays that (``passed`` is False for it)."""
+    data = _this_tree(path, profile, max_examples)
+    section = None if data is None else data.get("pass_matrix_times")
+    if not isinstance(section, dict) or section.get("times") != times:
+        return None
+    if section.get("max_examples") != times_budget(profile, max_examples, times):
+        return None
+    try:
+        by_row = _results_by_name(path, section["rows"], section["results"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return {d.name: by_row[("design", d.name)] for d in designs if ("design", d.name) in by_row}
 
 
 def write_matrix_junit(x: Matrices, path: Path) -> None:
     """``kvfence mutants --junit``: a testsuite ``kvfence.pass-matrix`` with one testcase
-    per design and ``kvfence.kill-matrix`` with one per mutant; a row's ``outcome`` is its
+    per design (classname ``kvfence.design.SIDE``), ``kvfence.pass-matrix-Nx`` with one per
+    design at N times the budget when it ran (classname ``kvfence.design-Nx.SIDE``) and
+    ``kvfence.kill-matrix`` with one per mutant; a row's ``outcome`` is its
     element (``failure``, ``error``, none for a pass), and its expected rule, killed-by,
     verdict and counterexample are testcase properties. A green matrix has no failure and
     no error. Written atomically; every text XML-safe."""
@@ -639,8 +777,16 @@ def write_matrix_junit(x: Matrices, path: Path) -> None:
 
     root = ET.Element("testsuites", name="kvfence mutants")
     rows = matrix_rows(x)
-    for kind, title in (("design", "kvfence.pass-matrix"), ("mutant", "kvfence.kill-matrix")):
-        mine = [r for r in rows if r["kind"] == kind]
+    suites = [
+        ("design", "kvfence.pass-matrix", "design", rows),
+        ("mutant", "kvfence.kill-matrix", "mutant", rows),
+    ]
+    if x.designs_times:
+        at_times = matrix_rows(x, x.designs_times)
+        n = f"{x.times}x"
+        suites.insert(1, ("design", f"kvfence.pass-matrix-{n}", f"design-{n}", at_times))
+    for kind, title, classkind, every in suites:
+        mine = [r for r in every if r["kind"] == kind]
         if not mine:
             continue
         suite = ET.SubElement(
@@ -657,7 +803,7 @@ def write_matrix_junit(x: Matrices, path: Path) -> None:
             case = ET.SubElement(
                 suite,
                 "testcase",
-                classname=f"kvfence.{kind}.{r['side']}",
+                classname=f"kvfence.{classkind}.{r['side']}",
                 name=str(r["name"]),
                 time=f"{r['seconds']}",
             )
@@ -702,11 +848,13 @@ __all__ = [
     "pass_table",
     "passed",
     "print_matrices",
+    "read_designs_times",
     "read_matrix_json",
     "run_job",
     "run_matrices",
     "select",
     "source_fingerprint",
+    "times_budget",
     "write_matrix_json",
     "write_matrix_junit",
 ]

@@ -274,3 +274,140 @@ def test_a_matrix_report_reads_back_only_for_the_same_tree(tmp_path, monkeypatch
     path.write_text("not json")
     assert matrix.read_matrix_json(path, designs, mutants, "ci") is None
     assert matrix.read_matrix_json(tmp_path / "none.json", designs, mutants, "ci") is None
+
+
+def _with_designs_times(times: int = 10) -> matrix.Matrices:
+    """``_matrices`` with its pass matrix also at ``times`` times the budget: the first
+    design passes there, the second is ERROR (an adapter timeout, say)."""
+    x = _matrices()
+    (d_ok, _), (d_err, _) = x.designs
+    err = attrs.evolve(_result(Verdict.ERROR), error="adapter call timed out")
+    return attrs.evolve(x, times=times, designs_times=((d_ok, _result(Verdict.PASS)), (d_err, err)))
+
+
+def test_the_pass_matrix_at_ten_times_reads_back_only_for_this_tree_and_budget(
+    tmp_path, monkeypatch
+):
+    """``read_designs_times`` gives back each design's result at ten times the budget when
+    the report is of this tree, profile and budget: an ERROR row stays ERROR (never a
+    pass), a design without a row is left out (its test runs it); and ``None`` for a report
+    without that matrix, of another ``times``, of another budget at 1x or per run, of
+    another tree, or a garbage file."""
+    x = _with_designs_times()
+    (d_ok, _), (d_err, _) = x.designs
+    path = tmp_path / "matrices.json"
+    matrix.write_matrix_json(x, path, "ci")
+    section = json.loads(path.read_text())["pass_matrix_times"]
+    assert (section["times"], section["max_examples"]) == (10, 6000)
+    assert [r["outcome"] for r in section["rows"]] == ["pass", "error"]
+    back = matrix.read_designs_times(path, DESIGNS, 10, "ci")
+    assert back is not None and set(back) == {d_ok.name, d_err.name}
+    assert matrix.passed(back[d_ok.name])
+    assert back[d_err.name].verdict is Verdict.ERROR and not matrix.passed(back[d_err.name])
+    assert back[d_err.name].error == "adapter call timed out"
+    # the 1x matrices of that report read as before; the 10x rows are not among them
+    both = matrix.read_matrix_json(path, [d_ok, d_err], [m for m, _ in x.mutants], "ci")
+    assert both is not None and [r.verdict for _, r in both.designs] == [
+        Verdict.PASS,
+        Verdict.FAIL,
+    ]
+    # another number of times, another profile
+    assert matrix.read_designs_times(path, DESIGNS, 5, "ci") is None
+    assert matrix.read_designs_times(path, DESIGNS, 10, "fuzz") is None
+    # each run's budget edited in the report: not the budget asked for
+    data = json.loads(path.read_text())
+    data["pass_matrix_times"]["max_examples"] = 600
+    path.write_text(json.dumps(data))
+    assert matrix.read_designs_times(path, DESIGNS, 10, "ci") is None
+    # the 1x budget given by --max-examples: neither matrix is ci's
+    matrix.write_matrix_json(attrs.evolve(x, max_examples=50), path, "ci")
+    assert json.loads(path.read_text())["pass_matrix_times"]["max_examples"] == 500
+    assert matrix.read_designs_times(path, DESIGNS, 10, "ci") is None
+    assert matrix.read_matrix_json(path, [d_ok, d_err], [m for m, _ in x.mutants], "ci") is None
+    assert matrix.read_designs_times(path, DESIGNS, 10, "ci", max_examples=50) is not None
+    # a report without that matrix
+    matrix.write_matrix_json(_matrices(), path, "ci")
+    assert "pass_matrix_times" not in json.loads(path.read_text())
+    assert matrix.read_designs_times(path, DESIGNS, 10, "ci") is None
+    # another tree: the run started from it, or the tree changed since
+    matrix.write_matrix_json(attrs.evolve(x, fingerprint="the tree it started from"), path)
+    assert matrix.read_designs_times(path, DESIGNS, 10, "ci") is None
+    matrix.write_matrix_json(x, path, "ci")
+    assert matrix.read_designs_times(path, [d_ok], 10, "ci") == {d_ok.name: back[d_ok.name]}
+    monkeypatch.setattr(matrix, "source_fingerprint", lambda: "another tree")
+    assert matrix.read_designs_times(path, DESIGNS, 10, "ci") is None
+    monkeypatch.undo()
+    # rows and results that do not match, garbage, nothing
+    data = json.loads(path.read_text())
+    data["pass_matrix_times"]["results"].pop()
+    path.write_text(json.dumps(data))
+    assert matrix.read_designs_times(path, DESIGNS, 10, "ci") is None
+    path.write_text("[1, 2]")
+    assert matrix.read_designs_times(path, DESIGNS, 10, "ci") is None
+    assert matrix.read_designs_times(tmp_path / "none.json", DESIGNS, 10, "ci") is None
+
+
+def test_a_design_failing_only_at_ten_times_fails_the_matrices(tmp_path):
+    """A design that passes at the budget and is ERROR at ten times it: the matrices are not
+    OK (exit 2, its reason printed), JUnit has the third suite with that error."""
+    x = attrs.evolve(
+        _with_designs_times(), designs=_matrices().designs[:1], mutants=_matrices().mutants[:1]
+    )
+    assert not x.ok and x.exit_code == 2
+    assert [line.split(":")[0] for line in x.unsettled()] == [f"ERROR {DESIGNS[1].name} at 10x"]
+    path = tmp_path / "m.xml"
+    matrix.write_matrix_junit(x, path)
+    suites = {s.get("name"): s for s in ET.parse(path).getroot().findall("testsuite")}
+    assert list(suites) == ["kvfence.pass-matrix", "kvfence.pass-matrix-10x", "kvfence.kill-matrix"]
+    tenx = suites["kvfence.pass-matrix-10x"]
+    assert (tenx.get("tests"), tenx.get("failures"), tenx.get("errors")) == ("2", "0", "1")
+    assert {c.get("classname") for c in tenx.findall("testcase")} == {"kvfence.design-10x.engine"}
+    fail = attrs.evolve(x, designs_times=((DESIGNS[0], _result(Verdict.FAIL, broke=("INV-001",))),))
+    assert fail.exit_code == 1
+
+
+def test_run_matrices_starts_the_designs_at_ten_times_first(monkeypatch, tmp_path):
+    """``run_matrices(designs_times=10)``: each design runs twice, at ten times the budget
+    (started first, the longest) and at the budget; the results land in their own rows."""
+    import kvfence.conformance.battery as battery
+
+    ran: list[tuple[str, int | None]] = []
+
+    def fake(job: matrix.Job) -> Result:
+        ran.append((job.label, job.max_examples))
+        return attrs.evolve(_result(Verdict.PASS), examples=job.max_examples or 600)
+
+    monkeypatch.setattr(matrix, "run_job", fake)
+    monkeypatch.setattr(battery, "load", lambda: None)
+    done: list[str] = []
+    d = DESIGNS[:2]
+    x = matrix.run_matrices(d, [], "ci", tmp_path, jobs=1, on_done=done.append, designs_times=10)
+    assert ran == [
+        (f"{d[0].name} at 10x", 6000),
+        (f"{d[1].name} at 10x", 6000),
+        (d[0].name, None),
+        (d[1].name, None),
+    ]
+    assert done == [label for label, _ in ran]
+    assert [r.examples for _, r in x.designs_times] == [6000, 6000]
+    assert [r.examples for _, r in x.designs] == [600, 600]
+    assert x.times == 10 and x.ok
+    plain = matrix.run_matrices(d, [], "ci", tmp_path, jobs=1, max_examples=40)
+    assert plain.designs_times == () and plain.times == 0 and plain.max_examples == 40
+
+
+def test_the_main_job_writes_the_matrices_at_ten_times_where_the_tests_read_them():
+    """README command 1 (scripts/setup.sh) runs ``kvfence mutants --designs-times 10`` at the
+    ci profile's own budget into ``kvfence-results/matrices.json``, the report
+    tests/test_designs.py and tests/test_designs_budget.py read: another path, budget or
+    profile there would leave every design of the 10x test to run again."""
+    import shlex
+
+    setup = (Path(__file__).parents[1] / "scripts" / "setup.sh").read_text()
+    joined = setup.replace("\\\n", " ")
+    [line] = [x for x in joined.splitlines() if x.startswith(".venv/bin/kvfence mutants")]
+    argv = shlex.split(line)
+    flags = dict(zip(argv[2::2], argv[3::2], strict=False))
+    assert flags.get("--designs-times") == "10", argv
+    assert flags.get("--json") == "kvfence-results/matrices.json", argv
+    assert "--max-examples" not in argv and "--profile" not in argv, argv
