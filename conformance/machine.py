@@ -18,10 +18,12 @@ library and takes the system under test as an argument.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from hypothesis import event, note, reject
 from hypothesis import strategies as st
+from hypothesis.control import should_note
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from ..adapters.protocol import ClientAdapter, EngineAdapter
@@ -144,6 +146,40 @@ def tier_steered(lockstep: Lockstep, data: st.DataObject) -> tuple[list[Action],
     return pool, False
 
 
+def draw(data: st.DataObject, strategy: st.SearchStrategy[Any], label: str) -> Any:
+    """``data.draw(strategy, label=label)``: the same choices, spans and argument span
+    (Hypothesis's ``ConjectureData.draw`` inside ``track_arg_span``, as ``DataObject.draw``
+    makes it), without the check ``DataObject.draw`` wraps around every draw that the
+    strategy left Python's global ``random`` as it found it: two copies of the generator's
+    state per draw, about 7% of a ci check's CPU, for strategies that never touch it.
+    ``data.draw`` itself where the draws are printed (a final replay, ``should_note``) or
+    where this Hypothesis has no ``track_arg_span``."""
+    cd = getattr(data, "conjecture_data", None)
+    track = getattr(cd, "track_arg_span", None)
+    if track is None or should_note():
+        return data.draw(strategy, label=label)
+    data.count += 1
+    with track():
+        return cd.draw(strategy, observe_as=f"generate:Draw {data.count} ({label})")
+
+
+@lru_cache(maxsize=1 << 14)
+def sampled(elements: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    """``st.sampled_from(elements)``, built once per tuple: the same choices and labels as a
+    strategy built afresh, without Hypothesis validating a new strategy at every step."""
+    return st.sampled_from(elements)
+
+
+@lru_cache(maxsize=1 << 10)
+def type_draw(kinds: frozenset[type[Action]], steered: bool) -> st.SearchStrategy[Any]:
+    """The draw of an action type among ``kinds`` (those with an enabled action): each
+    type of ``DRAW_FREQUENCY`` with a non-zero count, in that order, repeated by its weight
+    (``STEERED_FREQUENCY`` when ``steered``, else ``DRAW_FREQUENCY``)."""
+    weights = STEERED_FREQUENCY if steered else DRAW_FREQUENCY
+    drawn = [k for k, n in DRAW_FREQUENCY.items() if n and k in kinds]
+    return sampled(tuple(k for k in drawn for _ in range(weights.get(k, 1))))
+
+
 class KvfenceMachine(RuleBasedStateMachine):
     """Base machine; ``build_machine`` binds ``engine``, ``client`` and ``recorder``."""
 
@@ -165,7 +201,7 @@ class KvfenceMachine(RuleBasedStateMachine):
         """Draw endpoint configs (unless the SUT is fixed) and a client policy."""
         fixed = self.engine.fixed_configs
         caps = self.engine.capabilities
-        configs = fixed if fixed is not None else data.draw(strategies.configs(caps))
+        configs = fixed if fixed is not None else data.draw(strategies.configs_for(frozenset(caps)))
         policy = data.draw(strategies.policies, label="policy")
         self.lockstep.start(configs, policy)
 
@@ -179,12 +215,9 @@ class KvfenceMachine(RuleBasedStateMachine):
         search here."""
         stop_if_asked()
         pool, steered = tier_steered(self.lockstep, data)
-        kinds = {type(a) for a in pool}
-        weights = STEERED_FREQUENCY if steered else DRAW_FREQUENCY
-        drawn = [k for k, n in DRAW_FREQUENCY.items() if n and k in kinds]
-        weighted = [k for k in drawn for _ in range(weights.get(k, 1))]
-        kind = data.draw(st.sampled_from(weighted), label="action type")
-        action = data.draw(st.sampled_from([a for a in pool if type(a) is kind]), label="action")
+        kinds = frozenset(type(a) for a in pool)
+        kind = draw(data, type_draw(kinds, steered), "action type")
+        action = draw(data, sampled(tuple(a for a in pool if type(a) is kind)), "action")
         event(kind.__name__)
         try:
             self.lockstep.run(action)
