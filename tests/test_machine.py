@@ -114,3 +114,29 @@ def test_the_pool_is_memoized_per_states_bounds_and_capabilities():
     again.run(ServeRequest(1, "P"))  # a second response: the same state, a longer ledger
     assert again.states != step.states
     assert again.enabled_actions() == pool
+
+
+def test_draw_makes_the_choices_data_draw_makes():
+    """``machine.draw`` (which skips ``DataObject.draw``'s global-random check) gives the same
+    values as ``data.draw`` on the same derandomized examples, cached strategies included."""
+    from hypothesis import settings
+    from hypothesis import strategies as st
+
+    from kvfence.conformance.machine import draw, sampled
+
+    def values(through) -> list:
+        out: list = []
+
+        @settings(derandomize=True, max_examples=40, database=None)
+        @given(st.data())
+        def run(data):
+            out.append(
+                tuple(through(data, s) for s in (sampled(tuple("abcdef")), st.integers(0, 9)))
+            )
+
+        run()
+        return out
+
+    plain = values(lambda data, s: data.draw(s, label="x"))
+    assert len(set(plain)) > 10
+    assert values(lambda data, s: draw(data, s, "x")) == plain
