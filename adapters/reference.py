@@ -831,39 +831,44 @@ class InProcessAdapter:
             if isinstance(a, ServeRequest):
                 return ep.generate(a.prefix, a.lora, a.namespace, rank=rank)  # type: ignore[call-arg]
             return ep.start(a.rid, a.prefix, a.lora, a.namespace, rank=rank)  # type: ignore[call-arg]
-        calls: dict[type, Any] = {
-            ServeRequest: lambda: ep.generate(a.prefix, a.lora, a.namespace),
-            StartRequest: lambda: ep.start(a.rid, a.prefix, a.lora, a.namespace),
-            FinishRequest: lambda: ep.finish(a.rid),
-            UpdateWeights: lambda: ep.update_weights(a.version, a.funnel, a.flush_cache),
-            FaultUpdateFailsMidway: lambda: ep.fail_update_midway(a.version),
-            FlushCache: ep.flush_cache,
-            # the new arguments are passed only when not their default, so an endpoint
-            # class written before them (overriding ``pause_generation(mode)``) still runs
-            PauseGeneration: lambda: (
-                ep.pause_generation(a.mode, True) if a.clear_cache else ep.pause_generation(a.mode)
-            ),
-            FlushEncoderCache: ep.reset_encoder_cache,
-            ContinueGeneration: ep.continue_generation,
-            Sleep: lambda: ep.sleep(a.tags) if a.tags != ALL_MEMORY else ep.sleep(),
-            WakeUp: lambda: ep.wake_up(a.tags) if a.tags != ALL_MEMORY else ep.wake_up(),
-            PublishVersion: lambda: ep.publish_version(a.version, a.abort_requests),
-            Restart: lambda: ep.restart() or Reply(True),
-            EvictPrefix: lambda: ep.evict(a.prefix, a.tier),
-            LoadLora: ep.load_lora,
-            FaultRefuseFlush: lambda: setattr(ep, "refuse_next_flush", True) or Reply(True),
-            BeginWeightUpdate: lambda: ep.begin_weight_update(a.version, a.funnel),
-            UpdateWeightChunk: ep.update_weight_chunk,
-            FinishWeightUpdate: lambda: ep.finish_weight_update(a.flush_cache),
-            AbortWeightUpdate: ep.abort_weight_update,
-            FaultChunkFails: lambda: setattr(ep, "fail_next_chunk", True) or Reply(True),
-            FaultRankUpdateFails: lambda: ep.fail_rank_update(a.rank),  # type: ignore[attr-defined]
-            LeaveRotation: lambda: ep.leave_rotation(),  # type: ignore[attr-defined]
-            EnterRotation: lambda: ep.enter_rotation(),  # type: ignore[attr-defined]
-        }
-        if type(a) not in calls:
+        call = ENDPOINT_CALLS.get(type(a))
+        if call is None:
             raise Unsupported(f"{a.name} is not an engine action")
-        return calls[type(a)]()
+        return call(ep, a)
+
+
+ENDPOINT_CALLS: dict[type[Action], Any] = {
+    ServeRequest: lambda ep, a: ep.generate(a.prefix, a.lora, a.namespace),
+    StartRequest: lambda ep, a: ep.start(a.rid, a.prefix, a.lora, a.namespace),
+    FinishRequest: lambda ep, a: ep.finish(a.rid),
+    UpdateWeights: lambda ep, a: ep.update_weights(a.version, a.funnel, a.flush_cache),
+    FaultUpdateFailsMidway: lambda ep, a: ep.fail_update_midway(a.version),
+    FlushCache: lambda ep, a: ep.flush_cache(),
+    # the new arguments are passed only when not their default, so an endpoint class
+    # written before them (overriding ``pause_generation(mode)``) still runs
+    PauseGeneration: lambda ep, a: (
+        ep.pause_generation(a.mode, True) if a.clear_cache else ep.pause_generation(a.mode)
+    ),
+    FlushEncoderCache: lambda ep, a: ep.reset_encoder_cache(),
+    ContinueGeneration: lambda ep, a: ep.continue_generation(),
+    Sleep: lambda ep, a: ep.sleep(a.tags) if a.tags != ALL_MEMORY else ep.sleep(),
+    WakeUp: lambda ep, a: ep.wake_up(a.tags) if a.tags != ALL_MEMORY else ep.wake_up(),
+    PublishVersion: lambda ep, a: ep.publish_version(a.version, a.abort_requests),
+    Restart: lambda ep, a: ep.restart() or Reply(True),
+    EvictPrefix: lambda ep, a: ep.evict(a.prefix, a.tier),
+    LoadLora: lambda ep, a: ep.load_lora(),
+    FaultRefuseFlush: lambda ep, a: setattr(ep, "refuse_next_flush", True) or Reply(True),
+    BeginWeightUpdate: lambda ep, a: ep.begin_weight_update(a.version, a.funnel),
+    UpdateWeightChunk: lambda ep, a: ep.update_weight_chunk(),
+    FinishWeightUpdate: lambda ep, a: ep.finish_weight_update(a.flush_cache),
+    AbortWeightUpdate: lambda ep, a: ep.abort_weight_update(),
+    FaultChunkFails: lambda ep, a: setattr(ep, "fail_next_chunk", True) or Reply(True),
+    FaultRankUpdateFails: lambda ep, a: ep.fail_rank_update(a.rank),
+    LeaveRotation: lambda ep, a: ep.leave_rotation(),
+    EnterRotation: lambda ep, a: ep.enter_rotation(),
+}
+"""How ``InProcessAdapter.apply`` calls an endpoint for each engine action type, built once
+(an endpoint subclass's override is what runs); a type not listed is ``Unsupported``."""
 
 
 __all__ = [

@@ -97,11 +97,30 @@ def enabled_pool(
     if own is not None:
         bounds = evolve(bounds, funnels=tuple(f for f in bounds.funnels if f in own))
     first, rest = states[0], states[1:]
-    return tuple(
-        a
-        for a in candidates.actions(first, bounds, faults=Capability.FAULTS in caps)
-        if needed(a, _asleep(first, a)) <= caps and all(spec.enabled(s, a, bounds) for s in rest)
-    )
+    faults = Capability.FAULTS in caps
+    if rest:
+        return tuple(
+            a
+            for a in candidates.actions(first, bounds, faults=faults)
+            if needed(a, _asleep(first, a)) <= caps
+            and all(spec.enabled(s, a, bounds) for s in rest)
+        )
+    # One candidate state: its actions come in parts (the syncs, then each endpoint's),
+    # and a part's capability filter depends only on it and whether its endpoint is asleep.
+    syncs, *on_endpoints = candidates.parts(first, bounds, faults)
+    pool = _capable(syncs, False, caps)
+    for ep, part in zip(first.endpoints, on_endpoints, strict=True):
+        pool += _capable(part, ep.phase is Phase.ASLEEP, caps)
+    return pool
+
+
+@lru_cache(maxsize=1 << 14)
+def _capable(
+    part: tuple[Action, ...], asleep: bool, caps: frozenset[Capability]
+) -> tuple[Action, ...]:
+    """The actions of ``part`` (of one endpoint, ``asleep`` or not, or of none) an adapter
+    declaring ``caps`` is sent (``capabilities.needed``)."""
+    return tuple(a for a in part if needed(a, asleep) <= caps)
 
 
 @frozen
@@ -340,7 +359,7 @@ class Lockstep:
         where = f"endpoint {getattr(action, 'endpoint', '')}"
         # in stable_key order: which branch's violations a failing step reports, and the
         # order of the outcomes a trace records, must not depend on PYTHONHASHSEED
-        branches = [(s, *b) for s in ordered(self.states) for b in spec.step(s, action)]
+        branches = [(s, *b) for s in ordered(self.states) for b in spec.memo_step(s, action)]
         if not branches:
             raise NotEnabled(f"{action!r} is not enabled in the model")
         judged = [

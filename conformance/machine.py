@@ -21,6 +21,7 @@ library and takes the system under test as an argument.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from hypothesis import event, note, reject
@@ -166,6 +167,24 @@ def hazard_steered(
     return there, hazard
 
 
+@lru_cache(maxsize=1 << 14)
+def sampled(elements: tuple[Any, ...]) -> st.SearchStrategy[Any]:
+    """``st.sampled_from(elements)``, built once per tuple: the same choices and labels as a
+    strategy built afresh, without Hypothesis validating a new strategy at every step."""
+    return st.sampled_from(elements)
+
+
+@lru_cache(maxsize=1 << 10)
+def type_draw(kinds: frozenset[type[Action]], hazard: str | None) -> st.SearchStrategy[Any]:
+    """The draw of an action type among ``kinds`` (those with an enabled action): each
+    type of ``DRAW_FREQUENCY`` with a non-zero count, in that order, repeated by its weight
+    (``HAZARD_FREQUENCY[hazard]`` when the draw is steered to that hazard, else
+    ``DRAW_FREQUENCY``)."""
+    weights = DRAW_FREQUENCY if hazard is None else HAZARD_FREQUENCY[hazard]
+    drawn = [k for k, n in DRAW_FREQUENCY.items() if n and k in kinds]
+    return sampled(tuple(k for k in drawn for _ in range(weights.get(k, 1))))
+
+
 class KvfenceMachine(RuleBasedStateMachine):
     """Base machine; ``build_machine`` binds ``engine``, ``client`` and ``recorder``."""
 
@@ -187,7 +206,7 @@ class KvfenceMachine(RuleBasedStateMachine):
         """Draw endpoint configs (unless the SUT is fixed) and a client policy."""
         fixed = self.engine.fixed_configs
         caps = self.engine.capabilities
-        configs = fixed if fixed is not None else data.draw(strategies.configs(caps))
+        configs = fixed if fixed is not None else data.draw(strategies.configs_for(frozenset(caps)))
         policy = data.draw(strategies.policies, label="policy")
         self.lockstep.start(configs, policy)
 
@@ -203,12 +222,10 @@ class KvfenceMachine(RuleBasedStateMachine):
         stop_if_asked()
         held = hazards_held(self.lockstep.states)
         pool, hazard = hazard_steered(self.lockstep, data, held)
-        kinds = {type(a) for a in pool}
-        weights = DRAW_FREQUENCY if hazard is None else HAZARD_FREQUENCY[hazard.name]
-        drawn = [k for k, n in DRAW_FREQUENCY.items() if n and k in kinds]
-        weighted = [k for k in drawn for _ in range(weights.get(k, 1))]
-        kind = data.draw(st.sampled_from(weighted), label="action type")
-        action = data.draw(st.sampled_from([a for a in pool if type(a) is kind]), label="action")
+        kinds = frozenset(type(a) for a in pool)
+        steered = None if hazard is None else hazard.name
+        kind = data.draw(type_draw(kinds, steered), label="action type")
+        action = data.draw(sampled(tuple(a for a in pool if type(a) is kind)), label="action")
         event(kind.__name__)
         for h, i in held:
             if meets(h, i, action):

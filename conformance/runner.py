@@ -12,6 +12,7 @@ decides it. A SHOULD rule's FAIL counts only with ``strict``; otherwise it shows
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -369,6 +370,27 @@ def check_database(url: str | None, profile: str, seed: int | None) -> None:
         raise ValueError(
             f"--database needs a profile that draws new examples (dev, fuzz), not {profile}"
         )
+
+
+GC_YOUNGEST = 20_000
+"""Allocations between two collections of the cyclic garbage collector's youngest
+generation while a check runs (``fewer_collections``; Python's default is 700)."""
+
+
+@contextlib.contextmanager
+def fewer_collections() -> Iterator[None]:
+    """The cyclic garbage collector's youngest generation collected every ``GC_YOUNGEST``
+    allocations while a check runs, then Python's thresholds back as they were. A check
+    allocates millions of short-lived model values (states, outcomes, actions) and few
+    cycles: at the default threshold the collector took about 15% of a ci check's CPU,
+    most of it scanning values that were about to be freed anyway; the memory a check
+    holds stays the same (the explorer turns the collector off for the same reason)."""
+    before = gc.get_threshold()
+    gc.set_threshold(GC_YOUNGEST, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 @contextlib.contextmanager
@@ -825,8 +847,9 @@ def run_check(
         )
     SIGNALLED.clear()  # a stop received before this check was for the one it ended
     started = time.perf_counter()
-    search = generate(engine, client, opts)
-    run, best = minimise(engine, client, search, opts)
+    with fewer_collections():
+        search = generate(engine, client, opts)
+        run, best = minimise(engine, client, search, opts)
     timing = search.recorder.timing
     try:
         call_with_timeout(engine.close, timeout, "close", is_direct(engine), timing)

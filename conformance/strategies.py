@@ -6,6 +6,9 @@ tiers, mode ``auto``), so a counterexample carries only the features it needs.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import Any
+
 from hypothesis import strategies as st
 
 from ..model.capabilities import CONFIG_FEATURES, Capability
@@ -53,6 +56,13 @@ def configs(draw, capabilities: frozenset[str] = frozenset(), endpoints: int = 2
             )
         )
     return tuple(out)
+
+
+@lru_cache(maxsize=1 << 6)
+def configs_for(capabilities: frozenset[str], endpoints: int = 2) -> st.SearchStrategy[Any]:
+    """``configs(capabilities, endpoints)``, built once per argument: the same draws, without
+    Hypothesis validating a new strategy at every example."""
+    return configs(capabilities, endpoints)
 
 
 policies = st.builds(

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import lru_cache
 
+from attrs import frozen
+
 from .actions import (
     AbortWeightUpdate,
     Action,
@@ -38,8 +40,8 @@ from .actions import (
     WakeUp,
 )
 from .semantics import asked_to_flush, enabled, plan_for
-from .state import Bounds, State
-from .vocabulary import ALL_MEMORY, MemoryTag, PauseMode, Tier
+from .state import Bounds, Policy, State
+from .vocabulary import ALL_MEMORY, MemoryTag, PauseMode, Phase, Tier
 
 TAG_SETS: tuple[frozenset[MemoryTag], ...] = (
     ALL_MEMORY,
@@ -58,68 +60,94 @@ is yielded (tests/test_action_registries.py holds the two to each other)."""
 
 def candidates(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> Iterator[Action]:
     """Every action instance within ``bounds`` worth asking ``enabled`` about, in a fixed
-    order (versions only the trainer's current and next: no other can be enabled)."""
-    n = len(state.endpoints)
-    versions = [v for v in (state.trainer, state.trainer + 1) if 1 <= v <= bounds.versions]
+    order (versions only the trainer's current and next: no other can be enabled): the
+    syncs (``sync_candidates``), then each endpoint's (``endpoint_candidates``)."""
+    yield from sync_candidates(state.trainer, bounds)
+    for i, ep in enumerate(state.endpoints):
+        room = ep.lora < bounds.lora_revisions
+        yield from endpoint_candidates(
+            i, ep.weights, ep.config.ranks, room, state.trainer, bounds, faults
+        )
+
+
+def _versions(trainer: int, bounds: Bounds) -> list[int]:
+    """The versions an update may name: the trainer's current and next, within bounds."""
+    return [v for v in (trainer, trainer + 1) if 1 <= v <= bounds.versions]
+
+
+@lru_cache(maxsize=1 << 8)
+def sync_candidates(trainer: int, bounds: Bounds) -> tuple[Action, ...]:
+    """The ``SyncWeights`` of ``candidates`` with the trainer at version ``trainer``."""
+    return tuple(SyncWeights(v, f) for v in _versions(trainer, bounds) for f in bounds.funnels)
+
+
+@lru_cache(maxsize=1 << 12)
+def endpoint_candidates(
+    i: int, weights: int, ranks: int, lora_room: bool, trainer: int, bounds: Bounds, faults: bool
+) -> tuple[Action, ...]:
+    """The actions of ``candidates`` on endpoint ``i``: what they depend on is its installed
+    ``weights``, its ``Config.ranks``, whether its LoRA revision is below
+    ``Bounds.lora_revisions`` (``lora_room``) and the trainer's version (memoized: many
+    states share them)."""
+    out: list[Action] = []
+    add = out.append
+    versions = _versions(trainer, bounds)
+    namespaces: list[int | None] = [None]
+    if bounds.namespaces:
+        namespaces += range(weights + 1)
+    on_ranks = range(ranks)
+    for p in bounds.prefixes:
+        for lora in (False, True):
+            for ns in namespaces:
+                for k in on_ranks:
+                    add(ServeRequest(i, p, lora, ns, k))
+                for rid in bounds.rids:
+                    for k in on_ranks:
+                        add(StartRequest(i, rid, p, lora, ns, k))
+        for tier in (Tier.HOST, Tier.STORAGE):
+            add(EvictPrefix(i, p, tier))
+    for rid in bounds.rids:
+        add(FinishRequest(i, rid))
     for v in versions:
         for funnel in bounds.funnels:
-            yield SyncWeights(v, funnel)
-    for i in range(n):
-        namespaces: list[int | None] = [None]
-        if bounds.namespaces:
-            namespaces += range(state.endpoint(i).weights + 1)
-        ranks = range(state.endpoint(i).config.ranks)
-        for p in bounds.prefixes:
-            for lora in (False, True):
-                for ns in namespaces:
-                    for k in ranks:
-                        yield ServeRequest(i, p, lora, ns, k)
-                    for rid in bounds.rids:
-                        for k in ranks:
-                            yield StartRequest(i, rid, p, lora, ns, k)
-            for tier in (Tier.HOST, Tier.STORAGE):
-                yield EvictPrefix(i, p, tier)
-        for rid in bounds.rids:
-            yield FinishRequest(i, rid)
-        for v in versions:
-            for funnel in bounds.funnels:
-                for flush in (None, False, True):
-                    yield UpdateWeights(i, v, funnel, flush)
-            if faults:
-                yield FaultUpdateFailsMidway(i, v)
-        yield FlushCache(i)
-        for mode in PauseMode:
-            yield PauseGeneration(i, mode)
-            yield PauseGeneration(i, mode, clear_cache=True)
-        yield ContinueGeneration(i)
-        for tags in TAG_SETS:
-            yield Sleep(i, tags)
-            yield WakeUp(i, tags)
-        yield Restart(i)
-        # A publish of the weights installed, and one ahead of them (to be refused, PUB-001).
-        for v in sorted({state.endpoint(i).weights, state.trainer + 1}):
-            for abort in (False, True):
-                yield PublishVersion(i, v, abort)
-        if state.endpoint(i).lora < bounds.lora_revisions:
-            yield LoadLora(i)
+            for flush in (None, False, True):
+                add(UpdateWeights(i, v, funnel, flush))
         if faults:
-            yield FaultRefuseFlush(i)
-        # two-phase updates: the funnel only matters to the system (derived state, drafts)
-        for v in versions:
-            for funnel in bounds.funnels:
-                yield BeginWeightUpdate(i, v, funnel)
-        yield UpdateWeightChunk(i)
-        for flush in (None, False, True):
-            yield FinishWeightUpdate(i, flush)
-        yield AbortWeightUpdate(i)
-        if faults:
-            yield FaultChunkFails(i)
-        if faults:  # enabled only on an endpoint with data-parallel ranks
-            for k in ranks:
-                yield FaultRankUpdateFails(i, k)
-        # enabled only on a worker behind a router
-        yield LeaveRotation(i)
-        yield EnterRotation(i)
+            add(FaultUpdateFailsMidway(i, v))
+    add(FlushCache(i))
+    for mode in PauseMode:
+        add(PauseGeneration(i, mode))
+        add(PauseGeneration(i, mode, clear_cache=True))
+    add(ContinueGeneration(i))
+    for tags in TAG_SETS:
+        add(Sleep(i, tags))
+        add(WakeUp(i, tags))
+    add(Restart(i))
+    # A publish of the weights installed, and one ahead of them (to be refused, PUB-001).
+    for v in sorted({weights, trainer + 1}):
+        for abort in (False, True):
+            add(PublishVersion(i, v, abort))
+    if lora_room:
+        add(LoadLora(i))
+    if faults:
+        add(FaultRefuseFlush(i))
+    # two-phase updates: the funnel only matters to the system (derived state, drafts)
+    for v in versions:
+        for funnel in bounds.funnels:
+            add(BeginWeightUpdate(i, v, funnel))
+    add(UpdateWeightChunk(i))
+    for flush in (None, False, True):
+        add(FinishWeightUpdate(i, flush))
+    add(AbortWeightUpdate(i))
+    if faults:
+        add(FaultChunkFails(i))
+    if faults:  # enabled only on an endpoint with data-parallel ranks
+        for k in on_ranks:
+            add(FaultRankUpdateFails(i, k))
+    # enabled only on a worker behind a router
+    add(LeaveRotation(i))
+    add(EnterRotation(i))
+    return tuple(out)
 
 
 def conforming(state: State, action: Action) -> bool:
@@ -150,13 +178,81 @@ def conforming(state: State, action: Action) -> bool:
 
 def actions(state: State, bounds: Bounds = Bounds(), faults: bool = True) -> list[Action]:
     """Every conforming action enabled in ``state`` within ``bounds``."""
-    return list(_actions(state.without_ledger(), bounds, faults))
+    return list(_actions(state.without_ledger() if state.ledger else state, bounds, faults))
 
 
 @lru_cache(maxsize=1 << 12)
 def _actions(state: State, bounds: Bounds, faults: bool) -> tuple[Action, ...]:
     """``actions`` memoized: enabledness never depends on the ledger, and the same states
     recur across the examples of a stateful run and its shrinking."""
-    return tuple(
-        a for a in candidates(state, bounds, faults) if enabled(state, a) and conforming(state, a)
+    return tuple(a for part in parts(state, bounds, faults) for a in part)
+
+
+def parts(state: State, bounds: Bounds, faults: bool) -> tuple[tuple[Action, ...], ...]:
+    """``actions`` in parts, in ``candidates`` order: the enabled syncs, then each endpoint's
+    conforming enabled actions (``endpoint_actions``)."""
+    syncs = tuple(
+        a
+        for a in sync_candidates(state.trainer, bounds)
+        if enabled(state, a) and conforming(state, a)
     )
+    context = Context.of(state)
+    return (
+        syncs,
+        *(endpoint_actions(state, i, context, bounds, faults) for i in range(len(state.endpoints))),
+    )
+
+
+@frozen(cache_hash=True)
+class Context:
+    """What an action on one endpoint may read of the state beyond that endpoint, in
+    ``enabled`` (the phase table, placement, the guards of ``semantics.SPEC``) and
+    ``conforming``: the trainer's version (``UpdateWeights``, ``PublishVersion``), the
+    client policy (the spec's plan), the request IDs in flight on any endpoint
+    (``StartRequest``'s free rid) and the prefill endpoint's index and phase (a P/D
+    deployment admits requests only while it does). ``endpoint_actions`` memoizes on it:
+    a guard that reads more of the state must add it here (``tests/test_candidates.py``
+    compares the memo with the plain enumeration over explored states)."""
+
+    trainer: int
+    policy: Policy
+    rids: frozenset[str]
+    prefill: tuple[int, Phase] | None
+
+    @classmethod
+    def of(cls, state: State) -> Context:
+        p = state.prefill_index()
+        return cls(
+            state.trainer,
+            state.policy,
+            frozenset(r.rid for ep in state.endpoints for r in ep.requests),
+            None if p is None else (p, state.endpoints[p].phase),
+        )
+
+
+ENDPOINT_MEMO_SIZE = 1 << 16
+"""How many ``endpoint_actions`` results are kept; the memo is emptied when full."""
+
+_ENDPOINT_MEMO: dict[tuple[object, ...], tuple[Action, ...]] = {}
+
+
+def endpoint_actions(
+    state: State, i: int, context: Context, bounds: Bounds, faults: bool
+) -> tuple[Action, ...]:
+    """The conforming enabled actions on endpoint ``i`` of ``state`` (``context``:
+    ``Context.of(state)``), in ``candidates`` order. Memoized on the endpoint, ``context``,
+    ``bounds`` and ``faults``, which is all they read: a step changes one endpoint, and
+    the others' actions are not computed again."""
+    key = (i, state.endpoints[i], context, bounds, faults)
+    got = _ENDPOINT_MEMO.get(key)
+    if got is None:
+        ep = state.endpoints[i]
+        room = ep.lora < bounds.lora_revisions
+        todo = endpoint_candidates(
+            i, ep.weights, ep.config.ranks, room, state.trainer, bounds, faults
+        )
+        got = tuple(a for a in todo if enabled(state, a) and conforming(state, a))
+        if len(_ENDPOINT_MEMO) >= ENDPOINT_MEMO_SIZE:
+            _ENDPOINT_MEMO.clear()
+        _ENDPOINT_MEMO[key] = got
+    return got

@@ -28,7 +28,7 @@ from attrs import frozen
 from .actions import Action, ServeRequest, StartRequest, UpdateWeights
 from .checks import Violation, check_served, check_state
 from .rules import BY_ID, RuleId
-from .semantics import step
+from .semantics import memo_step
 from .state import State
 
 Memory = Any
@@ -104,7 +104,7 @@ def _refused_flush(memory: None, state: State, action: Action) -> tuple[None, bo
     also report failure; that alone is not a refused flush."""
     if not isinstance(action, UpdateWeights):
         return memory, False
-    return memory, any(o.completion is not None for _, o in step(state, action))
+    return memory, any(o.completion is not None for _, o in memo_step(state, action))
 
 
 def _served(state: State) -> list[Violation]:

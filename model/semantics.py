@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
-from functools import cache
+from functools import cache, lru_cache
 
 from . import lifecycle
 from .actions import (
@@ -1646,22 +1646,25 @@ def enabled(state: State, action: Action, bounds: Bounds | None = None) -> bool:
     """``action`` may be taken in ``state``: its endpoint exists, the phase table allows
     it, and its guard holds (and it lies ``within`` ``bounds``, when given). Cheap: no
     effect is computed."""
+    kind = type(action)
     index = getattr(action, "endpoint", None)
     if index is not None:
-        if not 0 <= index < len(state.endpoints):
+        endpoints = state.endpoints
+        if not 0 <= index < len(endpoints):
             return False
-        if not lifecycle.allows(state.endpoint(index).phase, action.name):
+        ep = endpoints[index]
+        if not lifecycle.allows(ep.phase, kind.__name__):
             return False
-        if not _placed(state.endpoint(index), action):
+        if not _placed(ep, action):
             return False
-        if state.endpoint(index).config.role and not _on_role(state, state.endpoint(index), action):
+        config = ep.config
+        if config.role and not _on_role(state, ep, action):
             return False
-        if state.endpoint(index).config.router and not _on_router(state.endpoint(index), action):
+        if config.router and not _on_router(ep, action):
             return False
     if bounds is not None and not within(state, action, bounds):
         return False
-    guard, _ = SPEC[type(action)]
-    return bool(guard(state, action))
+    return bool(SPEC[kind][0](state, action))
 
 
 def step(state: State, action: Action) -> Branches:
@@ -1681,6 +1684,15 @@ def step(state: State, action: Action) -> Branches:
         return routed_update(state, action)  # type: ignore[arg-type]
     _, effect = SPEC[type(action)]
     return effect(state, action)
+
+
+@lru_cache(maxsize=1 << 14)
+def memo_step(state: State, action: Action) -> Branches:
+    """``step(state, action)``, memoized (the model is pure): for callers where the same
+    state and action recur, the lockstep checker (across the examples of a stateful run, its
+    shrinking and replays) and the REACH-003 monitor (which looks at an update's branches
+    before the checker steps it)."""
+    return step(state, action)
 
 
 def within(state: State, action: Action, bounds: Bounds) -> bool:

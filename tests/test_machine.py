@@ -157,3 +157,27 @@ def test_the_pool_is_memoized_per_states_bounds_and_capabilities():
     again.run(ServeRequest(1, "P"))  # a second response: the same state, a longer ledger
     assert again.states != step.states
     assert again.enabled_actions() == pool
+
+
+def test_a_cached_strategy_makes_the_choices_a_fresh_one_makes():
+    """``machine.sampled`` (built once per tuple of elements) gives the same values as a
+    ``st.sampled_from`` built afresh at every draw, on the same derandomized examples."""
+    from hypothesis import settings
+    from hypothesis import strategies as st
+
+    from kvfence.conformance.machine import sampled
+
+    def values(strategy) -> list:
+        out: list = []
+
+        @settings(derandomize=True, max_examples=40, database=None)
+        @given(st.data())
+        def run(data):
+            out.append(tuple(data.draw(strategy(), label="x") for _ in range(3)))
+
+        run()
+        return out
+
+    fresh = values(lambda: st.sampled_from(tuple("abcdef")))
+    assert len(set(fresh)) > 10
+    assert values(lambda: sampled(tuple("abcdef"))) == fresh
