@@ -253,22 +253,24 @@ def test_a_passing_trace_cut_to_status_is_unknown_not_fixed(tmp_path):
     assert r.returncode == 2 and r.stdout.startswith("UNKNOWN"), r.stdout + r.stderr
 
 
-def test_a_check_fail_whose_read_field_was_not_recorded_is_unknown_not_fixed(tmp_path):
-    """A real FAIL counterexample of ``kvfence check``: the stub flush answers without a
-    flush result although the engine declares one (LIV-001 read ``flushed``). Cut to
-    statuses, the record no longer holds the missing result: judged from the recorded
-    observations alone it is UNKNOWN (exit 2), never FIXED. Whole, the trace recorded the
-    missing result (``"flushed": null``), so the model-only replay FAILs as the check did."""
+def test_a_fail_whose_read_field_was_not_recorded_is_unknown_not_fixed(tmp_path):
+    """A real FAIL counterexample (the explorer's shortest, so the same trace every run):
+    the stub flush answers without a flush result although the engine declares one
+    (LIV-001 read ``flushed``). Cut to statuses, the record no longer holds the missing
+    result: judged from the recorded observations alone it is UNKNOWN (exit 2), never
+    FIXED. Whole, the trace recorded the missing result (``"flushed": null``), so the
+    model-only replay FAILs as the search did."""
     from kvfence.adapters import registry
-    from kvfence.conformance.runner import run_check
+    from kvfence.conformance.explore import explore_adapter
 
-    result = run_check(
+    result = explore_adapter(
         registry.engine("flush-is-a-stub"),
         registry.client("reference"),
+        depth=2,
         out_dir=tmp_path / "out",
-        battery=False,
+        focus="LIV-001",
     )
-    assert str(result.verdict) == "FAIL" and result.counterexample is not None
+    assert result.caught() == ("LIV-001",) and result.counterexample is not None
     recorded = json.loads(result.counterexample.read_text().splitlines()[-1])
     read = [v["where"].split()[-1] for v in recorded["violations"]]
     assert "flushed" in read, recorded
