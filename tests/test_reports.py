@@ -396,18 +396,20 @@ def test_run_matrices_starts_the_designs_at_ten_times_first(monkeypatch, tmp_pat
     assert plain.designs_times == () and plain.times == 0 and plain.max_examples == 40
 
 
-def test_the_main_job_writes_the_matrices_at_ten_times_where_the_tests_read_them():
-    """README command 1 (scripts/setup.sh) runs ``kvfence mutants --designs-times 10`` at the
-    ci profile's own budget into ``kvfence-results/matrices.json``, the report
-    tests/test_designs.py and tests/test_designs_budget.py read: another path, budget or
-    profile there would leave every design of the 10x test to run again."""
+def test_the_main_job_writes_the_matrices_where_the_tests_read_them():
+    """README command 1 (scripts/setup.sh) runs ``kvfence mutants`` at the ci profile's own
+    budget into ``kvfence-results/matrices.json``, the report tests/test_designs.py and
+    tests/test_designs_budget.py read, with ``--designs-times $KVFENCE_DESIGNS_TIMES`` when
+    that is set: another path, budget or profile there would leave every design to run
+    again."""
     import shlex
 
     setup = (Path(__file__).parents[1] / "scripts" / "setup.sh").read_text()
     joined = setup.replace("\\\n", " ")
     [line] = [x for x in joined.splitlines() if x.startswith(".venv/bin/kvfence mutants")]
     argv = shlex.split(line)
-    flags = dict(zip(argv[2::2], argv[3::2], strict=False))
-    assert flags.get("--designs-times") == "10", argv
+    assert argv[2] == "${times[@]}", argv  # --designs-times N only where asked
+    flags = dict(zip(argv[3::2], argv[4::2], strict=False))
     assert flags.get("--json") == "kvfence-results/matrices.json", argv
     assert "--max-examples" not in argv and "--profile" not in argv, argv
+    assert '[ -n "${KVFENCE_DESIGNS_TIMES:-}" ] && times=(--designs-times' in setup
