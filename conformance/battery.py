@@ -547,7 +547,13 @@ _FEATURES: tuple[tuple[Capability, Callable[[Config], bool]], ...] = (
     (Capability.RANKS, lambda c: c.ranks > 1),
     (Capability.ROLES, lambda c: c.role is not None),
     (Capability.ROUTER, lambda c: c.router),
+    (Capability.STORE, lambda c: c.store),
 )
+"""The capability an engine must declare for a scenario whose configs use each feature:
+every config feature (``CONFIG_FEATURES``) and every deployment shape
+(``DEPLOYMENT_CAPABILITIES``). Without one, a scenario on a deployment the engine does not
+run would be run on the reference deployment's endpoints in its place (``InProcessAdapter``
+stands them in), crediting the engine with their evidence."""
 
 
 def _endpoints_used(s: Scenario) -> int:

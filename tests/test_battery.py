@@ -137,6 +137,21 @@ def test_a_scenario_needing_a_missing_capability_is_skipped_with_the_reason(the_
     assert run.failed == 0
 
 
+def test_every_config_feature_and_deployment_shape_needs_its_capability():
+    """A scenario on a deployment the engine does not declare is skipped, never run on the
+    reference deployment's endpoints standing in for the engine's (which would credit the
+    engine with their evidence): every config feature and deployment capability is in
+    ``battery._FEATURES``, and a store scenario on the plain reference is skipped."""
+    from kvfence.model.capabilities import CONFIG_FEATURES, DEPLOYMENT_CAPABILITIES
+
+    named = {c for c, _ in battery._FEATURES}
+    assert set(CONFIG_FEATURES) | set(DEPLOYMENT_CAPABILITIES) <= named
+    store = battery.Scenario("store", ("STO-001",), (Config(store=True),), Policy(), ())
+    configs, why = battery.adapted(registry.engine("reference"), store)
+    assert configs is None and why == "needs store"
+    assert battery.adapted(registry.engine("keys-store-by-weights"), store)[0] is not None
+
+
 def test_a_scenario_whose_configs_refuse_the_engine_profile_is_skipped_with_the_reason():
     """A store scenario on a design whose profile sets a flag the store does not model
     (encoder-left-to-client's ``encoder_reset_separate``) is skipped, never an ERROR: the
