@@ -5,6 +5,7 @@ table cites public faults of the catalogue and names only action types that exis
 from __future__ import annotations
 
 import pytest
+from model_steps import go
 
 from kvfence.adapters.cases import CASES
 from kvfence.adapters.mutants import MUTANTS
@@ -32,15 +33,6 @@ from kvfence.model.state import Config, Policy, initial_state
 from kvfence.model.vocabulary import Funnel, PauseMode, Tier
 
 TIERED = Config(tiers=frozenset({Tier.DEVICE, Tier.HOST}))
-
-
-def go(state, *actions):
-    """``state`` after ``actions``, each on the model's first branch."""
-    for a in actions:
-        branches = spec.step(state, a)
-        assert branches, f"{a!r} not enabled"
-        state = branches[0][0]
-    return state
 
 
 def last(state, action):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from model_steps import go
 
 from kvfence.adapters import registry
 from kvfence.conformance.lockstep import Lockstep
@@ -49,14 +50,6 @@ T = Funnel.TENSOR
 KV = frozenset({MemoryTag.KV_CACHE})
 WEIGHTS = frozenset({MemoryTag.WEIGHTS})
 HOST = Config(tiers=frozenset({Tier.DEVICE, Tier.HOST}))
-
-
-def go(state, *actions):
-    for a in actions:
-        branches = spec.step(state, a)
-        assert branches, f"{a!r} not enabled"
-        state = branches[0][0]
-    return state
 
 
 def statuses(state, action):

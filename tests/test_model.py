@@ -7,6 +7,7 @@ import re
 
 import pytest
 from attrs import evolve
+from model_steps import go
 
 from kvfence.model import candidates, lifecycle
 from kvfence.model import semantics as spec
@@ -33,14 +34,6 @@ from kvfence.model.state import Config, Policy, initial_state
 from kvfence.model.vocabulary import CacheMode, Funnel, Kind, Lane, PauseMode, Phase, Tier
 
 T = Funnel.TENSOR
-
-
-def go(state, *actions):
-    for a in actions:
-        branches = spec.step(state, a)
-        assert branches, f"{a!r} not enabled"
-        state = branches[0][0]
-    return state
 
 
 def test_rule_ids_are_stable_unique_and_well_formed():
