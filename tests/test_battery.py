@@ -158,6 +158,7 @@ def test_a_scenario_whose_configs_refuse_the_engine_profile_is_skipped_with_the_
     lockstep applies the profile to every config and a store endpoint refuses the flag."""
     engine = registry.engine("design:encoder-left-to-client")
     assert (engine.profile or {}).get("encoder_reset_separate")
+    engine.capabilities = engine.capabilities | {Capability.STORE}  # past the store gate
     store = battery.Scenario(
         name="store scenario",
         rules=("STO-001",),
