@@ -48,16 +48,16 @@ from kvfence.conformance.record import Recorder
 from kvfence.conformance.runner import PROFILES, run_check
 
 DESIGN_SECONDS = (
-    "680-1,240 s of wall time under a load average of ~12-20 (nine designs measured, each "
-    "PASS with 7,427-7,590 examples with the top-ups, about 2 minutes of CPU each), against "
-    "18 s at 1x"
+    "63-80 s of wall time for most designs with another check beside it on the idle "
+    "machine (median 76 s; each PASS with 6,785-8,084 examples, the top-ups included), "
+    "against 18 s at 1x"
 )
 """What docs/budget.md says one design at 10x ci costs (measured, ``--designs``)."""
 
 MATRIX_SECONDS = (
-    "about 42 x 2 minutes of CPU, some 45 minutes of wall time on two idle cores (estimated "
-    "from those nine; the ci matrices alone: 631 s of CPU, 2,250 s of wall time under a load "
-    "average of ~13)"
+    "about 42 x 75 s of CPU, some half an hour of wall time on two cores; every one of the "
+    "42 designs PASSes at 10x on the tree of the faster check and the evidence witnesses "
+    "(`scripts/budget.py --designs --times 10`, two processes side by side)"
 )
 """What docs/budget.md says the pass matrix at 10x ci costs (``kvfence mutants
 --designs-times 10`` on every core, measured)."""
