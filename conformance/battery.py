@@ -344,8 +344,7 @@ def evidence_scenarios(workers: int = 1) -> list[Scenario]:
 
     def one(i: int) -> list[Scenario]:
         s = setups[i]
-        shape = Scenario("", (), s.configs, s.policy, ())
-        engine = registry.engine(_reference_for(shape))
+        engine = registry.engine(_reference_for(s.configs))
         shallow = EVIDENCE_SHALLOW_DEPLOYMENT if s.name in deployed else EVIDENCE_SHALLOW
         found = evidence_search(engine, registry.client("reference"), s, shallow)
         paths: dict[tuple[Action, ...], list[str]] = {}
@@ -383,11 +382,11 @@ def _merged(scenarios: Iterable[Scenario]) -> list[Scenario]:
     return list(out.values())
 
 
-def _reference_for(s: Scenario) -> str:
-    """The reference engine ``s``'s evidence is taken on: the reference router
+def _reference_for(configs: tuple[Config, ...]) -> str:
+    """The reference engine evidence on ``configs`` is taken on: the reference router
     (``drains-serving-workers``) on workers behind a router, whose rotation calls the plain
     reference engine (no ``router`` capability) would leave out; else the reference."""
-    return "drains-serving-workers" if any(c.router for c in s.configs) else "reference"
+    return "drains-serving-workers" if any(c.router for c in configs) else "reference"
 
 
 def _with_evidence(scenarios: list[Scenario]) -> list[Scenario]:
@@ -399,7 +398,7 @@ def _with_evidence(scenarios: list[Scenario]) -> list[Scenario]:
     out = []
     for s in scenarios:
         recorder = Recorder()
-        engine, client = registry.engine(_reference_for(s)), registry.client("reference")
+        engine, client = registry.engine(_reference_for(s.configs)), registry.client("reference")
         kept: list[Action] = []
         try:
             run_scenario(engine, client, s, recorder, 60.0, kept=kept)
