@@ -244,6 +244,12 @@ def build_parser() -> Parser:
         "check at 6,000 examples under ci), its runs started first; a table, JUnit suite and "
         "JSON section of its own",
     )
+    p.add_argument(
+        "--designs-explored",
+        action="store_true",
+        help="every design also under the product explorer (depth 3, every setup: about "
+        "40 s of CPU each), in the same pool; a line, JUnit suite and JSON section of its own",
+    )
     _common(p)
 
     p = sub.add_parser("replay", help="replay a JSONL counterexample")
@@ -612,7 +618,7 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[bold red]usage:[/] unknown design(s) or mutant(s) {', '.join(unknown)}")
         return EXIT_USAGE
     times = args.designs_times or 0
-    total = len(designs) * (2 if times else 1) + len(mutants)
+    total = len(designs) * (1 + bool(times) + args.designs_explored) + len(mutants)
     with Progress("kvfence mutants", total, "runs", enabled=args.verbosity >= 0) as progress:
         x = matrix.run_matrices(
             designs,
@@ -625,6 +631,7 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
             explore=not args.stateful,
             on_done=progress.advance,
             designs_times=times,
+            designs_explored=args.designs_explored,
         )
     matrix.print_matrices(x, args.profile, console)
     try:

@@ -321,25 +321,38 @@ def deployment(name: str) -> tuple[Setup, ...]:
 
 
 _ATOMS = (int, str, float, bool, type(None), Enum)
+_ATOM_KINDS = frozenset({int, str, float, bool, type(None)})
+_ATTRS_KINDS: dict[type, tuple[bool, tuple[str, ...]]] = {}
+"""Per attrs class: whether its instances are kept as they are (hashable), and its field
+names: looked up once per class, not once per value."""
 
 
 def freeze(obj: Any) -> Hashable:
     """A hashable, canonical rendering of ``obj``: dicts and sets become frozensets (so the
     insertion order that ``repr`` would show does not count), lists and tuples tuples,
     objects their class and fields. Frozen attrs values are kept as they are."""
+    kind = type(obj)
+    if kind in _ATOM_KINDS:
+        return obj
+    if kind is dict:
+        return frozenset([(freeze(k), freeze(v)) for k, v in obj.items()])
+    if kind is list or kind is tuple:
+        return tuple([freeze(v) for v in obj])
+    if kind is set or kind is frozenset:
+        return frozenset([freeze(v) for v in obj])
     if isinstance(obj, _ATOMS):
         return obj
-    kind = type(obj)
-    if kind is dict:
-        return frozenset((freeze(k), freeze(v)) for k, v in obj.items())
-    if kind is set or kind is frozenset:
-        return frozenset(freeze(v) for v in obj)
-    if kind is list or kind is tuple:
-        return tuple(freeze(v) for v in obj)
-    if attrs.has(kind):
-        if kind.__hash__ is not None:
+    known = _ATTRS_KINDS.get(kind)
+    if known is None and attrs.has(kind):
+        known = _ATTRS_KINDS[kind] = (
+            kind.__hash__ is not None,
+            tuple(f.name for f in attrs.fields(kind)),
+        )
+    if known is not None:
+        hashable, names = known
+        if hashable:
             return obj
-        return (kind.__qualname__, *(freeze(getattr(obj, f.name)) for f in attrs.fields(kind)))
+        return (kind.__qualname__, *[freeze(getattr(obj, n)) for n in names])
     if hasattr(obj, "__dict__"):
         return (kind.__qualname__, freeze(vars(obj)))
     raise TypeError(f"cannot fingerprint a {kind.__name__}")

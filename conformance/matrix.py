@@ -43,6 +43,7 @@ from ..adapters import registry
 from ..adapters.designs import DESIGNS, Design
 from ..adapters.mutants import MUTANTS, Mutant
 from ..adapters.protocol import EngineAdapter
+from ..model.capabilities import Capability
 from ..model.rules import BY_ID as RULES_BY_ID
 from . import runner
 from .battery import BEYOND_FIRST_KILL
@@ -50,6 +51,9 @@ from .calls import check_capabilities
 from .explore import (
     KILL_DEPTH,
     AdapterExploration,
+    Setup,
+    deployment,
+    explore_adapter,
     kill_search,
 )
 from .fingerprint import source_fingerprint
@@ -236,6 +240,134 @@ def times_budget(profile: str, max_examples: int | None, times: int) -> int:
     return times * (max_examples or int(PROFILES[profile].max_examples))
 
 
+# ----- the pass matrix under the product explorer ----------------------------------------
+
+
+EXPLORE_DEPTH = 3
+"""Depth of the product exploration of each design (``explore_design``) over every setup
+but the ones in ``EXPLORE_SHALLOW``: deep enough for the first steps of the designs'
+witnesses (pause then serve, evict then sleep, start then update), which
+tests/test_designs.py replays whole."""
+
+EXPLORE_SHALLOW = {"no-flush": 2, "in-place": 2, "unreported": 2, "mixed-info": 2}
+"""Two-endpoint setups explored to depth 2 only. At depth 3 each of them costs as much as
+all eight one-endpoint setups together (about 50,000 to 65,000 transitions on the
+reference against 3,000 at depth 2). What their third step adds is an interleaving of two
+endpoints' actions, which ``plain`` (both lanes, at depth 3) and the ci-profile runs (the
+stateful machine on the same two-endpoint configs, many steps deep) already exercise;
+their own rules (the flush opt-out, pause in place, unreported and mixed server info) are
+decided by the client's first update, within two steps."""
+
+_SHAPES = {
+    Capability.RANKS: "ranks",
+    Capability.STORE: "store",
+    Capability.ROLES: "pd",
+    Capability.ROUTER: "router",
+}
+
+
+def design_deployment(d: Design) -> str | None:
+    """The deployment an engine design is explored on (``explore.deployment``): ``ranks``
+    for one of endpoints with data-parallel ranks, ``store`` for one on a shared KV store,
+    ``pd`` for a prefill/decode deployment, ``router`` for workers behind a router; else
+    ``None`` (a client design, or an engine of plain endpoints: ``explore.SETUPS``)."""
+    if d.side != "engine":
+        return None
+    caps = registry.engine(d.name).capabilities
+    return next((shape for cap, shape in _SHAPES.items() if cap in caps), None)
+
+
+def design_setups(d: Design) -> tuple[Setup, ...] | None:
+    """The setups ``explore_design`` searches for ``d``: its deployment's, or ``None`` for
+    ``explore.SETUPS`` (with ``EXPLORE_SHALLOW``)."""
+    shape = design_deployment(d)
+    return deployment(shape) if shape else None
+
+
+@frozen
+class Explored:
+    """A correct design under the product explorer (``explore_design``): what its
+    ``AdapterExploration`` showed, in the words a report keeps. ``violations`` and
+    ``other``: the rules a path broke (the design is then not correct), ``error``: an
+    adapter error or a stop (not shown either way); ``seconds``: wall time."""
+
+    design: str
+    setups: tuple[str, ...]
+    depths: tuple[int, ...]
+    setup_states: tuple[int, ...]
+    states: int
+    transitions: int
+    depth_reached: int
+    complete: bool
+    violations: tuple[str, ...] = ()
+    other: tuple[str, ...] = ()
+    error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        """Searched out, every setup to its depth, and nothing broken."""
+        return (
+            self.complete
+            and not (self.error or self.violations or self.other)
+            and self.depth_reached == max(self.depths, default=0)
+        )
+
+    @property
+    def outcome(self) -> str:
+        """As ``outcome``: ``pass``, ``failure`` (a rule broken) or ``error``."""
+        if self.clean:
+            return "pass"
+        return "failure" if (self.violations or self.other) and not self.error else "error"
+
+    def why(self) -> str:
+        """One line: what kept it from ``clean``."""
+        if self.error:
+            return f"ERROR: {self.error}"
+        if self.violations or self.other:
+            return "broke " + "; ".join(self.violations + self.other)
+        return f"not searched out (depth {self.depth_reached} of {max(self.depths, default=0)})"
+
+
+def explore_design(name: str, timeout: float = 60.0) -> Explored:
+    """Design ``name`` (``adapters/designs.py``) under the product explorer: an engine
+    design with the reference client, a client design against the reference engine, over
+    its deployment's setups (``design_setups``) or every plain setup (``explore.SETUPS``,
+    ``EXPLORE_SHALLOW``), to ``EXPLORE_DEPTH`` steps, no trace written. A correct design
+    comes out ``clean``."""
+    d = next(x for x in DESIGNS if x.name == name)
+    engine, client = _systems(d.side, d.name)
+    setups = design_setups(d)
+    started = time.monotonic()
+    x = explore_adapter(
+        registry.engine(engine),
+        registry.client(client),
+        depth=EXPLORE_DEPTH,
+        depths=None if setups else EXPLORE_SHALLOW,
+        out_dir=None,
+        timeout=timeout,
+        setups=setups,
+    )
+    return _explored(name, x, time.monotonic() - started)
+
+
+def _explored(name: str, x: AdapterExploration, seconds: float) -> Explored:
+    return Explored(
+        design=name,
+        setups=x.setups,
+        depths=x.depths,
+        setup_states=x.setup_states,
+        states=x.states,
+        transitions=x.transitions,
+        depth_reached=x.depth_reached,
+        complete=x.complete,
+        violations=tuple(str(v) for v in x.violation),
+        other=tuple(str(v) for v in x.other),
+        error=x.error,
+        seconds=round(seconds, 3),
+    )
+
+
 @frozen
 class Matrices:
     """What ``run_matrices`` saw: each design and mutant with its result, and wall time."""
@@ -251,6 +383,8 @@ class Matrices:
     """That pass matrix: each design with its result at ``times`` times the budget."""
     max_examples: int | None = None
     """The budget every run of the ci-size matrices was given (``None``: the profile's)."""
+    explored: tuple[tuple[Design, Explored], ...] = ()
+    """The pass matrix under the product explorer (``explore_design``), when it ran."""
 
     @property
     def all_designs(self) -> tuple[tuple[Design, Result], ...]:
@@ -259,8 +393,10 @@ class Matrices:
 
     @property
     def ok(self) -> bool:
-        return all(passed(r) for _, r in self.all_designs) and all(
-            killed(m, r) for m, r in self.mutants
+        return (
+            all(passed(r) for _, r in self.all_designs)
+            and all(killed(m, r) for m, r in self.mutants)
+            and all(e.clean for _, e in self.explored)
         )
 
     @property
@@ -277,7 +413,8 @@ class Matrices:
             not killed(m, r) and r.verdict in (Verdict.FAIL, Verdict.WARN, Verdict.PASS)
             for m, r in self.mutants
         )
-        return 1 if failed or survived else 2
+        broken = any(e.outcome == "failure" for _, e in self.explored)
+        return 1 if failed or survived or broken else 2
 
     def unsettled(self) -> list[str]:
         """Why each design or mutant that is neither shown correct nor shown killed ended
@@ -296,6 +433,11 @@ class Matrices:
                 if v.verdict in (Verdict.UNKNOWN, Verdict.ERROR)
             )
             lines.append(f"{r.verdict} {name}: {why or 'no rule was exercised'}")
+        lines += [
+            f"ERROR {d.name} under the explorer: {e.error or e.why()}"
+            for d, e in self.explored
+            if e.outcome == "error"
+        ]
         return lines
 
     @property
@@ -316,6 +458,7 @@ def run_matrices(
     explore: bool = True,
     on_done: Callable[[str], None] | None = None,
     designs_times: int = 0,
+    designs_explored: bool = False,
 ) -> Matrices:
     """Run the pass matrix over ``designs`` and the kill matrix over ``mutants``, ``jobs``
     runs at a time in separate processes. ``max_examples`` overrides every run's budget.
@@ -324,7 +467,9 @@ def run_matrices(
     called with the design's or mutant's name as each run ends (in the order they end;
     ``NAME at Nx`` for a run at N times the budget). ``designs_times`` > 0: the pass matrix
     also at that many times the budget (``times_budget``), its runs started first (the
-    longest)."""
+    longest). ``designs_explored``: every design also under the product explorer
+    (``explore_design``), in the same pool (``NAME explored`` to ``on_done``), after the
+    runs at N times the budget."""
     if designs_times < 0:
         raise ValueError(f"designs_times must be 0 or more, not {designs_times}")
     scaled = times_budget(profile, max_examples, designs_times) if designs_times else 0
@@ -335,8 +480,13 @@ def run_matrices(
         for d in designs
         if designs_times
     ]
+    explorations = [d.name for d in designs] if designs_explored else []
     todo += [design_job(d, profile, out, timeout, max_examples) for d in designs]
     todo += [mutant_job(m, profile, out, timeout, max_examples, explore) for m in mutants]
+    k = len(designs) if designs_times else 0
+    tasks: list[tuple[str, Callable, object]] = [(j.label, run_job, j) for j in todo[:k]]
+    tasks += [(f"{name} explored", explore_design, name) for name in explorations]
+    tasks += [(j.label, run_job, j) for j in todo[k:]]
     fingerprint = source_fingerprint()  # of the files the runs load, not of later edits
     from .battery import load
 
@@ -344,22 +494,22 @@ def run_matrices(
     started = time.monotonic()
     runner.STOPPED.clear()
     done = on_done or (lambda name: None)
-    results: list[Result] = []
-    if jobs > 1 and len(todo) > 1:
+    results: list = []
+    if jobs > 1 and len(tasks) > 1:
         # spawn, not fork: a forked child would inherit the parent's adapter-call worker
         # thread pool without its thread, and its first call would time out.
         pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"))
-        futures = {pool.submit(run_job, j): i for i, j in enumerate(todo)}
-        by_index: dict[int, Result] = {}
+        futures = {pool.submit(fn, arg): i for i, (_, fn, arg) in enumerate(tasks)}
+        by_index: dict[int, object] = {}
         try:
             for future in as_completed(futures):
                 i = futures[future]
                 by_index[i] = future.result()
-                done(todo[i].label)
-            results = [by_index[i] for i in range(len(todo))]
+                done(tasks[i][0])
+            results = [by_index[i] for i in range(len(tasks))]
         except KeyboardInterrupt:  # a stop signal: the runs done stand, the rest are ERROR
             ordered = sorted(futures, key=futures.__getitem__)
-            results = [_done_or_stopped(f, j) for f, j in zip(ordered, todo, strict=True)]
+            results = [_done_or_stopped(f, t[2]) for f, t in zip(ordered, tasks, strict=True)]
             workers = list(getattr(pool, "_processes", {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
             for w in workers:
@@ -367,41 +517,46 @@ def run_matrices(
         else:
             pool.shutdown()
     else:
-        for i, j in enumerate(todo):
+        for i, (label, fn, arg) in enumerate(tasks):
             try:
                 if runner.STOPPED.is_set():
-                    results.append(_stopped(j))
+                    results.append(_stopped(arg))
                     continue
-                results.append(run_job(j))
-                done(j.label)
+                results.append(fn(arg))
+                done(label)
             except KeyboardInterrupt:  # outside a search, or while the progress was printed
                 runner.STOPPED.set()
                 if len(results) == i:  # this run had not finished
-                    results.append(_stopped(j))
-    k = len(designs) if designs_times else 0
-    n = k + len(designs)
+                    results.append(_stopped(arg))
+    e = k + len(explorations)
+    n = e + len(designs)
     return Matrices(
-        tuple(zip(designs, results[k:n], strict=True)),
+        tuple(zip(designs, results[e:n], strict=True)),
         tuple(zip(mutants, results[n:], strict=True)),
         time.monotonic() - started,
         fingerprint,
         times=designs_times,
         designs_times=tuple(zip(designs, results[:k], strict=True)) if k else (),
         max_examples=max_examples,
+        explored=tuple(zip(designs, results[k:e], strict=True)) if explorations else (),
     )
 
 
 STOPPED_BEFORE = "stopped by a signal before this run finished"
 
 
-def _stopped(job: Job) -> Result:
+def _stopped(job: Job | str) -> Result | Explored:
+    """An ERROR naming the stop: a run's result, or a design's exploration (``job`` is
+    then the design's name)."""
     from .runner import error_result
 
+    if isinstance(job, str):
+        return Explored(job, (), (), (), 0, 0, 0, False, error=STOPPED_BEFORE)
     return error_result(job.engine, job.client, job.profile, None, STOPPED_BEFORE, job.strict)
 
 
-def _done_or_stopped(future, job: Job) -> Result:
-    """A pool job's result if it finished, else an ERROR naming the stop."""
+def _done_or_stopped(future, job: Job | str) -> Result | Explored:
+    """A pool task's result if it finished, else an ERROR naming the stop."""
     if future.done() and not future.cancelled() and future.exception() is None:
         return future.result()
     return _stopped(job)
@@ -542,6 +697,9 @@ def print_matrices(x: Matrices, profile: str, console: Console) -> None:
             for note in pass_notes(x.designs_times, first):
                 console.print(note, markup=False, highlight=False)
             left_out += [f"pass matrix at {x.times}x {c}" for c in dropped]
+    if x.explored:
+        for line in explored_lines(x.explored):
+            console.print(line, markup=False, highlight=False)
     if x.mutants:
         table, dropped = kill_table(x.mutants, profile, console.width)
         console.print(table)
@@ -557,10 +715,28 @@ def print_matrices(x: Matrices, profile: str, console: Console) -> None:
     good_m = sum(killed(m, r) for m, r in x.mutants)
     word = "[green]OK[/]" if x.ok else "[bold red]NOT OK[/]"
     at_times = f" ({good_x}/{len(x.designs_times)} at {x.times}x)" if x.designs_times else ""
+    if x.explored:
+        clean = sum(e.clean for _, e in x.explored)
+        at_times += f" ({clean}/{len(x.explored)} under the explorer)"
     console.print(
         f"{word}: {good_d}/{len(x.designs)} correct designs pass{at_times}, "
         f"{good_m}/{len(x.mutants)} mutants killed by their rule ({x.seconds:.1f} s wall)"
     )
+
+
+def explored_lines(rows: Sequence[tuple[Design, Explored]]) -> list[str]:
+    """The pass matrix under the explorer, for the terminal: one summary line, then one
+    line per design that did not come out clean."""
+    clean = sum(e.clean for _, e in rows)
+    states = sum(e.states for _, e in rows)
+    edges = sum(e.transitions for _, e in rows)
+    lines = [
+        f"pass matrix under the product explorer (depth {EXPLORE_DEPTH}, every setup): "
+        f"{clean}/{len(rows)} designs searched out with nothing broken, {states:,} states, "
+        f"{edges:,} transitions"
+    ]
+    lines += [f"  {d.name}: {e.why()}" for d, e in rows if not e.clean]
+    return lines
 
 
 # ----- reports CI can read: one row per design and per mutant --------------------------
@@ -638,7 +814,9 @@ def write_matrix_json(x: Matrices, path: Path, profile: str = "ci") -> None:
     "rows": matrix_rows, "results": [report.result_json per run]}``, and when the pass
     matrix also ran at N times the budget, ``"pass_matrix_times": {"times": N,
     "max_examples" (each of those runs': ``times_budget``), "rows", "results"}`` for its
-    designs. Written atomically."""
+    designs; when it ran under the product explorer, ``"pass_matrix_explored": {"depth",
+    "shallow", "rows": [Explored's fields and "outcome" per design]}``. Written
+    atomically."""
     import json
 
     from .report import result_json
@@ -660,6 +838,12 @@ def write_matrix_json(x: Matrices, path: Path, profile: str = "ci") -> None:
             "max_examples": times_budget(profile, x.max_examples, x.times),
             "rows": matrix_rows(x, x.designs_times),
             "results": [result_json(r) for _, r in x.designs_times],
+        }
+    if x.explored:
+        data["pass_matrix_explored"] = {
+            "depth": EXPLORE_DEPTH,
+            "shallow": EXPLORE_SHALLOW,
+            "rows": [{**attrs.asdict(e), "outcome": e.outcome} for _, e in x.explored],
         }
     write_atomic(path, json.dumps(data, indent=2, default=repr) + "\n")
 
@@ -762,11 +946,46 @@ def read_designs_times(
     return {d.name: by_row[("design", d.name)] for d in designs if ("design", d.name) in by_row}
 
 
+def read_designs_explored(
+    path: Path,
+    designs: Sequence[Design],
+    profile: str = "ci",
+    max_examples: int | None = None,
+) -> dict[str, Explored] | None:
+    """Design name -> its exploration in the pass matrix under the product explorer that
+    the ``write_matrix_json`` report at ``path`` holds (``kvfence mutants
+    --designs-explored``), for each of ``designs`` it has a row for, when that run is this
+    one: the same ``profile``, ``max_examples`` and ``source_fingerprint``, and the same
+    ``EXPLORE_DEPTH`` and ``EXPLORE_SHALLOW``; else ``None``, also for a report without
+    that section or a missing or unreadable file (a row of another shape too). A design
+    without a row is left out (its caller explores it)."""
+    data = _this_tree(path, profile, max_examples)
+    section = None if data is None else data.get("pass_matrix_explored")
+    if not isinstance(section, dict) or section.get("depth") != EXPLORE_DEPTH:
+        return None
+    if section.get("shallow") != EXPLORE_SHALLOW or not isinstance(section.get("rows"), list):
+        return None
+    names = {d.name for d in designs}
+    out: dict[str, Explored] = {}
+    try:
+        for row in section["rows"]:
+            fields = {f.name: row[f.name] for f in attrs.fields(Explored)}
+            for name in ("setups", "depths", "setup_states", "violations", "other"):
+                fields[name] = tuple(fields[name])
+            e = Explored(**fields)
+            if e.design in names:
+                out[e.design] = e
+    except (KeyError, TypeError):
+        return None
+    return out
+
+
 def write_matrix_junit(x: Matrices, path: Path) -> None:
     """``kvfence mutants --junit``: a testsuite ``kvfence.pass-matrix`` with one testcase
     per design (classname ``kvfence.design.SIDE``), ``kvfence.pass-matrix-Nx`` with one per
     design at N times the budget when it ran (classname ``kvfence.design-Nx.SIDE``) and
-    ``kvfence.kill-matrix`` with one per mutant; a row's ``outcome`` is its
+    ``kvfence.kill-matrix`` with one per mutant, and ``kvfence.pass-matrix-explored`` with
+    one per design under the product explorer when it ran; a row's ``outcome`` is its
     element (``failure``, ``error``, none for a pass), and its expected rule, killed-by,
     verdict and counterexample are testcase properties. A green matrix has no failure and
     no error. Written atomically; every text XML-safe."""
@@ -816,9 +1035,43 @@ def write_matrix_junit(x: Matrices, path: Path) -> None:
             if r["outcome"] != "pass":
                 el = ET.SubElement(case, str(r["outcome"]), message=xml_text(r["message"]))
                 el.text = xml_text(r["message"])
+    if x.explored:
+        _explored_suite(root, x.explored)
     ET.indent(root)
     body = ET.tostring(root, encoding="unicode")
     write_atomic(path, '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n")
+
+
+def _explored_suite(root, rows: Sequence[tuple[Design, Explored]]) -> None:
+    """The JUnit suite of the pass matrix under the explorer (``write_matrix_junit``)."""
+    import xml.etree.ElementTree as ET
+
+    from .report import xml_text
+
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name="kvfence.pass-matrix-explored",
+        tests=str(len(rows)),
+        failures=str(sum(e.outcome == "failure" for _, e in rows)),
+        errors=str(sum(e.outcome == "error" for _, e in rows)),
+        skipped="0",
+        time=f"{sum(e.seconds for _, e in rows):.3f}",
+    )
+    for d, e in rows:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            classname=f"kvfence.design-explored.{d.side}",
+            name=d.name,
+            time=f"{e.seconds}",
+        )
+        props = ET.SubElement(case, "properties")
+        for key in ("states", "transitions", "depth_reached"):
+            ET.SubElement(props, "property", name=key, value=str(getattr(e, key)))
+        if e.outcome != "pass":
+            el = ET.SubElement(case, e.outcome, message=xml_text(e.why()))
+            el.text = xml_text(e.why())
 
 
 def select(only: Sequence[str] | None) -> tuple[list[Design], list[Mutant], list[str]]:
@@ -833,11 +1086,18 @@ def select(only: Sequence[str] | None) -> tuple[list[Design], list[Mutant], list
 
 
 __all__ = [
+    "EXPLORE_DEPTH",
+    "EXPLORE_SHALLOW",
     "FOCUSED_EXAMPLES",
     "KILL_DEPTH",
+    "Explored",
     "Job",
     "Matrices",
+    "design_deployment",
     "design_job",
+    "design_setups",
+    "explore_design",
+    "explored_lines",
     "first_kill",
     "kill_table",
     "killed",
@@ -848,6 +1108,7 @@ __all__ = [
     "pass_table",
     "passed",
     "print_matrices",
+    "read_designs_explored",
     "read_designs_times",
     "read_matrix_json",
     "run_job",

@@ -6,8 +6,9 @@
 # 1. .venv with kvfence (editable) and its dev tools;
 # 2. vLLM on CPU (scripts/install-vllm.sh; skip with KVFENCE_SKIP_VLLM=1);
 # 3. the main job: the pass matrix (both reference systems and every correct design of
-#    adapters/designs.py PASS) at the ci budget, and the kill matrix (every mutant killed
-#    by its rule), from one `kvfence mutants` on every core (with KVFENCE_DESIGNS_TIMES=10,
+#    adapters/designs.py PASS, and the product explorer finds nothing on each to depth 3:
+#    --designs-explored) at the ci budget, and the kill matrix (every mutant killed by its
+#    rule), from one `kvfence mutants` on every core (with KVFENCE_DESIGNS_TIMES=10,
 #    `--designs-times 10`: the pass matrix at ten times the ci budget too, those runs
 #    first); then a live check of vLLM: the reference client PASSES, a
 #    client that never flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh; its
@@ -66,7 +67,7 @@ mkdir -p kvfence-results
 # hour more on two cores; not in CI: docs/budget.md)
 times=()
 [ -n "${KVFENCE_DESIGNS_TIMES:-}" ] && times=(--designs-times "$KVFENCE_DESIGNS_TIMES")
-.venv/bin/kvfence mutants "${times[@]}" --out kvfence-results \
+.venv/bin/kvfence mutants --designs-explored "${times[@]}" --out kvfence-results \
     --junit kvfence-results/matrices.xml --json kvfence-results/matrices.json
 
 if [ "${KVFENCE_SKIP_VLLM:-0}" = 1 ]; then

@@ -10,11 +10,13 @@ vacuously.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import attrs
 import pytest
 from attrs import frozen
 
@@ -37,14 +39,20 @@ from kvfence.adapters.pd import PD_CONFIGS
 from kvfence.adapters.reference import CachedKV, InProcessAdapter, Key, ReferenceEndpoint, Reply
 from kvfence.adapters.router import ROUTER_CONFIGS
 from kvfence.conformance.cli import main
-from kvfence.conformance.explore import SETUPS, deployment, explore_adapter
+from kvfence.conformance.explore import SETUPS, deployment
 from kvfence.conformance.matrix import (
     BEYOND_FIRST_KILL,
+    EXPLORE_DEPTH,
+    EXPLORE_SHALLOW,
     KILL_DEPTH,
+    Explored,
     Matrices,
+    design_setups,
+    explore_design,
     killed,
     level,
     passed,
+    read_designs_explored,
     read_matrix_json,
     run_matrices,
 )
@@ -70,26 +78,11 @@ from kvfence.model.actions import (
     UpdateWeights,
     WakeUp,
 )
-from kvfence.model.capabilities import Capability
 from kvfence.model.rules import BY_ID
 from kvfence.model.state import Config, Policy, Use, server_info
 from kvfence.model.vocabulary import MIXED, CacheMode, Funnel, Lane, MemoryTag, PauseMode, Tier
 
 JOBS = os.cpu_count() or 1
-EXPLORE_DEPTH = 3
-"""Depth of the product exploration of each design over every setup but the ones in
-``SHALLOW``: deep enough for the first steps of the witnesses below (pause then serve,
-evict then sleep, start then update). The whole witnesses are replayed on their own."""
-
-SHALLOW = {"no-flush": 2, "in-place": 2, "unreported": 2, "mixed-info": 2}
-"""Two-endpoint setups explored to depth 2 only. At depth 3 each of them costs as much as
-all eight one-endpoint setups together (about 50,000 to 65,000 transitions on the
-reference against 3,000 at depth 2): the four made the fixture about five times slower.
-What their third step adds is an interleaving of two endpoints' actions, which ``plain``
-(both lanes, at depth 3 here) and the ci-profile runs above (the stateful machine on the
-same two-endpoint configs, many steps deep) already exercise; their own rules (the flush
-opt-out, pause in place, unreported and mixed server info) are decided by the client's
-first update, within two steps."""
 
 
 MAIN_JOB_MATRICES = Path(__file__).parents[1] / "kvfence-results" / "matrices.json"
@@ -163,47 +156,31 @@ def test_matrices_agree_with_their_verdict(matrices):
     assert len(matrices.designs) == len(DESIGNS) and len(matrices.mutants) == len(MUTANTS)
 
 
-def _deployment(name: str) -> str | None:
-    """The deployment a design is explored on: ``ranks`` for one of endpoints with
-    data-parallel ranks, ``store`` for one of endpoints on a shared KV store, ``pd`` for
-    one of a prefill/decode deployment, ``router`` for workers behind a router; ``None``."""
-    if BY_NAME[name].side != "engine":
-        return None
-    caps = registry.engine(name).capabilities
-    shapes = {
-        Capability.RANKS: "ranks",
-        Capability.STORE: "store",
-        Capability.ROLES: "pd",
-        Capability.ROUTER: "router",
-    }
-    return next((shape for cap, shape in shapes.items() if cap in caps), None)
-
-
-def _explore(name: str) -> tuple[str, object]:
-    side = BY_NAME[name].side  # a client program is explored against the reference engine
-    engine = registry.engine(name if side == "engine" else "reference")
-    client = registry.client(name if side == "client" else "reference")
-    if _deployment(name):
-        setups = deployment(_deployment(name))
-        x = explore_adapter(engine, client, depth=EXPLORE_DEPTH, out_dir=None, setups=setups)
-        return name, x
-    x = explore_adapter(engine, client, depth=EXPLORE_DEPTH, depths=SHALLOW, out_dir=None)
-    return name, x
+@functools.cache
+def main_job_explored() -> dict[str, Explored]:
+    """Design name -> its exploration in the main job's pass matrix under the product
+    explorer (``kvfence mutants --designs-explored``, which scripts/setup.sh runs), when
+    that report is of this tree (else empty: each design is explored here)."""
+    if os.environ.get("KVFENCE_FRESH_MATRICES"):
+        return {}
+    return read_designs_explored(MAIN_JOB_MATRICES, DESIGNS) or {}
 
 
 @pytest.mark.parametrize("design", DESIGNS, ids=lambda d: d.name)
 def test_design_passes_under_the_explorer(design):
-    """The product explorer (model x design, every setup: ``EXPLORE_DEPTH``, ``SHALLOW``)
-    finds nothing on the design. One design per test and no module fixture: pytest-xdist
-    spreads the designs over the cores."""
-    _, x = _explore(design.name)
+    """The product explorer (model x design, every setup: ``EXPLORE_DEPTH``,
+    ``EXPLORE_SHALLOW``) finds nothing on the design: the main job's exploration when its
+    report is of this tree, else explored here (``explore_design``, the main job's own
+    function). One design per test and no module fixture: pytest-xdist spreads the designs
+    over the cores."""
+    x = main_job_explored().get(design.name) or explore_design(design.name)
     assert not x.error, x.error
-    assert not x.violation, [str(v) for v in x.violation]
-    assert not x.other, ([str(v) for v in x.other], x.other_trace)
-    assert x.complete and x.depth_reached == EXPLORE_DEPTH
-    setups = deployment(_deployment(design.name)) if _deployment(design.name) else SETUPS
+    assert not x.violations, x.violations
+    assert not x.other, x.other
+    assert x.complete and x.depth_reached == EXPLORE_DEPTH and x.clean
+    setups = design_setups(design) or SETUPS
     assert x.setups == tuple(s.name for s in setups)
-    assert x.depths == tuple(SHALLOW.get(s.name, EXPLORE_DEPTH) for s in setups)
+    assert x.depths == tuple(EXPLORE_SHALLOW.get(s.name, EXPLORE_DEPTH) for s in setups)
     # every setup was explored, not one corner of one: on the reference the smallest
     # setup has 148 distinct nodes at depth 2 and 609 at depth 3
     assert sum(x.setup_states) == x.states
@@ -538,6 +515,46 @@ def test_kvfence_mutants_shows_both_matrices(tmp_path, capsys):
     assert len(list(root.iter("testcase"))) == 2
     assert not list(root.iter("failure")) and not list(root.iter("error"))
     assert [r["outcome"] for r in json.loads(report.read_text())["rows"]] == ["pass", "pass"]
+
+
+def test_kvfence_mutants_explores_the_designs_and_reports_it(tmp_path, capsys):
+    """``--designs-explored``: the design's exploration is a line on the terminal, a JUnit
+    case of ``kvfence.pass-matrix-explored`` and a JSON section that ``read_designs_explored``
+    gives back whole for this tree (and not for a report of another depth)."""
+    junit, report = tmp_path / "m.xml", tmp_path / "m.json"
+    argv = ["mutants", "--only", "closes-on-any-rank-failure", "--jobs", "1"]
+    argv += ["--designs-explored", "--out", str(tmp_path)]
+    code = main([*argv, "--junit", str(junit), "--json", str(report)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "1/1 designs searched out with nothing broken" in " ".join(out.split())
+    suites = {s.get("name"): s for s in ET.parse(junit).getroot().iter("testsuite")}
+    explored = suites["kvfence.pass-matrix-explored"]
+    assert explored.get("tests") == "1" and explored.get("failures") == "0"
+    (x,) = read_designs_explored(report, DESIGNS).values()
+    assert x.design == "closes-on-any-rank-failure" and x.clean and x.states > 100
+    assert x.setups == tuple(s.name for s in deployment("ranks"))
+    data = json.loads(report.read_text())
+    data["pass_matrix_explored"]["depth"] = EXPLORE_DEPTH + 1
+    report.write_text(json.dumps(data))
+    assert read_designs_explored(report, DESIGNS) is None
+
+
+def test_a_design_the_explorer_breaks_fails_the_matrices():
+    """A design's exploration that broke a rule fails the matrices (exit 1); one that erred
+    or stopped is not shown either way (exit 2, its reason among the unsettled lines)."""
+    d = DESIGNS[0]
+    clean = Explored(d.name, ("tiers",), (3,), (609,), 609, 3000, 3, True)
+    assert clean.clean and clean.outcome == "pass"
+    broken = attrs.evolve(clean, violations=("INV-001 at endpoint 0 prefix P",))
+    stopped = attrs.evolve(clean, complete=False, error="stopped by a signal")
+    shallow = attrs.evolve(clean, depth_reached=2)
+    assert (broken.outcome, stopped.outcome, shallow.outcome) == ("failure", "error", "error")
+    for e, code in ((clean, 0), (broken, 1), (stopped, 2), (shallow, 2)):
+        x = Matrices((), (), 0.0, explored=((d, e),))
+        assert x.exit_code == code and x.ok is (code == 0)
+    x = Matrices((), (), 0.0, explored=((d, stopped),))
+    assert x.unsettled() == [f"ERROR {d.name} under the explorer: stopped by a signal"]
 
 
 def test_a_failing_design_fails_the_command(tmp_path, capsys):
