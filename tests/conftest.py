@@ -10,7 +10,9 @@ no longer exists in a collected module is a usage error, so the lists cannot go 
 Workers: ``pytest`` runs on every core (``-n auto --dist loadgroup``, pyproject.toml).
 The tests of a module that defines a module-scoped fixture share one worker (its
 ``xdist_group``), so a costly fixture (the matrices, a real engine) is built once per
-session; every real-engine test shares one group, so no two real engines start at once.
+session; the real-engine tests share one group per engine (vLLM's, SGLang's, the peer
+clients'), so no two servers of one engine start at once, and a session-scoped server is
+started once, while the two engines may run beside each other on two workers.
 Each test runs in its own ``tmp_path`` as the working directory, so a command's default
 ``kvfence-results/`` or a ``.hypothesis/`` folder never lands in a folder two workers
 share; the real-engine tests keep the repository root, where ``.sglang/`` and
@@ -129,6 +131,15 @@ def _slow_reason(item: pytest.Item) -> str | None:
     return None
 
 
+def _engine_family(item: pytest.Item) -> str:
+    """The real engine a test drives: ``vllm``, ``sglang`` (by its folder or marker) or
+    ``peer`` (a real client's process against ``kvfence serve``)."""
+    folder = Path(str(item.fspath)).parent.name
+    if folder in ("vllm", "sglang"):
+        return folder
+    return next((m for m in REAL_ENGINES if item.get_closest_marker(m)), "peer")
+
+
 def _module_scoped(item: pytest.Item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
@@ -158,7 +169,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("xdist_group"):
             continue
         if _slow_reason(item) == "a real engine":
-            item.add_marker(pytest.mark.xdist_group("real-engines"))
+            item.add_marker(pytest.mark.xdist_group(f"real-engines-{_engine_family(item)}"))
         elif _module_scoped(item):
             item.add_marker(pytest.mark.xdist_group(path.name))
 

@@ -90,9 +90,12 @@ def test_the_matrices_and_the_real_engines_are_slow(collected):
         rows = _of(collected, prefix)
         assert rows, prefix
         assert all(r["slow"] for r in rows), [r["id"] for r in rows if not r["slow"]]
-    engines = _of(collected, "tests/vllm/") + _of(collected, "tests/sglang/")
-    assert engines  # tests/sglang collects without SGLang installed (its tests then skip)
-    assert all(r["slow"] and r["group"] == "real-engines" for r in engines)
+    for engine in ("vllm", "sglang"):  # one worker group per engine: its servers one by one
+        rows = _of(collected, f"tests/{engine}/")
+        assert rows  # tests/sglang collects without SGLang installed (its tests then skip)
+        assert all(r["slow"] and r["group"] == f"real-engines-{engine}" for r in rows)
+    peers = _of(collected, "tests/test_peer")
+    assert peers and all(r["group"] == "real-engines-peer" for r in peers)
 
 
 def test_a_module_scoped_fixture_keeps_its_module_on_one_worker(collected):
