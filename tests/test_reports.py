@@ -399,8 +399,8 @@ def test_run_matrices_starts_the_designs_at_ten_times_first(monkeypatch, tmp_pat
 def test_the_main_job_writes_the_matrices_where_the_tests_read_them():
     """README command 1 (scripts/setup.sh) runs ``kvfence mutants`` at the ci profile's own
     budget into ``kvfence-results/matrices.json``, the report tests/test_designs.py and
-    tests/test_designs_budget.py read, with ``--designs-times $KVFENCE_DESIGNS_TIMES`` when
-    that is set: another path, budget or profile there would leave every design to run
+    tests/test_designs_budget.py read, with every design under the explorer
+    (``--designs-explored``) and ``--designs-times $KVFENCE_DESIGNS_TIMES`` when that is set: another path, budget or profile there would leave every design to run
     again."""
     import shlex
 
@@ -408,8 +408,9 @@ def test_the_main_job_writes_the_matrices_where_the_tests_read_them():
     joined = setup.replace("\\\n", " ")
     [line] = [x for x in joined.splitlines() if x.startswith(".venv/bin/kvfence mutants")]
     argv = shlex.split(line)
-    assert argv[2] == "${times[@]}", argv  # --designs-times N only where asked
-    flags = dict(zip(argv[3::2], argv[4::2], strict=False))
+    assert argv[2] == "--designs-explored", argv  # the designs under the explorer too
+    assert argv[3] == "${times[@]}", argv  # --designs-times N only where asked
+    flags = dict(zip(argv[4::2], argv[5::2], strict=False))
     assert flags.get("--json") == "kvfence-results/matrices.json", argv
     assert "--max-examples" not in argv and "--profile" not in argv, argv
     assert '[ -n "${KVFENCE_DESIGNS_TIMES:-}" ] && times=(--designs-times' in setup
