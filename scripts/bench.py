@@ -257,15 +257,22 @@ def battery(quick: bool) -> dict[str, float]:
     model's witnesses and the long scenarios only (no breadth-first kills)."""
     from kvfence.conformance import battery as b
 
+    before = os.environ.get("KVFENCE_CACHE_DIR")
     with TemporaryDirectory() as tmp:
         os.environ["KVFENCE_CACHE_DIR"] = tmp
-        t, c = time.perf_counter(), cpu_seconds()
-        if quick:
-            n = len(b.witness_scenarios()) + len(b.long_scenarios())
-        else:
-            n = len(b.load().scenarios)
-            assert (Path(tmp) / b.battery_path().name).exists()
-        dt, cpu = time.perf_counter() - t, cpu_seconds() - c
+        try:
+            t, c = time.perf_counter(), cpu_seconds()
+            if quick:
+                n = len(b.witness_scenarios()) + len(b.long_scenarios())
+            else:
+                n = len(b.load().scenarios)
+                assert (Path(tmp) / b.battery_path().name).exists()
+            dt, cpu = time.perf_counter() - t, cpu_seconds() - c
+        finally:  # the figures after this one read the user's cache, not a removed folder
+            if before is None:
+                del os.environ["KVFENCE_CACHE_DIR"]
+            else:
+                os.environ["KVFENCE_CACHE_DIR"] = before
     return {"seconds": dt, "cpu_seconds": cpu, "scenarios": n}
 
 

@@ -6,8 +6,8 @@
 # 1. .venv with kvfence (editable) and its dev tools;
 # 2. vLLM on CPU (scripts/install-vllm.sh; skip with KVFENCE_SKIP_VLLM=1);
 # 3. the main job: the pass matrix (both reference systems and every correct design of
-#    adapters/designs.py PASS, and the product explorer finds nothing on each to depth 3:
-#    --designs-explored) at the ci budget, and the kill matrix (every mutant killed by its
+#    adapters/designs.py PASS, and the product explorer finds nothing on each to depth 3,
+#    2 on two endpoints: --designs-explored) at the ci budget, and the kill matrix (every mutant killed by its
 #    rule), from one `kvfence mutants` on every core (with KVFENCE_DESIGNS_TIMES=10,
 #    `--designs-times 10`: the pass matrix at ten times the ci budget too, those runs
 #    first); then a live check of vLLM: the reference client PASSES, a

@@ -58,13 +58,15 @@ def _same(initial, bounds, depth, workers=(2, 3), **kw):
 
 
 @pytest.mark.parametrize(
-    ("initial", "bounds", "depth", "symmetry", "chunks"),
+    ("initial", "bounds", "depth", "symmetry", "chunks", "workers"),
     [
-        (initial_states(2), CLI_DEFAULT, 3, True, 1),  # one chunk per worker
-        (initial_states(2), CLI_DEFAULT, 3, True, 8),
-        (initial_states(2), CLI_DEFAULT, 3, False, 8),
-        (initial_state((STANDARD, STANDARD)), TWO, 3, True, 8),
-        (initial_state((STANDARD, STANDARD)), TWO, 3, False, 8),
+        (initial_states(2), CLI_DEFAULT, 3, True, 1, (2, 3)),  # one chunk per worker
+        (initial_states(2), CLI_DEFAULT, 3, True, 8, (2, 3)),
+        # the searches without symmetry, the largest, against one worker count each: two
+        # and three workers are compared on the two above and the one below
+        (initial_states(2), CLI_DEFAULT, 3, False, 8, (3,)),
+        (initial_state((STANDARD, STANDARD)), TWO, 3, True, 8, (2, 3)),
+        (initial_state((STANDARD, STANDARD)), TWO, 3, False, 8, (2,)),
     ],
     ids=[
         "cli-symmetry-d3-chunks1",
@@ -74,9 +76,11 @@ def _same(initial, bounds, depth, workers=(2, 3), **kw):
         "two-standard-full-d3",
     ],
 )
-def test_parallel_counts_are_the_serial_ones(monkeypatch, initial, bounds, depth, symmetry, chunks):
+def test_parallel_counts_are_the_serial_ones(
+    monkeypatch, initial, bounds, depth, symmetry, chunks, workers
+):
     monkeypatch.setattr(pool, "CHUNKS_PER_WORKER", chunks)
-    x = _same(initial, bounds, depth, symmetry=symmetry)
+    x = _same(initial, bounds, depth, workers=workers, symmetry=symmetry)
     assert x.complete and x.ok and x.depth_reached == depth
     assert x.states > 1000  # big enough that several levels were forked
 

@@ -400,8 +400,8 @@ def test_the_main_job_writes_the_matrices_where_the_tests_read_them():
     """README command 1 (scripts/setup.sh) runs ``kvfence mutants`` at the ci profile's own
     budget into ``kvfence-results/matrices.json``, the report tests/test_designs.py and
     tests/test_designs_budget.py read, with every design under the explorer
-    (``--designs-explored``) and ``--designs-times $KVFENCE_DESIGNS_TIMES`` when that is set: another path, budget or profile there would leave every design to run
-    again."""
+    (``--designs-explored``) and ``--designs-times $KVFENCE_DESIGNS_TIMES`` when that is
+    set: another path, budget or profile there would leave every design to run again."""
     import shlex
 
     setup = (Path(__file__).parents[1] / "scripts" / "setup.sh").read_text()
