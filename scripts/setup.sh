@@ -4,25 +4,26 @@
 #   bash scripts/setup.sh
 #
 # 1. .venv with kvfence (editable) and its dev tools;
-# 2. vLLM on CPU (scripts/install-vllm.sh; skip with KVFENCE_SKIP_VLLM=1);
-# 3. the main job: the pass matrix (both reference systems and every correct design of
-#    adapters/designs.py PASS, and the product explorer finds nothing on each to depth 3,
-#    2 on two endpoints: --designs-explored) at the ci budget, and the kill matrix (every mutant killed by its
-#    rule), from one `kvfence mutants` on every core (with KVFENCE_DESIGNS_TIMES=10,
-#    `--designs-times 10`: the pass matrix at ten times the ci budget too, those runs
-#    first); then a live check of vLLM: the reference client PASSES, a
-#    client that never flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh; its
-#    vllm-lora and vllm-rl checks only with KVFENCE_VLLM_LORA=1 / KVFENCE_VLLM_RL=1 here:
-#    the suite checks vllm-rl itself, tests/vllm/test_vllm_engine.py); then .venv-trl, TRL's
-#    client beside that vLLM, for tests/test_peer_trl.py (scripts/install-trl.sh), and the
-#    other frameworks' clients, .venv-NAME for tests/test_peer_NAME.py (scripts/
-#    install-peer.sh; both skipped with KVFENCE_SKIP_VLLM=1 or KVFENCE_SKIP_PEER=1);
-# 4. SGLang 0.5.23's scheduler on CPU (scripts/install-sglang.sh into .sglang/0.5.23,
-#    ~2 min, after vLLM's torch), then its live check: it FAILS ExactLaneGuardFlushes
-#    (scripts/check-sglang.sh); then 0.5.17 and 0.5.22 beside it, source only, for the
-#    version table's tests (KVFENCE_SGLANG_VERSIONS); then .venv-verl, verl's SGLang client,
-#    for tests/test_peer_verl.py (scripts/install-peer.sh verl). Skip with
-#    KVFENCE_SKIP_SGLANG=1.
+# 2. the main job, in the background from here on: the pass matrix (both reference systems
+#    and every correct design of adapters/designs.py PASS, and the product explorer finds
+#    nothing on each to depth 3, 2 on two endpoints: --designs-explored) at the ci budget,
+#    and the kill matrix (every mutant killed by its rule), from one `kvfence mutants` on
+#    every core (with KVFENCE_DESIGNS_TIMES=10, `--designs-times 10`: the pass matrix at
+#    ten times the ci budget too, those runs first); its output is printed when it ends;
+# 3. meanwhile the engines and the peers' clients install: vLLM on CPU
+#    (scripts/install-vllm.sh; skip with KVFENCE_SKIP_VLLM=1), .venv-trl, TRL's client
+#    beside that vLLM, for tests/test_peer_trl.py (scripts/install-trl.sh), and the other
+#    frameworks' clients, .venv-NAME for tests/test_peer_NAME.py (scripts/install-peer.sh;
+#    both skipped with KVFENCE_SKIP_VLLM=1 or KVFENCE_SKIP_PEER=1); SGLang 0.5.23's
+#    scheduler on CPU (scripts/install-sglang.sh into .sglang/0.5.23, ~2 min, after vLLM's
+#    torch), then 0.5.17 and 0.5.22 beside it, source only, for the version table's tests
+#    (KVFENCE_SGLANG_VERSIONS), then .venv-verl, verl's SGLang client, for
+#    tests/test_peer_verl.py (scripts/install-peer.sh verl); skip with KVFENCE_SKIP_SGLANG=1;
+# 4. once the main job has ended, the live checks: vLLM's reference client PASSES, a client
+#    that never flushes FAILS with NoStalePrefixReuse (scripts/check-vllm.sh; its vllm-lora
+#    and vllm-rl checks only with KVFENCE_VLLM_LORA=1 / KVFENCE_VLLM_RL=1 here: the suite
+#    checks vllm-rl itself, tests/vllm/test_vllm_engine.py); SGLang 0.5.23 FAILS
+#    ExactLaneGuardFlushes (scripts/check-sglang.sh).
 # Results (verdict tables, JUnit XML, JSON, counterexamples) land in kvfence-results/.
 # Exits non-zero if any verdict is not the expected one.
 set -euo pipefail
@@ -67,15 +68,20 @@ mkdir -p kvfence-results
 # hour more on two cores; not in CI: docs/budget.md)
 times=()
 [ -n "${KVFENCE_DESIGNS_TIMES:-}" ] && times=(--designs-times "$KVFENCE_DESIGNS_TIMES")
+# The main job computes while the engines and peers below download and install (network
+# and disk, mostly): its output goes to kvfence-results/main-job.log and is printed, and
+# its exit code kept, once they are in; the live engine checks run after it, on idle cores.
+echo "setup: main job started (kvfence mutants; its output: kvfence-results/main-job.log)"
 .venv/bin/kvfence mutants --designs-explored "${times[@]}" --out kvfence-results \
-    --junit kvfence-results/matrices.xml --json kvfence-results/matrices.json
+    --junit kvfence-results/matrices.xml --json kvfence-results/matrices.json \
+    >kvfence-results/main-job.log 2>&1 &
+main_job=$!
+trap 'kill "$main_job" 2>/dev/null || true' EXIT  # setup stopped: the main job stops too
 
 if [ "${KVFENCE_SKIP_VLLM:-0}" = 1 ]; then
     echo "setup: KVFENCE_SKIP_VLLM=1: not installing or checking vLLM"
 else
     bash scripts/install-vllm.sh .venv/bin/python
-    KVFENCE_VLLM_LORA=${KVFENCE_VLLM_LORA:-0} KVFENCE_VLLM_RL=${KVFENCE_VLLM_RL:-0} \
-        bash scripts/check-vllm.sh .venv/bin/python
     # Peer check (tests/test_peer_trl.py): TRL 1.16.0's VLLMClient, unmodified, in .venv-trl
     # beside this torch and vLLM (scripts/install-trl.sh, ~70 s). Skip with
     # KVFENCE_SKIP_PEER=1; a failed install only skips the test.
@@ -102,7 +108,7 @@ fi
 if [ "${KVFENCE_SKIP_SGLANG:-0}" = 1 ]; then
     echo "setup: KVFENCE_SKIP_SGLANG=1: not installing or checking SGLang"
 else
-    bash scripts/check-sglang.sh .venv/bin/python 0.5.23  # installs it first
+    bash scripts/install-sglang.sh 0.5.23 .venv/bin/python  # checked below
     # The other versions of docs/engines.md's table (tests/sglang/test_sglang_versions.py:
     # 0.5.17, the base most forks sit on, and 0.5.22), source only, ~30 s each; a failed
     # install only skips those tests, naming the install command.
@@ -121,4 +127,21 @@ else
             echo "setup: could not install verl: tests/test_peer_verl.py will skip"
         fi
     fi
+fi
+
+main=0
+wait "$main_job" || main=$?
+trap - EXIT
+cat kvfence-results/main-job.log
+if [ "$main" -ne 0 ]; then
+    echo "setup: the main job exited $main (kvfence-results/main-job.log)" >&2
+    exit "$main"
+fi
+
+if [ "${KVFENCE_SKIP_VLLM:-0}" != 1 ]; then
+    KVFENCE_VLLM_LORA=${KVFENCE_VLLM_LORA:-0} KVFENCE_VLLM_RL=${KVFENCE_VLLM_RL:-0} \
+        bash scripts/check-vllm.sh .venv/bin/python
+fi
+if [ "${KVFENCE_SKIP_SGLANG:-0}" != 1 ]; then
+    bash scripts/check-sglang.sh .venv/bin/python 0.5.23
 fi
