@@ -1024,7 +1024,21 @@ DESIGNS: tuple[Design, ...] = (
 BY_NAME: dict[str, Design] = {d.name: d for d in DESIGNS}
 BY_CASE: dict[str, Design] = {d.case: d for d in DESIGNS if d.case is not None}
 
+ALLOWANCES: tuple[str, ...] = (
+    "radix-off-flushes-while-running",
+    "resets-prefix-cache-on-wake",
+    "keeps-current-storage",
+    "flushes-inside-sleep",
+)
+"""The designs of a correct engine unlike the reference, one per allowance of docs/spec.md
+("What a correct engine may do": cleanup at another lifecycle point, entries of the weights
+in force kept by a flush or a restart, an engine's own flush spending an injected refusal).
+The main job runs these at ten times the ci budget on every setup (``kvfence mutants
+--designs-times 10 --designs-times-only``): the tests of a spec that bounds what is safe
+without prescribing the reference's choices."""
+
 __all__ = [
+    "ALLOWANCES",
     "BY_CASE",
     "BY_NAME",
     "DESIGNS",

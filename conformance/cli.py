@@ -245,6 +245,13 @@ def build_parser() -> Parser:
         "JSON section of its own",
     )
     p.add_argument(
+        "--designs-times-only",
+        nargs="+",
+        metavar="NAME",
+        help="with --designs-times: those runs of these designs alone (names or CD-NN; the "
+        "main job: the four allowance designs, adapters/designs.py ALLOWANCES)",
+    )
+    p.add_argument(
         "--designs-explored",
         action="store_true",
         help="every design also under the product explorer (depth 3, every setup: about "
@@ -618,7 +625,23 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[bold red]usage:[/] unknown design(s) or mutant(s) {', '.join(unknown)}")
         return EXIT_USAGE
     times = args.designs_times or 0
-    total = len(designs) * (1 + bool(times) + args.designs_explored) + len(mutants)
+    times_only = None
+    if args.designs_times_only:
+        if not times:
+            console.print("[bold red]usage:[/] --designs-times-only needs --designs-times N")
+            return EXIT_USAGE
+        times_only, not_designs, unknown = matrix.select(args.designs_times_only)
+        names = {d.name for d in designs}
+        unknown += [m.name for m in not_designs]
+        unknown += [d.name for d in times_only if d.name not in names]
+        if unknown:
+            console.print(
+                "[bold red]usage:[/] --designs-times-only: not a design of this run: "
+                + ", ".join(unknown)
+            )
+            return EXIT_USAGE
+    at_times = len(designs if times_only is None else times_only) if times else 0
+    total = len(designs) * (1 + args.designs_explored) + at_times + len(mutants)
     with Progress("kvfence mutants", total, "runs", enabled=args.verbosity >= 0) as progress:
         x = matrix.run_matrices(
             designs,
@@ -632,6 +655,7 @@ def cmd_mutants(args: argparse.Namespace, console: Console) -> int:
             on_done=progress.advance,
             designs_times=times,
             designs_explored=args.designs_explored,
+            times_only=times_only,
         )
     matrix.print_matrices(x, args.profile, console)
     try:

@@ -463,6 +463,7 @@ def run_matrices(
     on_done: Callable[[str], None] | None = None,
     designs_times: int = 0,
     designs_explored: bool = False,
+    times_only: Sequence[Design] | None = None,
 ) -> Matrices:
     """Run the pass matrix over ``designs`` and the kill matrix over ``mutants``, ``jobs``
     runs at a time in separate processes. ``max_examples`` overrides every run's budget.
@@ -471,23 +472,24 @@ def run_matrices(
     called with the design's or mutant's name as each run ends (in the order they end;
     ``NAME at Nx`` for a run at N times the budget). ``designs_times`` > 0: the pass matrix
     also at that many times the budget (``times_budget``), its runs started first (the
-    longest). ``designs_explored``: every design also under the product explorer
+    longest), of the designs of ``times_only`` alone when given (else of every one of
+    ``designs``). ``designs_explored``: every design also under the product explorer
     (``explore_design``), in the same pool (``NAME explored`` to ``on_done``), after the
     runs at N times the budget."""
     if designs_times < 0:
         raise ValueError(f"designs_times must be 0 or more, not {designs_times}")
     scaled = times_budget(profile, max_examples, designs_times) if designs_times else 0
+    at_times = list(designs if times_only is None else times_only) if designs_times else []
     todo = [
         attrs.evolve(
             design_job(d, profile, out, timeout, scaled), label=f"{d.name} at {designs_times}x"
         )
-        for d in designs
-        if designs_times
+        for d in at_times
     ]
     explorations = [d.name for d in designs] if designs_explored else []
     todo += [design_job(d, profile, out, timeout, max_examples) for d in designs]
     todo += [mutant_job(m, profile, out, timeout, max_examples, explore) for m in mutants]
-    k = len(designs) if designs_times else 0
+    k = len(at_times)
     tasks: list[tuple[str, Callable, object]] = [(j.label, run_job, j) for j in todo[:k]]
     tasks += [(f"{name} explored", explore_design, name) for name in explorations]
     tasks += [(j.label, run_job, j) for j in todo[k:]]
@@ -540,7 +542,7 @@ def run_matrices(
         time.monotonic() - started,
         fingerprint,
         times=designs_times,
-        designs_times=tuple(zip(designs, results[:k], strict=True)) if k else (),
+        designs_times=tuple(zip(at_times, results[:k], strict=True)),
         max_examples=max_examples,
         explored=tuple(zip(designs, results[k:e], strict=True)) if explorations else (),
     )

@@ -8,8 +8,9 @@
 #    and every correct design of adapters/designs.py PASS, and the product explorer finds
 #    nothing on each to depth 3, 2 on two endpoints: --designs-explored) at the ci budget,
 #    and the kill matrix (every mutant killed by its rule), from one `kvfence mutants` on
-#    every core (with KVFENCE_DESIGNS_TIMES=10, `--designs-times 10`: the pass matrix at
-#    ten times the ci budget too, those runs first); its output is printed when it ends;
+#    every core, with the four allowance designs at ten times the ci budget, those runs
+#    first (`--designs-times 10 --designs-times-only`; with KVFENCE_DESIGNS_TIMES=N, every
+#    design at N times the budget); its output is printed when it ends;
 # 3. meanwhile the engines and the peers' clients install: vLLM on CPU
 #    (scripts/install-vllm.sh; skip with KVFENCE_SKIP_VLLM=1), .venv-trl, TRL's client
 #    beside that vLLM, for tests/test_peer_trl.py (scripts/install-trl.sh), and the other
@@ -64,9 +65,13 @@ if [ "${KVFENCE_SKIP_PEER:-0}" != 1 ] && [ ! -x .venv-peer/bin/python ]; then
 fi
 
 mkdir -p kvfence-results
-# KVFENCE_DESIGNS_TIMES=10: the pass matrix at ten times the ci budget too (about half an
-# hour more on two cores; not in CI: docs/budget.md)
-times=()
+# The pass matrix at ten times the ci budget: the four allowance designs of docs/spec.md
+# (adapters/designs.py ALLOWANCES; tests/test_designs_budget.py reads them), about 15 min
+# of CPU, most of it while the engines below install; with KVFENCE_DESIGNS_TIMES=N, every
+# design at N times (10: about an hour of CPU more; not in CI: docs/budget.md)
+read -ra allowances < <(.venv/bin/python -c \
+    'from kvfence.adapters.designs import ALLOWANCES; print(*ALLOWANCES)')
+times=(--designs-times 10 --designs-times-only "${allowances[@]}")
 [ -n "${KVFENCE_DESIGNS_TIMES:-}" ] && times=(--designs-times "$KVFENCE_DESIGNS_TIMES")
 # The main job computes while the engines and peers below download and install (network
 # and disk, mostly): its output goes to kvfence-results/main-job.log and is printed, and

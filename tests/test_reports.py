@@ -12,11 +12,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import attrs
+import pytest
 
 from kvfence.adapters.designs import DESIGNS
 from kvfence.adapters.mutants import MUTANTS
 from kvfence.conformance import matrix
-from kvfence.conformance.cli import main
+from kvfence.conformance.cli import EXIT_USAGE, main
 from kvfence.conformance.report import result_json, write_junit
 from kvfence.conformance.runner import Result, RuleVerdict
 from kvfence.conformance.verdict import Verdict
@@ -394,14 +395,45 @@ def test_run_matrices_starts_the_designs_at_ten_times_first(monkeypatch, tmp_pat
     assert x.times == 10 and x.ok
     plain = matrix.run_matrices(d, [], "ci", tmp_path, jobs=1, max_examples=40)
     assert plain.designs_times == () and plain.times == 0 and plain.max_examples == 40
+    ran.clear()
+    some = matrix.run_matrices(d, [], "ci", tmp_path, jobs=1, designs_times=10, times_only=d[1:])
+    assert ran == [(f"{d[1].name} at 10x", 6000), (d[0].name, None), (d[1].name, None)]
+    assert [x for x, _ in some.designs_times] == [d[1]] and len(some.designs) == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--designs-times-only", "reference"], "needs --designs-times N"),
+        (["--designs-times", "10", "--designs-times-only", "no-such"], "no-such"),
+        (["--designs-times", "10", "--designs-times-only", "never-flush"], "never-flush"),
+        (
+            ["--only", "reference", "--designs-times", "10", "--designs-times-only", "CD-01"],
+            "pause-abort-clears-cache",
+        ),
+    ],
+    ids=["without-times", "unknown", "a-mutant", "outside-only"],
+)
+def test_designs_times_only_names_what_is_not_a_design_of_the_run(
+    argv, named, tmp_path, capsys, monkeypatch
+):
+    """``kvfence mutants --designs-times-only``: a name that is no design of this run, or
+    the option without ``--designs-times``, is a usage error naming it; nothing runs."""
+    monkeypatch.setattr(matrix, "run_matrices", lambda *a, **k: pytest.fail("it ran"))
+    code = main(["mutants", *argv, "--out", str(tmp_path)])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == EXIT_USAGE, out
+    assert named in out, out
 
 
 def test_the_main_job_writes_the_matrices_where_the_tests_read_them():
     """README command 1 (scripts/setup.sh) runs ``kvfence mutants`` at the ci profile's own
     budget into ``kvfence-results/matrices.json``, the report tests/test_designs.py and
     tests/test_designs_budget.py read, with every design under the explorer
-    (``--designs-explored``) and ``--designs-times $KVFENCE_DESIGNS_TIMES`` when that is
-    set: another path, budget or profile there would leave every design to run again."""
+    (``--designs-explored``), the allowance designs at ten times the budget
+    (``--designs-times 10 --designs-times-only``) and every design at
+    ``--designs-times $KVFENCE_DESIGNS_TIMES`` when that is set: another path, budget or
+    profile there would leave every design to run again."""
     import shlex
 
     setup = (Path(__file__).parents[1] / "scripts" / "setup.sh").read_text()
@@ -409,8 +441,12 @@ def test_the_main_job_writes_the_matrices_where_the_tests_read_them():
     [line] = [x for x in joined.splitlines() if x.startswith(".venv/bin/kvfence mutants")]
     argv = shlex.split(line)
     assert argv[2] == "--designs-explored", argv  # the designs under the explorer too
-    assert argv[3] == "${times[@]}", argv  # --designs-times N only where asked
+    assert argv[3] == "${times[@]}", argv  # --designs-times N and which designs
     flags = dict(zip(argv[4::2], argv[5::2], strict=False))
     assert flags.get("--json") == "kvfence-results/matrices.json", argv
     assert "--max-examples" not in argv and "--profile" not in argv, argv
-    assert '[ -n "${KVFENCE_DESIGNS_TIMES:-}" ] && times=(--designs-times' in setup
+    # by default the allowance designs at 10x (tests/test_designs_budget.py reads them);
+    # the whole pass matrix at N times with KVFENCE_DESIGNS_TIMES=N
+    assert 'times=(--designs-times 10 --designs-times-only "${allowances[@]}")' in setup
+    assert "import ALLOWANCES" in setup
+    assert 'times=(--designs-times "$KVFENCE_DESIGNS_TIMES")' in setup
