@@ -87,19 +87,22 @@ profile's {ci} examples.
 DOC_TAIL = """
 ## Correct designs at 10x the ci budget
 
-With `KVFENCE_DESIGNS_TIMES=10`, the main job (`scripts/setup.sh`, README command 1) runs
-the pass matrix at ten times the ci budget beside the ci matrices: `kvfence mutants
---designs-times 10`, a plain check of each of the {designs} correct designs (both reference
-systems included) at `--max-examples 6000`, battery first, those runs started first.
+The main job (`scripts/setup.sh`, README command 1) runs the four designs of a correct
+engine unlike the reference (one per allowance of docs/spec.md, `adapters/designs.py`
+`ALLOWANCES`) at ten times the ci budget on every setup: `kvfence mutants --designs-times
+10 --designs-times-only ...`, about 15 minutes of CPU, started first, while the engines
+install. With `KVFENCE_DESIGNS_TIMES=10` it runs the whole pass matrix at ten times the ci
+budget beside the ci matrices: `kvfence mutants --designs-times 10`, a plain check of each
+of the {designs} correct designs (both reference systems included) at `--max-examples 6000`,
+battery first, those runs started first.
 `tests/test_designs_budget.py` pins every design there, one test each: PASS (or WARN on
 SHOULD notes only), at least 6,000 examples, no counterexample, and evidence for each rule
 the design keeps. The test reads the main job's report when it is of this very tree (the
 same profile, budget and source fingerprint); a row the report holds as ERROR or UNKNOWN
-fails it. Without such a report (CI's main job runs without the variable: the 10x matrix
-would take most of the margin CI has left), the four designs of a correct engine unlike the
-reference (one per allowance of docs/spec.md) run their 10x check in the test itself and
-the others are skipped, naming the command: run it after a change to the model or to a
-design.
+fails it. Without a result there (CI's main job runs without the variable: the whole 10x
+matrix would take most of the margin CI has left), an allowance design with no row of this
+tree runs its 10x check in the test itself, and the others are skipped, naming the command:
+run it after a change to the model or to a design.
 
 Measured on the 2-core machine, one design at 10x takes {design_s}; the whole pass matrix
 at 10x is {matrix_s}. `scripts/budget.py --designs --times 10` prints the same verdicts one
