@@ -33,6 +33,11 @@ from .calls import Timing, call_with_timeout, is_direct
 from .errors import AdapterError
 from .record import Recorder
 
+TABLE_ONLY: frozenset[RuleId] = frozenset({RuleId.CLI_013})
+"""The rules this table alone judges: CLI-013 asks about server-info shapes no engine
+emits (``ROBUSTNESS_SHAPES``), so no run of the stateful search or the battery meets
+them, and a check focused on one ends after the table."""
+
 
 def resolve(
     client: ClientAdapter, policy: Policy, info: Any, timeout: float, timing: Timing | None = None
