@@ -647,12 +647,14 @@ def resolver_sync(lock: SyncHost, action: SyncWeights, step: Step) -> None:
     """The resolver interface as a thin program: for each endpoint, its server info and the
     resolver's plan (judged against the spec's, CLI-001..007); then for each, pause with the
     plan's mode, update with its flush, reset every other cache kind it exposes separately,
-    continue (without ``pause`` capability: the update alone)."""
+    continue (without ``pause`` capability: the update alone). A plan that breaks the rule
+    a run is focused on fails the run once the sync is driven (``ConformanceFailure``)."""
     run = SyncRun(lock, action, step)
     run.thin = True
     lock.recorder.not_at_stake.update(NOT_RESOLVER_RULES)
     p = lock.policy
     plans: list[Plan] = []
+    broken: set[str] = set()
     for i in range(len(lock.configs)):
         info = call_with_timeout(
             lambda i=i: lock.engine.server_info(i),
@@ -692,6 +694,7 @@ def resolver_sync(lock: SyncHost, action: SyncWeights, step: Step) -> None:
         if bad:
             run.quiet.add(i)  # the plan's rules already name this endpoint's fault
             lock.client_violation(bad)
+            broken.update(v.rule for v in bad)
         plans.append(got)
     for i, plan in enumerate(plans):
         ep = run.handles[i]
@@ -714,6 +717,10 @@ def resolver_sync(lock: SyncHost, action: SyncWeights, step: Step) -> None:
                     raise run.halt from None
                 raise
     run.finish(None)
+    if lock.focus is not None and lock.focus in broken:
+        # a run focused on a plan's rule ends with the sync that broke it, as a program's
+        # does (SyncRun.violated): the search stops at its first kill
+        lock.fail([], step.step)
 
 
 class RecordedProgram:
