@@ -55,7 +55,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -219,15 +219,17 @@ def kill_scenarios(workers: int = 1) -> list[Scenario]:
     return [s for s in found if s is not None]
 
 
-def witness_scenarios() -> list[Scenario]:
-    """For each setup of the product explorer (``explore.SETUPS``, then each deployment's),
-    a shortest path of the model to each REACH rule (``model.explore.witnesses``, within
-    the explorer's bounds)."""
+def witness_scenarios(setups: Sequence[Setup] | None = None) -> list[Scenario]:
+    """For each setup of the product explorer (``explore.SETUPS``, then each deployment's;
+    or each of ``setups``), a shortest path of the model to each REACH rule
+    (``model.explore.witnesses``, within the explorer's bounds)."""
     from ..model.explore import witnesses
     from .explore import DEPLOYMENTS, EXPLORE_BOUNDS, SETUPS
 
+    if setups is None:
+        setups = (*SETUPS, *(s for group in DEPLOYMENTS.values() for s in group))
     out = []
-    for setup in (*SETUPS, *(s for group in DEPLOYMENTS.values() for s in group)):
+    for setup in setups:
         root = initial_state(setup.configs, setup.policy)
         for w in witnesses((root,), EXPLORE_BOUNDS, WITNESS_DEPTH, True, cap=WITNESS_STATES):
             out.append(
