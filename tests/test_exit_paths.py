@@ -175,9 +175,13 @@ def test_sigterm_mid_mutants_writes_the_runs_done_and_exits_2(tmp_path):
 
 def test_sigterm_mid_parallel_mutants_keeps_the_kill_done_and_exits_2(tmp_path):
     """Two runs on two worker processes: a mutant killed in a fraction of a second and a
-    design's whole check at ci (seconds). Stopped once the kill's counterexample is written
-    (the first run done), the kill stands and the design's run is ERROR, stopped."""
-    proc, report = _mutants(tmp_path, "--only", "CD-06", "never-flush", "--jobs", "2")
+    design's whole check at ci (the router design's: half a minute, so that under a loaded
+    machine's delays it is still running when the kill is written). Stopped once the kill's
+    counterexample is written (the first run done), the kill stands and the design's run is
+    ERROR, stopped."""
+    proc, report = _mutants(
+        tmp_path, "--only", "drains-serving-workers", "never-flush", "--jobs", "2"
+    )
     deadline = time.monotonic() + 120
     while not list((tmp_path / "out").glob("*counterexample-*never-flush*.jsonl")):
         assert proc.poll() is None and time.monotonic() < deadline, "no kill written"
@@ -190,5 +194,5 @@ def test_sigterm_mid_parallel_mutants_keeps_the_kill_done_and_exits_2(tmp_path):
         for r in json.loads(report.read_text())["results"]
     }
     assert rows["never-flush"]["verdict"] == "FAIL", rows["never-flush"]
-    design = rows["radix-off-skips-flush"]
+    design = rows["drains-serving-workers"]
     assert design["verdict"] == "ERROR" and "stopped by a signal" in design["error"], design
