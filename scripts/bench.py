@@ -65,6 +65,7 @@ import sys
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from unittest.mock import patch
 
 BASELINE = Path(__file__).with_name("bench-baseline.json")
 """The previous figures (``--update-baseline`` writes them)."""
@@ -259,22 +260,15 @@ def battery(quick: bool) -> dict[str, float]:
     from kvfence.conformance import battery as b
     from kvfence.conformance.explore import SETUPS
 
-    before = os.environ.get("KVFENCE_CACHE_DIR")
-    with TemporaryDirectory() as tmp:
-        os.environ["KVFENCE_CACHE_DIR"] = tmp
-        try:
-            t, c = time.perf_counter(), cpu_seconds()
-            if quick:  # the first setup's witnesses, in seconds (all: about 80 s)
-                n = len(b.witness_scenarios(SETUPS[:1])) + len(b.long_scenarios())
-            else:
-                n = len(b.load().scenarios)
-                assert (Path(tmp) / b.battery_path().name).exists()
-            dt, cpu = time.perf_counter() - t, cpu_seconds() - c
-        finally:  # the figures after this one read the user's cache, not a removed folder
-            if before is None:
-                del os.environ["KVFENCE_CACHE_DIR"]
-            else:
-                os.environ["KVFENCE_CACHE_DIR"] = before
+    # the figures after this one read the user's cache again, not a removed folder
+    with TemporaryDirectory() as tmp, patch.dict(os.environ, {"KVFENCE_CACHE_DIR": tmp}):
+        t, c = time.perf_counter(), cpu_seconds()
+        if quick:  # the first setup's witnesses, in seconds (all: about 80 s)
+            n = len(b.witness_scenarios(SETUPS[:1])) + len(b.long_scenarios())
+        else:
+            n = len(b.load().scenarios)
+            assert (Path(tmp) / b.battery_path().name).exists()
+        dt, cpu = time.perf_counter() - t, cpu_seconds() - c
     return {"seconds": dt, "cpu_seconds": cpu, "scenarios": n}
 
 
