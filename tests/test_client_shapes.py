@@ -84,6 +84,37 @@ def test_cli013_fails_the_mutant_under_strict(out_dir):
     assert {v.rule for v in result.violations} == {RuleId.CLI_013}
 
 
+def test_a_check_focused_on_cli013_ends_after_the_client_table(out_dir):
+    """No run meets the shapes CLI-013 judges: focused on it, the check draws no example
+    (the battery and the search could show nothing) and the table's kill stands."""
+    result = run_check(
+        registry.engine("reference"),
+        IdentityTrueClient(),
+        focus=RuleId.CLI_013,
+        strict=True,
+        out_dir=out_dir,
+    )
+    assert result.verdict == "FAIL" and RuleId.CLI_013 in result.caught()
+    assert result.examples == 0 and result.battery is None
+
+
+def test_a_run_focused_on_a_plan_rule_ends_with_the_sync_that_broke_it(out_dir):
+    """keeps-in-place-pause's plan breaks CLI-007 at its first in_place sync: a run focused
+    on CLI-007 ends there, a counterexample of one sync, instead of searching on for a
+    consequence (it took 3,532 examples when the violation was only recorded)."""
+    result = run_check(
+        registry.engine("reference"),
+        registry.client("keeps-in-place-pause"),
+        focus=RuleId.CLI_007,
+        strict=True,
+        battery=False,
+        max_examples=200,
+        out_dir=out_dir,
+    )
+    assert result.verdict == "FAIL" and RuleId.CLI_007 in result.caught()
+    assert result.examples < 50 and result.steps == 1, (result.examples, result.steps)
+
+
 def test_the_reference_keeps_cli013():
     assert not table(ReferenceClient())
 
