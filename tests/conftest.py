@@ -32,6 +32,9 @@ from kvfence.adapters import registry
 REAL_ENGINES = ("vllm", "sglang", "peer")
 """Markers of tests that drive a real engine or a real client's process."""
 
+ENGINE_FOLDERS = ("vllm", "sglang")
+"""Folders of tests/ whose every test drives a real engine (``_slow_reason``)."""
+
 SLOW_MODULES = {
     "test_mutants.py": "the kill matrix: every mutant killed by its rule, two searches each",
     "test_designs.py": "the pass and kill matrices at ci and the product explorer per design",
@@ -104,6 +107,7 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_the_router_semantics_are_equivariant_under_renaming",
     },
     "test_deployments.py": {"test_deployment_design_explores_clean"},
+    "test_tiers.py": {"test_the_real_engine_folders_are_slow_and_one_group_per_engine"},
 }
 """Slow tests of otherwise fast modules (module file name -> test function names, or one
 parametrized case as ``name[id]``): whole checks at the full ci budget that PASS or find
@@ -119,9 +123,7 @@ reference and the mutants of each deployment stay fast)."""
 
 def _slow_reason(item: pytest.Item) -> str | None:
     path = Path(str(item.fspath))
-    if path.parent.name in ("vllm", "sglang") or any(
-        item.get_closest_marker(m) for m in REAL_ENGINES
-    ):
+    if path.parent.name in ENGINE_FOLDERS or any(item.get_closest_marker(m) for m in REAL_ENGINES):
         return "a real engine"
     if path.name in SLOW_MODULES:
         return SLOW_MODULES[path.name]
@@ -131,11 +133,24 @@ def _slow_reason(item: pytest.Item) -> str | None:
     return None
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast tier (``-m "not slow"``, exactly) does not import the real-engine folders:
+    every test there is slow, and importing vLLM to deselect its tests took about ten
+    seconds of each worker's start. Any other selection collects them as usual."""
+    fast_tier = " ".join(config.getoption("markexpr").split()) == "not slow"
+    here = Path(__file__).parent
+    return (
+        True
+        if fast_tier and collection_path.parent == here and (collection_path.name in ENGINE_FOLDERS)
+        else None
+    )
+
+
 def _engine_family(item: pytest.Item) -> str:
     """The real engine a test drives: ``vllm``, ``sglang`` (by its folder or marker) or
     ``peer`` (a real client's process against ``kvfence serve``)."""
     folder = Path(str(item.fspath)).parent.name
-    if folder in ("vllm", "sglang"):
+    if folder in ENGINE_FOLDERS:
         return folder
     return next((m for m in REAL_ENGINES if item.get_closest_marker(m)), "peer")
 

@@ -45,24 +45,37 @@ FILES = [
     "tests/test_mutants.py",
     "tests/test_designs.py",
     "tests/test_peer.py",
-    "tests/vllm",
-    "tests/sglang",
 ]
+"""Modules whose marks and groups the fast tests below read (no real-engine folder: those
+import the engines, about ten seconds, and are read by the slow test further down)."""
 
 
-@pytest.fixture(scope="module")
-def collected(tmp_path_factory) -> list[dict]:
-    """How ``tests/conftest.py`` marks and groups the items of ``FILES`` (one process)."""
-    where = tmp_path_factory.mktemp("tiers")
+def _collect(where: Path, files: list[str]) -> list[dict]:
+    """How ``tests/conftest.py`` marks and groups the items of ``files`` (one process)."""
     (where / "tiers_report.py").write_text(REPORT)
     out = where / "tiers.json"
     path = os.pathsep.join(p for p in (str(where), os.environ.get("PYTHONPATH")) if p)
     cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0"]
-    cmd += ["-p", "tiers_report", "--tiers-out", str(out), *FILES]
+    cmd += ["-p", "tiers_report", "--tiers-out", str(out), *files]
     env = {**os.environ, "PYTHONPATH": path}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory) -> list[dict]:
+    """The items of ``FILES``, marked and grouped (``_collect``)."""
+    return _collect(tmp_path_factory.mktemp("tiers"), FILES)
+
+
+def _conftest():
+    """tests/conftest.py, by path: under xdist, a bare ``import conftest`` can find another
+    folder's conftest."""
+    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _of(rows: list[dict], prefix: str) -> list[dict]:
@@ -71,11 +84,7 @@ def _of(rows: list[dict], prefix: str) -> list[dict]:
 
 
 def test_the_fast_tier_holds_the_model_the_rules_and_the_cli(collected):
-    # By path: under xdist, a bare ``import conftest`` can find another folder's conftest.
-    spec = importlib.util.spec_from_file_location("tests_conftest", ROOT / "tests" / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    SLOW_TESTS = module.SLOW_TESTS
+    SLOW_TESTS = _conftest().SLOW_TESTS
 
     for prefix in ("tests/test_model.py", "tests/test_rule_registry.py", "tests/test_cli.py"):
         rows = _of(collected, prefix)
@@ -90,12 +99,47 @@ def test_the_matrices_and_the_real_engines_are_slow(collected):
         rows = _of(collected, prefix)
         assert rows, prefix
         assert all(r["slow"] for r in rows), [r["id"] for r in rows if not r["slow"]]
-    for engine in ("vllm", "sglang"):  # one worker group per engine: its servers one by one
-        rows = _of(collected, f"tests/{engine}/")
-        assert rows  # tests/sglang collects without SGLang installed (its tests then skip)
-        assert all(r["slow"] and r["group"] == f"real-engines-{engine}" for r in rows)
     peers = _of(collected, "tests/test_peer")
     assert peers and all(r["group"] == "real-engines-peer" for r in peers)
+
+
+def test_the_real_engine_folders_are_slow_and_one_group_per_engine(tmp_path):
+    """Every test of tests/vllm and tests/sglang is slow and keeps to its engine's group,
+    so no two servers of one engine start at once."""
+    rows = _collect(tmp_path, ["tests/vllm", "tests/sglang"])
+    for engine in ("vllm", "sglang"):
+        mine = _of(rows, f"tests/{engine}/")
+        assert mine  # tests/sglang collects without SGLang installed (its tests then skip)
+        assert all(r["slow"] and r["group"] == f"real-engines-{engine}" for r in mine)
+
+
+class _Options:
+    def __init__(self, markexpr: str) -> None:
+        self.markexpr = markexpr
+
+    def getoption(self, name: str) -> str:
+        assert name == "markexpr"
+        return self.markexpr
+
+
+@pytest.mark.parametrize(
+    ("markexpr", "path", "ignored"),
+    [
+        ("not slow", "tests/vllm", True),
+        ("not  slow ", "tests/sglang", True),
+        ("not slow", "tests/test_model.py", False),
+        ("not slow", "tests/sglang/overlays", False),  # only the folders right under tests/
+        ("slow", "tests/vllm", False),
+        ("", "tests/vllm", False),
+        ("not slow and vllm", "tests/vllm", False),
+    ],
+)
+def test_the_fast_tier_does_not_import_the_real_engine_folders(markexpr, path, ignored):
+    """The fast tier skips collecting tests/vllm and tests/sglang, whose every test is slow
+    (importing vLLM only to deselect them cost each worker seconds); any other selection
+    collects them."""
+    hook = _conftest().pytest_ignore_collect
+    assert bool(hook(ROOT / path, _Options(markexpr))) is ignored
 
 
 def test_a_module_scoped_fixture_keeps_its_module_on_one_worker(collected):
