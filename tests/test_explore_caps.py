@@ -53,24 +53,25 @@ def test_the_state_cap_is_unknown_beyond_it_never_pass():
 
 
 def test_uncapped_the_same_search_passes():
-    """The caps are what makes the test above UNKNOWN: without them it is PASS."""
-    code, text = main_explore(2, 1, 2, 1, 3, None, None, workers=1)
+    """The cap is what makes the test above UNKNOWN: the same search to the depth it
+    reached, 2, is PASS without a cap and with one it does not reach (725 states)."""
+    code, text = main_explore(2, 1, 2, 1, 2, None, None, workers=1)
     assert code == 0 and "PASS: no violation within bounds" in text, text
-    capped = main_explore(2, 1, 2, 1, 3, None, None, workers=1, max_states=10**6)
+    assert "distinct states: 725 " in text, text  # more than the 500 of the cap above
+    capped = main_explore(2, 1, 2, 1, 2, None, None, workers=1, max_states=726)
     assert capped == (0, capped[1]) and "PASS" in capped[1]
 
 
 def test_the_time_cap_ends_the_search_between_slices(monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(search.time, "monotonic", clock)
-    monkeypatch.setattr(search, "DEADLINE_SLICE", 100)
+    monkeypatch.setattr(search, "DEADLINE_SLICE", 10)
     # read 1 sets the deadline (1 + 40); each slice begun reads the clock once more
-    x = explore(initial_states(2), CLI_DEFAULT, 4, symmetry=True, max_seconds=40)
+    x = explore(initial_states(2), CLI_DEFAULT, 3, symmetry=True, max_seconds=40)
     assert x.cut == MAX_SECONDS and not x.complete and x.ok
-    # cut inside level 4: every state of level 3 merged, not all of level 4 (42,173 states
-    # in all, the count tests/test_explore.py pins for this search)
-    assert x.depth_reached == 4 and x.states < 42173
-    assert explore_model(initial_states(2), CLI_DEFAULT, 3, symmetry=True).states < x.states
+    # cut inside level 3 (not complete): every state of level 2 merged, not all of level 3
+    assert x.depth_reached == 3
+    assert explore_model(initial_states(2), CLI_DEFAULT, 2, symmetry=True).states < x.states
 
 
 def test_the_time_cap_on_forked_workers_stops_them_all():
