@@ -86,8 +86,8 @@ class RuleVerdict:
 
 @frozen
 class TimeSplit:
-    """A check's wall time split between the system under test and kvfence itself (issue
-    12: "checker overhead under 10% of a vLLM check's wall time").
+    """A check's wall time split between the system under test and kvfence itself (the
+    target, in ``scripts/bench.py``: checker overhead under 10% of a vLLM check's wall time).
 
     ``wall_seconds``: ``run_check`` from its start to its result (search, shrinking, close,
     counterexample, judging). ``engine_seconds`` / ``engine_calls``: inside the engine
