@@ -147,9 +147,9 @@ def test_trivial_group_leaves_states_alone():
     actions through other funnels than the representative's are not stepped."""
     b = Bounds(prefixes=("P",), rids=("r1",))
     full, reduced = (
-        explore(initial_states(2), b, 3, sometimes=()),
-        explore(initial_states(2), b, 3, symmetry=True, sometimes=()),
-    )
+        explore(initial_states(2), b, 2, sometimes=()),
+        explore(initial_states(2), b, 2, symmetry=True, sometimes=()),
+    )  # at depth 2 (725 states); depth 3 (7,203) holds the same, at ten times the cost
     assert full.states == reduced.states
     assert reduced.transitions < full.transitions / 2
 
