@@ -31,6 +31,7 @@ from typing import TypeVar
 
 from ..model.explore import Cut, Expand, Exploration, Levels, Slice, serial
 from ..model.explore import explore as explore_model
+from ..model.properties import SOMETIMES, Sometimes
 from ..model.state import Bounds, State
 
 T = TypeVar("T")
@@ -195,20 +196,33 @@ def explore(
     stop: Callable[[int], bool] | None = None,
     workers: int = 1,
     max_seconds: float | None = None,
+    sometimes: Iterable[Sometimes] = SOMETIMES,
 ) -> Exploration:
     """``model.explore.explore`` with each large level on ``workers`` processes
     (``forked``); the result is the one-process search's whatever ``workers``: the same
     counts, and the same first violation and trace. ``max_seconds``: the time cap, from
     now (``Exploration.cut`` is ``"max-seconds"`` when it ended the search; the witness
-    search that follows is bounded by its own state cap, not by this). ``ValueError`` if
-    ``workers`` < 1 or ``max_seconds`` is not positive."""
+    search that follows is bounded by its own state cap, not by this). ``sometimes``: the
+    sometimes-properties the witness search looks for (``model.explore.explore``'s; it
+    runs in this process after the levels). ``ValueError`` if ``workers`` < 1 or
+    ``max_seconds`` is not positive."""
     deadline = None
     if max_seconds is not None:
         if not max_seconds > 0:
             raise ValueError(f"max_seconds must be positive, got {max_seconds}")
         deadline = time.monotonic() + max_seconds
     levels = forked(workers, deadline)
-    return explore_model(initial, bounds, depth, faults, max_states, symmetry, stop, levels=levels)
+    return explore_model(
+        initial,
+        bounds,
+        depth,
+        faults,
+        max_states,
+        symmetry,
+        stop,
+        levels=levels,
+        sometimes=sometimes,
+    )
 
 
 __all__ = [
