@@ -10,7 +10,7 @@ HTTP: attach mode, as a user runs it: the test starts a vLLM server on 127.0.0.1
 URL with its checkpoints, in-process and through the ``kvfence check`` command line.
 
 ``run_check`` closes its engine when it ends; the ``shared`` fixture (tests/conftest.py)
-defers that to module teardown so that both runs of a mode share one engine (its ``start``
+defers that to module teardown so that the runs of a mode share one engine (its ``start``
 resets it between examples).
 """
 
@@ -107,14 +107,10 @@ def assert_never_flush_caught(result: Result) -> None:
     assert len(token_ids) == len(logprobs) == 8
 
 
-def test_offline_rl_reference_client_passes(tmp_path):
+def test_offline_rl_reference_client_passes(offline, tmp_path):
     """``vllm``: one name with every capability (LoRA and the RL lifecycle actions), the
     battery first; ``vllm-rl`` is an alias of it."""
-    adapter = engine("vllm", log_dir=tmp_path / "vllm-log")
-    try:
-        result = run_check(adapter, client("reference"), profile="ci", out_dir=tmp_path)
-    finally:
-        adapter.close()
+    result = run_check(offline, client("reference"), profile="ci", out_dir=tmp_path)
     assert_pass(result)
     exercised = [r.rule.id for r in result.rules if r.verdict in ("PASS", "FAIL")]
     # 29 today: the 13 rules any adapter exercises, plus what inflight, pause,
