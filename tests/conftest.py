@@ -72,7 +72,16 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_blind_adapter_skips_rules_it_cannot_see",
     },
     "test_check_search.py": {"test_rules_broken_in_set_aside_examples_fail"},
-    "test_exit_paths.py": {"test_sigterm_mid_mutants_writes_the_runs_done_and_exits_2"},
+    "test_exit_paths.py": {
+        "test_sigterm_mid_mutants_writes_the_runs_done_and_exits_2",
+        "test_sigterm_mid_check_writes_what_it_recorded_and_exits_2",
+        "test_sigterm_stops_a_check_whose_engine_swallows_the_interrupt",
+    },
+    "test_fuzz_database.py": {
+        "test_a_failure_found_by_one_fuzz_process_is_replayed_first_by_another",
+        "test_a_shared_folder_works_the_same",
+    },
+    "test_xdist_groups.py": {"test_a_module_scoped_fixture_is_built_on_one_worker"},
     "test_battery.py": {"test_late_faults_pass_the_search_alone"},
     "test_programs.py": {
         "test_program_mutant_killed_by_its_rule_in_the_kill_matrix",
@@ -126,9 +135,12 @@ schedulers' two deepest, the ranks deployment's at depth 6 and the unreduced cou
 endpoints; the shallower pins and the reduced count stay fast), the checks of the
 symmetry reduction over the states reachable in two or three steps (the single
 schedulers', about a minute each on a core, the store's and P/D's; the orbit tests stay
-fast), and the served deployments' correct designs beyond the
-reference and their replay lines (a serve subprocess of a few seconds each; the
-reference and the mutants of each deployment stay fast)."""
+fast), the tests that start whole kvfence or pytest processes to signal them or share
+between them (SIGTERM mid-check, two fuzz processes on one example database, pytest on two
+workers; the fail-closed exits of a check stay fast), the collection of the real-engine
+folders (it imports the engines), and the served deployments' correct
+designs beyond the reference and their replay lines (a serve subprocess of a few seconds
+each; the reference and the mutants of each deployment stay fast)."""
 
 
 def _slow_reason(item: pytest.Item) -> str | None:
