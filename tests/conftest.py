@@ -82,6 +82,10 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_a_shared_folder_works_the_same",
     },
     "test_xdist_groups.py": {"test_a_module_scoped_fixture_is_built_on_one_worker"},
+    "test_reports.py": {
+        "test_the_fixture_warns_on_must_skips_and_strict_skips_fails",
+        "test_a_failing_engine_item_is_short_and_has_a_file_part",
+    },
     "test_battery.py": {"test_late_faults_pass_the_search_alone"},
     "test_programs.py": {
         "test_program_mutant_killed_by_its_rule_in_the_kill_matrix",
@@ -137,10 +141,11 @@ symmetry reduction over the states reachable in two or three steps (the single
 schedulers', about a minute each on a core, the store's and P/D's; the orbit tests stay
 fast), the tests that start whole kvfence or pytest processes to signal them or share
 between them (SIGTERM mid-check, two fuzz processes on one example database, pytest on two
-workers; the fail-closed exits of a check stay fast), the collection of the real-engine
-folders (it imports the engines), and the served deployments' correct
-designs beyond the reference and their replay lines (a serve subprocess of a few seconds
-each; the reference and the mutants of each deployment stay fast)."""
+workers, pytest runs of the kvfence plugin; the fail-closed exits of a check stay fast),
+the collection of the real-engine folders (it imports the engines), and the served
+deployments' correct designs beyond the reference and their replay lines (a serve
+subprocess of a few seconds each; the reference and the mutants of each deployment stay
+fast)."""
 
 
 def _slow_reason(item: pytest.Item) -> str | None:
