@@ -10,7 +10,7 @@ or answers garbage is an ERROR (ADP-001, ADP-002).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import lru_cache
 
 from attrs import evolve, field, frozen
@@ -498,6 +498,15 @@ class Lockstep:
         focused = self.focus is None or self.focus in {v.rule for v in self.pending}
         if focused and (soft is None or len(self.actions) < len(soft.actions)):
             self.recorder.soft = self.snapshot(list(self.pending))
+
+    def end_focus(self, rules: Collection[RuleId], step: int) -> None:
+        """A run focused on one of ``rules``, client violations ``client_violation`` has
+        recorded, ends here: ``fail`` at ``step`` raises its ``ConformanceFailure``. A
+        client's mistake need not have a visible consequence to be shown (an early reset
+        harms only the traffic admitted meanwhile), and the search stops at its first kill.
+        An unfocused run, or one focused on another rule, goes on (nothing happens)."""
+        if self.focus is not None and self.focus in rules:
+            self.fail([], step)
 
     def fail(self, violations: list[Violation], step: int) -> None:
         violations = self.pending + [self.blame_server_info(v) for v in violations]

@@ -586,17 +586,14 @@ class SyncRun:
             self.violated(bad)
 
     def violated(self, bad: list[Violation]) -> None:
-        """Record the client's violations. A run focused on one of them ends here: a
-        mistake in a call sequence need not have a visible consequence to be shown (an
-        early reset harms only traffic admitted meanwhile), and the search stops at the
-        first kill."""
+        """Record the client's violations; a run focused on one of them ends at this call
+        (``Lockstep.end_focus``), and the program's later calls raise the same failure."""
         self.lock.client_violation(bad)
-        if self.lock.focus is not None and self.lock.focus in {v.rule for v in bad}:
-            try:
-                self.lock.fail([], self.step.step)
-            except ConformanceFailure as e:
-                self.halt = e
-                raise
+        try:
+            self.lock.end_focus({v.rule for v in bad}, self.step.step)
+        except ConformanceFailure as e:
+            self.halt = e
+            raise
 
     def finish(self, error: BaseException | None) -> None:
         """The program returned (``error`` None) or raised ``error``."""
@@ -654,7 +651,7 @@ def resolver_sync(lock: SyncHost, action: SyncWeights, step: Step) -> None:
     lock.recorder.not_at_stake.update(NOT_RESOLVER_RULES)
     p = lock.policy
     plans: list[Plan] = []
-    broken: set[str] = set()
+    broken: set[RuleId] = set()
     for i in range(len(lock.configs)):
         info = call_with_timeout(
             lambda i=i: lock.engine.server_info(i),
@@ -717,10 +714,7 @@ def resolver_sync(lock: SyncHost, action: SyncWeights, step: Step) -> None:
                     raise run.halt from None
                 raise
     run.finish(None)
-    if lock.focus is not None and lock.focus in broken:
-        # a run focused on a plan's rule ends with the sync that broke it, as a program's
-        # does (SyncRun.violated): the search stops at its first kill
-        lock.fail([], step.step)
+    lock.end_focus(broken, step.step)  # a run focused on a plan's rule ends with this sync
 
 
 class RecordedProgram:
