@@ -176,6 +176,7 @@ def test_trivial_group_leaves_states_alone():
         # (3,810 -> 3,809 with current entries outliving a flush or a restart, as above)
         (True, 3809, 21708),
     ],
+    ids=["unreduced", "reduced"],  # the unreduced count in the slow tier (tests/conftest.py)
 )
 def test_reduced_counts_are_pinned(symmetry, states, transitions):
     x = explore(initial_state((STANDARD, STANDARD)), TWO, 3, symmetry=symmetry, sometimes=())
