@@ -46,7 +46,7 @@ from .report import (
 )
 from .runner import PROFILES, Result, check_database, example_database, run_check
 from .search import MAX_SECONDS, explore, usable_cores
-from .trace import step_json, violation_json
+from .trace import step_lines, violation_json
 from .verdict import REPLAY_WORDS, ReplayKind, Verdict
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_USAGE = 0, 1, 2, 3
@@ -762,7 +762,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int:
         print_steps([f"  violated {clean(v)}"], console)
     if replayed.kind is ReplayKind.FAIL and replayed.run.steps:
         # The steps as this replay saw them, not as the trace recorded them.
-        lines = [step_json(s) for s in replayed.run.steps]
+        lines = step_lines(replayed.run.steps)
         top = sum(s.within is None for s in replayed.run.steps)
         violations = [violation_json(v) for v in replayed.violations]
         console.print(f"counterexample ({plural(top, 'step')} replayed):", markup=False)

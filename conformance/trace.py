@@ -346,16 +346,25 @@ def write_atomic(path: Path, text: str) -> Path:
 def write_trace(path: Path, head: dict[str, Any], steps: Sequence[Any], verdict) -> Path:
     """Write header, step lines (``Step`` values or their JSON) and the verdict line,
     atomically; returns ``path``. Never fails on what an adapter returned."""
+    text = "".join(dumps(obj) + "\n" for obj in (head, *step_lines(steps), verdict))
+    return write_atomic(path, text)
+
+
+def step_lines(steps: Sequence[Any]) -> list[dict[str, Any]]:
+    """The step lines of a trace file: each ``Step``'s ``step_json`` against the cache the
+    line before it showed (``shown_cache``), so that a session filling the cache one prefix
+    a step costs a constant per line to write and to show, not one listing of every prefix
+    so far (quadratic in its distinct prompts); a line given as JSON is kept as it is, and
+    the step line after it stands alone."""
     lines, base = [], None
     for s in steps:
         if isinstance(s, Step):
             lines.append(step_json(s, base))
             base = shown_cache(s, base)
-        else:  # a line given as JSON: the next step line stands alone
+        else:
             lines.append(s)
             base = None
-    text = "".join(dumps(obj) + "\n" for obj in (head, *lines, verdict))
-    return write_atomic(path, text)
+    return lines
 
 
 def shown_cache(s: Step, base: frozenset[Entry] | None) -> frozenset[Entry] | None:
