@@ -118,11 +118,13 @@ def test_the_semantics_are_equivariant_under_renaming():
 
 def test_the_semantics_ignore_the_funnel():
     """Every update action has the same branches, outcomes included, through every funnel
-    as through its representative's: what lets the reduced search step one funnel."""
+    as through its representative's: what lets the reduced search step one funnel. Every
+    12th state of the 14,167 within three steps, in the order they were reached (so of
+    every depth): 43,650 update actions stepped through another funnel."""
     states = _reachable(initial_state((EXACT, STANDARD)), TWO, 3)
     assert len(states) > 500
     checked = 0
-    for s in states[::3]:
+    for s in states[::12]:
         of_rep: dict = {}  # the representative's branches, stepped once per state
         for a in actions(s, TWO):
             if getattr(a, "funnel", REPRESENTATIVE_FUNNEL) is REPRESENTATIVE_FUNNEL:
@@ -132,7 +134,7 @@ def test_the_semantics_ignore_the_funnel():
                 of_rep[rep] = step(s, rep)
             assert step(s, a) == of_rep[rep], (s, a)
             checked += 1
-    assert checked > 1000
+    assert checked > 10_000
 
 
 def test_canonical_is_one_state_per_orbit():
