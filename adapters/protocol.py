@@ -107,7 +107,10 @@ class EngineAdapter(Protocol):
 
     ``name``: shown in reports. ``capabilities``: see the module table. ``fixed_configs``:
     the endpoint configs this SUT *is* (a real engine), or ``None`` if it can be started
-    with any config the machine draws.
+    with any config the machine draws. An optional ``engine_version`` attribute (a string,
+    or ``None`` when unknown), read when the check ends: the release of the engine that
+    answered (vLLM's ``vllm.__version__``, the SGLang the scheduler hosts imported); the
+    check's result and its JSON report carry it.
     """
 
     name: str

@@ -277,6 +277,12 @@ class SglangAdapter:
         names = self.loaded.get("funnels")
         return None if names is None else tuple(Funnel(n) for n in names)
 
+    @property
+    def engine_version(self) -> str | None:
+        """The SGLang release the hosts imported, as they reported it at start (``start``
+        refuses any other than ``version``); ``None`` before."""
+        return self.loaded.get("version")
+
     def sglang_path(self) -> str:
         """The folder holding this version's ``sglang`` package; ``AdapterFailure`` with
         the install command when there is none."""

@@ -615,6 +615,15 @@ class VllmAdapter:
             )
         self._clear_example_state()
 
+    @property
+    def engine_version(self) -> str | None:
+        """The vLLM release that answered: offline, ``vllm.__version__`` of the engine this
+        process imported; ``None`` before it did, and in attach mode (the server's own
+        install, which kvfence does not see)."""
+        vllm = sys.modules.get("vllm") if self.mode == "offline" else None
+        version = getattr(vllm, "__version__", None)
+        return version if isinstance(version, str) else None
+
     def server_info(self, endpoint: int) -> Mapping[str, object] | None:
         self._endpoint(endpoint)
         info = self.fixed_configs[0].info

@@ -16,7 +16,7 @@ from rich.table import Table
 from ..model.rules import BY_ID, Klass
 from .battery import BatteryRun, RuleTally
 from .record import Covered
-from .runner import NOT_REACHED, Result, RuleVerdict, TimeSplit, by_class
+from .runner import NOT_REACHED, Result, RuleVerdict, TimeSplit, by_class, check_fingerprint
 from .trace import violation_json, write_atomic
 from .verdict import SILENT, Verdict
 
@@ -384,6 +384,8 @@ def timing_json(t: TimeSplit | None) -> dict[str, Any] | None:
 def result_json(result: Result) -> dict[str, Any]:
     return {
         "engine": result.engine,
+        "engine_version": result.engine_version,
+        "fingerprint": result.fingerprint,
         "client": result.client,
         "profile": result.profile,
         "seed": result.seed,
@@ -450,6 +452,8 @@ def result_from_json(data: dict[str, Any]) -> Result:
         top_ups=int(data["top_ups"]),
         battery=battery_from_json(data.get("battery")),
         bounds=None if data.get("bounds") is None else Covered(**data["bounds"]),
+        engine_version=data.get("engine_version"),
+        fingerprint=data.get("fingerprint"),
     )
 
 
@@ -458,6 +462,44 @@ def write_json(results: list[Result], path: Path) -> None:
     (``ensure_ascii`` escapes lone surrogates)."""
     data = [result_json(r) for r in results]
     write_atomic(path, json.dumps(data, indent=2, default=repr) + "\n")
+
+
+def read_check_json(
+    path: Path, engine: str, client: str, fingerprint: str | None = None
+) -> Result | None:
+    """The result of ``engine`` + ``client`` that a ``write_json`` report at ``path`` holds
+    (``kvfence check --json``), when that check is the one asked for: its ``fingerprint``
+    (``runner.check_fingerprint``: this source tree and the check's options) is
+    ``fingerprint``, by default a plain ``ci`` check's of this tree (no ``--max-examples``,
+    no ``--focus``, the battery first). Else ``None``, also for a missing or unreadable
+    file or a result of another shape. A relative counterexample path is read against
+    the folder ``path``'s folder is in (the folder the run ran in, as ``kvfence check --out
+    DIR --json DIR/x.json`` writes it). Which engine release answered is the result's
+    ``engine_version``: the caller compares it."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, list):
+        return None
+    want = check_fingerprint() if fingerprint is None else fingerprint
+    for item in data:
+        if not isinstance(item, dict):
+            continue
+        if (item.get("engine"), item.get("client"), item.get("fingerprint")) != (
+            engine,
+            client,
+            want,
+        ):
+            continue
+        try:
+            result = result_from_json(item)
+        except (KeyError, ValueError, TypeError):
+            return None
+        if result.counterexample is not None and not result.counterexample.is_absolute():
+            result = attrs.evolve(result, counterexample=path.parent.parent / result.counterexample)
+        return result
+    return None
 
 
 def write_junit(results: list[Result], path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -42,6 +43,7 @@ from .battery import load as load_battery
 from .calls import SIGNALLED, Timing, call_with_timeout, check_capabilities, is_direct
 from .client_table import TABLE_ONLY, client_table
 from .errors import AdapterError, ConformanceFailure
+from .fingerprint import source_fingerprint
 from .isolate import run_isolated
 from .lockstep import MACHINE_BOUNDS
 from .machine import build_machine
@@ -136,7 +138,11 @@ class Result:
     ``battery``: the battery run before the search (``battery.BatteryRun``: scenarios
     ran, passed, failed, skipped, per rule), ``None`` when none ran. ``bounds``: what the
     check's examples covered (``record.Covered``: most endpoints, prompts, requests in
-    flight, updates and serves in one example), battery and search together."""
+    flight, updates and serves in one example), battery and search together.
+    ``engine_version``: the release of the engine that answered, as its adapter reports
+    it (``EngineAdapter``'s optional ``engine_version``), ``None`` when it reports none.
+    ``fingerprint``: the source tree and the options the check ran with
+    (``check_fingerprint``, taken as it started), ``None`` where no check ran."""
 
     engine: str
     client: str
@@ -155,6 +161,8 @@ class Result:
     top_ups: int = 0
     battery: BatteryRun | None = None
     bounds: Covered | None = None
+    engine_version: str | None = None
+    fingerprint: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -850,6 +858,7 @@ def run_check(
         )
     SIGNALLED.clear()  # a stop received before this check was for the one it ended
     started = time.perf_counter()
+    fingerprint = check_fingerprint(profile, seed, strict, bounds, max_examples, focus, battery)
     with fewer_collections():
         search = generate(engine, client, opts)
         run, best = minimise(engine, client, search, opts)
@@ -891,7 +900,38 @@ def run_check(
         top_ups=search.top_ups,
         battery=search.battery,
         bounds=search.recorder.covered,
+        engine_version=engine_version(engine),
+        fingerprint=fingerprint,
     )
+
+
+def check_fingerprint(
+    profile: str = "ci",
+    seed: int | None = None,
+    strict: bool = False,
+    bounds: Bounds = MACHINE_BOUNDS,
+    max_examples: int | None = None,
+    focus: str | None = None,
+    battery: bool = True,
+) -> str:
+    """A digest of what a check's result depends on besides its engine and client: the
+    source tree (``source_fingerprint``) and ``run_check``'s options that change what is
+    drawn or how it is judged. Two checks of the same engine release and client with the
+    same fingerprint compute the same result (``ci`` is derandomized); a report's
+    ``fingerprint`` is read back by ``report.read_check_json``."""
+    options = (profile, seed, strict, bounds, max_examples, focus, battery)
+    text = f"{source_fingerprint()} {options!r}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def engine_version(engine: EngineAdapter) -> str | None:
+    """``engine``'s optional ``engine_version`` (``EngineAdapter``) when it is a string,
+    else ``None``; an adapter whose attribute raises reports none."""
+    try:
+        version = getattr(engine, "engine_version", None)
+    except Exception:  # a property of a broken adapter: the check's verdict stands
+        return None
+    return version if isinstance(version, str) else None
 
 
 def error_result(
@@ -926,5 +966,7 @@ __all__ = [
     "TimeSplit",
     "Verdict",
     "by_class",
+    "check_fingerprint",
+    "engine_version",
     "run_check",
 ]

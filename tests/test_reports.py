@@ -16,7 +16,7 @@ import pytest
 
 from kvfence.adapters.designs import DESIGNS
 from kvfence.adapters.mutants import MUTANTS
-from kvfence.conformance import matrix
+from kvfence.conformance import matrix, report, runner
 from kvfence.conformance.cli import EXIT_USAGE, main
 from kvfence.conformance.report import result_json, write_junit
 from kvfence.conformance.runner import Result, RuleVerdict
@@ -149,6 +149,49 @@ def test_a_fail_carries_no_skip_warning():
     skip = next(r.id for r in RULES if r.level == "MUST" and r.id != RuleId.INV_001)
     failing = _result(Verdict.FAIL, broke=(RuleId.INV_001,), skip=(skip,))
     assert result_json(failing)["warnings"] == []
+
+
+def test_a_check_report_reads_back_only_for_the_same_check(tmp_path, monkeypatch):
+    """``read_check_json`` gives back what ``kvfence check --json`` wrote (verdict, rules,
+    violations, the counterexample under the folder the run ran in, the engine release),
+    and ``None`` for another engine or client, another check's options, another source
+    tree, a garbage file or none."""
+    monkeypatch.chdir(tmp_path)
+    path = Path("kvfence-results") / "r.json"
+    argv = ["check", "--client", "never-flush", "--out", "kvfence-results", "--json", str(path)]
+    assert main([*argv, "--max-examples", "5", "--no-battery", "-q"]) == 1
+    small = runner.check_fingerprint(max_examples=5, battery=False)
+    assert report.read_check_json(path, "reference", "never-flush") is None  # not a ci check
+    back = report.read_check_json(tmp_path / path, "reference", "never-flush", small)
+    assert back is not None and back.verdict is Verdict.FAIL
+    (written,) = json.loads(path.read_text())
+    assert back.caught() == tuple(dict.fromkeys(v["rule"] for v in written["violations"]))
+    assert RuleId.CLI_002 in back.caught(), back.violations
+    assert [r.verdict.value for r in back.rules] == [r["verdict"] for r in written["rules"]]
+    assert back.counterexample is not None and back.counterexample.is_absolute()
+    assert back.counterexample == tmp_path / written["counterexample"]
+    assert back.counterexample.is_file()
+    assert back.engine_version is None  # the reference engine names no release
+    assert report.read_check_json(path, "vllm", "never-flush", small) is None
+    assert report.read_check_json(path, "reference", "reference", small) is None
+    monkeypatch.setattr(runner, "source_fingerprint", lambda: "another tree")
+    assert (
+        report.read_check_json(
+            path,
+            "reference",
+            "never-flush",
+            runner.check_fingerprint(max_examples=5, battery=False),
+        )
+        is None
+    )
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    assert report.read_check_json(path, "reference", "never-flush", small) is not None
+    path.write_text("not json")
+    assert report.read_check_json(path, "reference", "never-flush", small) is None
+    path.write_text(json.dumps([{**written, "rules": "garbage"}]))
+    assert report.read_check_json(path, "reference", "never-flush", small) is None
+    assert report.read_check_json(tmp_path / "none.json", "reference", "never-flush", small) is None
 
 
 PLUGIN_TEST = """

