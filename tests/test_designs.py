@@ -134,6 +134,35 @@ def test_reference_passes_every_rule(name, matrices):
     assert result.exit_code == 0
 
 
+def test_a_resolver_is_not_judged_by_cli_012(matrices):
+    """The reference resolver's pass-matrix row: CLI-012 (a program's stitched responses)
+    is N/A for a client that makes no engine calls of its own."""
+    result = dict((d.name, r) for d, r in matrices.designs)["reference"]
+    assert {r.rule.id: r.verdict for r in result.rules}["CLI-012"] == "N/A"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "reference-program",
+        "any-on-flushes-everywhere",
+        "requeue-labels-every-version",
+        "colocated-program",
+        "two-phase-program",
+    ],
+)
+def test_correct_program_passes_the_client_rules(name, matrices):
+    """A client program's pass-matrix row (its check on the reference engine at ci): the
+    client rules judged on the calls its syncs made, each PASS (not only not broken), and
+    CLI-012 where it delivers stitched responses."""
+    result = dict((d.name, r) for d, r in matrices.designs)[name]
+    assert result.verdict == "PASS", [(r.rule.id, r.verdict, r.reason) for r in result.rules]
+    verdicts = {r.rule.id: r.verdict for r in result.rules}
+    assert {verdicts[r] for r in ("CLI-001", "CLI-008", "CLI-010", "CLI-011")} == {"PASS"}
+    if name == "requeue-labels-every-version":
+        assert verdicts["CLI-012"] == "PASS"
+
+
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_mutant_still_killed_by_its_rule(mutant, matrices):
     """Each kill-matrix row: killed by the mutant's rule; outside ``BEYOND_FIRST_KILL``, by
