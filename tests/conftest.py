@@ -89,8 +89,6 @@ SLOW_TESTS: dict[str, set[str]] = {
     "test_battery.py": {"test_late_faults_pass_the_search_alone"},
     "test_programs.py": {
         "test_program_mutant_killed_by_its_rule_in_the_kill_matrix",
-        "test_a_resolver_is_not_judged_by_cli_012",
-        "test_correct_program_passes",
         "test_check_client_program_passes_a_correct_sync",
     },
     "test_runner.py": {
