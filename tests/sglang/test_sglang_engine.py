@@ -139,6 +139,7 @@ def test_ci_run_fails_on_the_exact_lane_guard(sglang, tmp_path):
     the release's flush) FAIL too."""
     result = run_check(sglang, ReferenceClient(), out_dir=tmp_path, focus="ENG-001")
     assert result.verdict == "FAIL", result.error
+    assert result.engine_version == sglang.version  # the release the hosts imported
     assert "ENG-001" in result.caught()
     known = {"ENG-001", "FC-001", "FC-002", "FC-004", "LIV-002", "MEM-002"}
     assert set(result.caught()) <= known, result.violations
@@ -370,6 +371,7 @@ def test_resuming_memory_never_released_stops_the_scheduler(sglang):
 def test_missing_version_is_an_error_naming_the_install_command(tmp_path):
     result = run_check(SglangAdapter("0.0.1"), ReferenceClient(), out_dir=tmp_path)
     assert result.verdict == "ERROR" and result.caught() == ()
+    assert result.engine_version is None  # no host started: no release to name
     assert "install-sglang.sh 0.0.1" in result.error
 
 

@@ -145,6 +145,7 @@ def test_offline_rl_reference_client_passes(request, tmp_path):
     battery first; ``vllm-rl`` is an alias of it."""
     result = offline_check("reference", request, tmp_path)
     assert_pass(result)
+    assert result.engine_version == installed_vllm()
     exercised = [r.rule.id for r in result.rules if r.verdict in ("PASS", "FAIL")]
     # 29 today: the 13 rules any adapter exercises, plus what inflight, pause,
     # flush_result, weights_probe, cache_probe and restart unlock on vLLM, plus the
