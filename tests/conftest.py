@@ -61,7 +61,6 @@ SLOW_TESTS: dict[str, set[str]] = {
         "test_model_state_counts_are_pinned[cli-bounds-depth4]",
         "test_model_state_counts_are_pinned[one-endpoint-depth12]",
         "test_explorer_finds_a_shortest_counterexample",
-        "test_reference_engines_pass_at_depth_2",
         "test_main_explore_against_a_mutant",
     },
     "test_fail_closed_checker.py": {

@@ -374,16 +374,6 @@ def test_explorer_finds_a_shortest_counterexample(mutant, out_dir):
     assert live.kind == "FAIL" and mutant.rule in {v.rule for v in live.violations}
 
 
-@pytest.mark.parametrize("engine", ["reference", "reference-closing"])
-def test_reference_engines_pass_at_depth_2(engine):
-    x = explore_adapter(
-        registry.engine(engine), registry.client("reference"), depth=2, out_dir=None
-    )
-    assert x.focus is None and x.setups == tuple(s.name for s in SETUPS)
-    assert x.violation == () and x.other == () and x.error == ""
-    assert x.complete and x.depth_reached == 2 and x.states > 500
-
-
 def test_a_path_breaking_another_rule_is_reported_and_not_extended():
     """Focused on a rule the mutant does not break, the search records the shortest path
     that broke another one and goes on without extending it."""

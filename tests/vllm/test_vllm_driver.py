@@ -8,16 +8,13 @@ weights: stale KV. After a reset, the bytes equal the cold engine exactly.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
 pytest.importorskip("vllm")
 
-from kvfence.adapters.tiny_model import build_tiny_model, prompt_ids
+from kvfence.adapters.tiny_model import prompt_ids
 from kvfence.adapters.vllm_base import Generation
 from kvfence.adapters.vllm_cold import cold_generate
-from kvfence.adapters.vllm_http import HttpVllmDriver
 from kvfence.adapters.vllm_offline import OfflineVllmDriver
 
 pytestmark = pytest.mark.vllm
@@ -27,27 +24,12 @@ MAX_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
-def model_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tiny-models")
-    for version in (0, 1):
-        build_tiny_model(root, version)
-    return root
+def model_root(checkpoints):
+    return checkpoints[0].parent
 
 
 @pytest.fixture(scope="module")
-def http_startup(model_root, tmp_path_factory):
-    """Start the HTTP server in the background (~30 s) while offline tests run."""
-    workdir = tmp_path_factory.mktemp("http")
-    pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(HttpVllmDriver.launch, model_root, 0, workdir)
-    yield future
-    pool.shutdown(wait=True)
-    if future.exception() is None:
-        future.result().close()
-
-
-@pytest.fixture(scope="module")
-def cold_v1(model_root, tmp_path_factory, http_startup) -> Generation:
+def cold_v1(model_root, tmp_path_factory, server_startup) -> Generation:
     """Reference: a fresh engine holding v1, empty cache.
 
     Built before ``offline`` starts: closing an in-process engine breaks any
@@ -124,8 +106,10 @@ def test_offline_pause_and_sleep_support(offline):
     assert offline.weight_version() == "default"
 
 
-def test_http_server_stale_kv_and_reset(http_startup, cold_v1):
-    http = http_startup.result()
+def test_http_server_stale_kv_and_reset(server_startup, cold_v1):
+    http = server_startup.result()
+    _fresh_at(http, 0)  # the shared server, as another test may have left it
+    http.set_weight_version("default")
     first = http.generate(PROMPT, MAX_TOKENS)
     second = http.generate(PROMPT, MAX_TOKENS)
     assert (first.cached_tokens, second.cached_tokens) == (0, 96)
@@ -156,8 +140,5 @@ def test_http_server_stale_kv_and_reset(http_startup, cold_v1):
     assert http.weight_version() == "default"
     with pytest.raises(NotImplementedError, match="CPU"):
         http.sleep(1)
-
-    assert http.group_pids()
-    http.close()
-    assert not http.is_alive()
-    assert not http.group_pids()
+    # closing it ends its whole process group: checked when the shared server is closed
+    # (tests/vllm/conftest.py, server_startup)

@@ -5,9 +5,10 @@ served again after an update); ``never-flush`` must FAIL on INV-001 with a short
 counterexample whose last step is a cache hit whose bytes differ from a cold prefill.
 Offline, at least 22 of the 32 rules must be exercised (PASS or FAIL, not SKIP/UNKNOWN).
 
-HTTP: attach mode, as a user runs it: the test starts a vLLM server on 127.0.0.1 itself
-(``HttpVllmDriver.launch``, the way ``vllm serve`` would be run by hand), then checks it by
-URL with its checkpoints, in-process and through the ``kvfence check`` command line.
+HTTP: attach mode, as a user runs it: the tests start a vLLM server on 127.0.0.1 themselves
+(``HttpVllmDriver.launch``, the way ``vllm serve`` would be run by hand; the folder's one
+server, tests/vllm/conftest.py), then check it by URL with its checkpoints, in-process and
+through the ``kvfence check`` command line.
 
 ``run_check`` closes its engine when it ends; the ``shared`` fixture (tests/conftest.py)
 defers that to module teardown so that the runs of a mode share one engine (its ``start``
@@ -35,9 +36,7 @@ import subprocess
 import sys
 
 from kvfence.adapters.registry import client, engine
-from kvfence.adapters.tiny_model import build_tiny_model
 from kvfence.adapters.vllm_engine import VllmAdapter
-from kvfence.adapters.vllm_http import HttpVllmDriver
 from kvfence.conformance.report import read_check_json
 from kvfence.conformance.runner import Result, run_check
 
@@ -56,20 +55,10 @@ def offline(tmp_path_factory, shared):
 
 
 @pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    root = tmp_path_factory.mktemp("checkpoints")
-    return {v: build_tiny_model(root, v) for v in (0, 1)}
-
-
-@pytest.fixture(scope="module")
-def server(checkpoints, tmp_path_factory):
-    """A vLLM server on 127.0.0.1 that kvfence did not start: the adapters attach to it."""
-    # The server runs in its own processes: it may be up while the in-process engine is.
-    driver = HttpVllmDriver.launch(
-        checkpoints[0].parent, 0, tmp_path_factory.mktemp("server"), startup_timeout=400
-    )
-    yield driver
-    driver.close()
+def server(server_startup):
+    """A vLLM server on 127.0.0.1 that kvfence did not start (the folder's shared one,
+    tests/vllm/conftest.py): the adapters attach to it."""
+    return server_startup.result()
 
 
 @pytest.fixture(scope="module")
