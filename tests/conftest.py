@@ -13,6 +13,12 @@ The tests of a module that defines a module-scoped fixture share one worker (its
 session; the real-engine tests share one group per engine (vLLM's, SGLang's, the peer
 clients'), so no two servers of one engine start at once, and a session-scoped server is
 started once, while the two engines may run beside each other on two workers.
+A worker's native thread pools (OpenMP: torch in vLLM's engine and server, SGLang's
+scheduler hosts, each engine process a test starts) get its share of the cores
+(``worker_threads``): at torch's default of one thread per core, two workers' engines ran
+four threads on two cores, and an engine's loop took four times as long beside a busy
+worker, on twice the CPU (a vLLM reload-and-generate loop: 2.2 s alone, 9.4 s beside a
+busy core, 2.6 s there with one thread).
 Each test runs in its own ``tmp_path`` as the working directory, so a command's default
 ``kvfence-results/`` or a ``.hypothesis/`` folder never lands in a folder two workers
 share; the real-engine tests keep the repository root, where ``.sglang/`` and
@@ -28,6 +34,23 @@ from typing import Any
 import pytest
 
 from kvfence.adapters import registry
+
+
+def worker_threads(environ: dict[str, str], cores: int | None) -> str | None:
+    """``OMP_NUM_THREADS`` for a pytest-xdist worker: its share of the ``cores`` (at least
+    one) when it is one of several workers (``PYTEST_XDIST_WORKER_COUNT``) and the variable
+    is not set already; else ``None`` (one process keeps the library's default)."""
+    workers = int(environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if workers < 2 or "OMP_NUM_THREADS" in environ:
+        return None
+    return str(max(1, (cores or 1) // workers))
+
+
+# Before any engine library is imported in this worker, and inherited by the processes its
+# tests start (servers, scheduler hosts, kvfence commands).
+_threads = worker_threads(dict(os.environ), os.cpu_count())
+if _threads is not None:
+    os.environ["OMP_NUM_THREADS"] = _threads
 
 REAL_ENGINES = ("vllm", "sglang", "peer")
 """Markers of tests that drive a real engine or a real client's process."""

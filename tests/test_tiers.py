@@ -153,3 +153,21 @@ def test_a_module_scoped_fixture_keeps_its_module_on_one_worker(collected):
     free = [r for r in designs + _of(collected, "tests/test_cli.py") if not r["group"]]
     assert free  # tests that use no module-scoped fixture may run on any worker
     assert {r["group"] for r in _of(collected, "tests/test_model.py")} == {None}
+
+
+@pytest.mark.parametrize(
+    ("environ", "cores", "threads"),
+    [
+        ({"PYTEST_XDIST_WORKER_COUNT": "2"}, 2, "1"),
+        ({"PYTEST_XDIST_WORKER_COUNT": "2"}, 8, "4"),
+        ({"PYTEST_XDIST_WORKER_COUNT": "4"}, 2, "1"),
+        ({"PYTEST_XDIST_WORKER_COUNT": "2"}, None, "1"),
+        ({"PYTEST_XDIST_WORKER_COUNT": "2", "OMP_NUM_THREADS": "3"}, 2, None),
+        ({"PYTEST_XDIST_WORKER_COUNT": "1"}, 2, None),
+        ({}, 2, None),
+    ],
+)
+def test_a_worker_gets_its_share_of_the_cores(environ, cores, threads):
+    """Under several workers, each worker's OpenMP pools get its share of the cores (at
+    least one), unless the user set ``OMP_NUM_THREADS``; one process keeps the default."""
+    assert _conftest().worker_threads(environ, cores) == threads
