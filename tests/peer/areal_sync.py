@@ -37,10 +37,11 @@ The glue, all of it:
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import tempfile
 from datetime import datetime
+
+from peer_records import emit
 
 
 def sync(mode: str, server: int, url: str, root: str) -> None:
@@ -54,10 +55,10 @@ def sync(mode: str, server: int, url: str, root: str) -> None:
         line = {"server": server, "mode": mode, "call": name}
         try:
             out = fn()
-            print(json.dumps({**line, "ok": True, "returned": repr(out)[:200]}), flush=True)
+            emit({**line, "ok": True, "returned": repr(out)[:200]})
             return out
         except Exception as e:  # what AReaL raised: the verdict is serve's
-            print(json.dumps({**line, "ok": False, "raised": repr(e)[:300]}), flush=True)
+            emit({**line, "ok": False, "raised": repr(e)[:300]})
             return None
 
     experiment, trial = "kvfence", f"peer-{mode}-{server}"

@@ -26,10 +26,10 @@ The glue, all of it:
 
 from __future__ import annotations
 
-import json
 import sys
 
 import requests
+from peer_records import emit
 
 PROMPT = {"model": "kvfence-serve", "prompt": [101, 102, 103, 104], "max_tokens": 4}
 
@@ -41,9 +41,9 @@ def sync(variant: str, server: int, url: str) -> None:
         line = {"server": server, "variant": variant, "call": name}
         try:
             out = fn()
-            print(json.dumps({**line, "ok": True, "returned": repr(out)[:200]}), flush=True)
+            emit({**line, "ok": True, "returned": repr(out)[:200]})
         except Exception as e:  # what SkyRL raised: the verdict is serve's
-            print(json.dumps({**line, "ok": False, "raised": repr(e)[:300]}), flush=True)
+            emit({**line, "ok": False, "raised": repr(e)[:300]})
 
     def completion():
         r = requests.post(f"{url}/v1/completions", json=PROMPT, timeout=30)

@@ -23,10 +23,11 @@ imports. Nothing of SkyRL's is edited.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import types
+
+from peer_records import emit
 
 
 def load_client():
@@ -42,7 +43,7 @@ def load_client():
         sys.modules["skyrl.backends"] = pkg
         from skyrl.backends.skyrl_train.inference_servers import remote_inference_client
 
-        print(json.dumps({"note": f"skyrl.backends bypassed: {type(e).__name__}"}), flush=True)
+        emit({"note": f"skyrl.backends bypassed: {type(e).__name__}"})
     return remote_inference_client.RemoteInferenceClient
 
 
@@ -69,11 +70,11 @@ async def main(url: str, skip: str = "") -> None:
                 continue
             try:
                 got = await call()
-                print(json.dumps({"call": name, "ok": True, "result": got}), flush=True)
+                emit({"call": name, "ok": True, "result": got})
             except Exception as e:
                 status = getattr(e, "status", None)
                 out = {"call": name, "ok": False, "status": status, "error": str(e)}
-                print(json.dumps(out), flush=True)
+                emit(out)
     finally:
         await client.teardown()
 

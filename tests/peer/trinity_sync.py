@@ -47,11 +47,12 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import os
 import sys
 import tempfile
 import types
+
+from peer_records import emit
 
 
 def load_model_module():
@@ -82,10 +83,10 @@ async def sync(module, mode: str, server: int, url: str, root: str) -> None:
         line = {"server": server, "mode": mode, "call": name}
         try:
             out = await coro
-            print(json.dumps({**line, "ok": True, "returned": repr(out)[:200]}), flush=True)
+            emit({**line, "ok": True, "returned": repr(out)[:200]})
             return out
         except Exception as e:  # what Trinity raised: the verdict is serve's
-            print(json.dumps({**line, "ok": False, "raised": repr(e)[:300]}), flush=True)
+            emit({**line, "ok": False, "raised": repr(e)[:300]})
             return None
 
     model = module.SGLangRolloutModel(InferenceModelConfig(weight_sync_buffer_size=1))

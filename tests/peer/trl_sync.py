@@ -26,10 +26,11 @@ The glue, all of it:
 from __future__ import annotations
 
 import importlib.metadata as md
-import json
 import sys
 import types
 from pathlib import Path
+
+from peer_records import emit
 
 
 def load_client():
@@ -55,10 +56,10 @@ def sync(module, server: int, url: str) -> None:
         line = {"server": server, "call": name}
         try:
             out = fn()
-            print(json.dumps({**line, "ok": True, "returned": repr(out)[:200]}), flush=True)
+            emit({**line, "ok": True, "returned": repr(out)[:200]})
             return out
         except Exception as e:  # what TRL raised: the verdict is serve's
-            print(json.dumps({**line, "ok": False, "raised": str(e)[:300]}), flush=True)
+            emit({**line, "ok": False, "raised": str(e)[:300]})
             return None
 
     client = module.VLLMClient(base_url=url, connection_timeout=30)

@@ -40,6 +40,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from peer_records import emit
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -74,9 +76,9 @@ async def sync(server: int, url: str, model: str) -> None:
         line = {"server": server, "call": name}
         try:
             out = await fn()
-            print(json.dumps({**line, "ok": True, "returned": repr(out)[:200]}), flush=True)
+            emit({**line, "ok": True, "returned": repr(out)[:200]})
         except Exception as e:  # what verl raised: the verdict is serve's
-            print(json.dumps({**line, "ok": False, "raised": repr(e)[:300]}), flush=True)
+            emit({**line, "ok": False, "raised": repr(e)[:300]})
 
     host, port = url.removeprefix("http://").rsplit(":", 1)
     engine = AsyncHttpServerAdapter(
