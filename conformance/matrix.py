@@ -877,17 +877,13 @@ def _results_by_name(path: Path, rows: object, results: object) -> dict[tuple[st
     counterexample path read against the folder the run ran in (``path``'s folder's parent,
     as ``kvfence mutants --out DIR --json DIR/matrices.json`` writes it). Raises
     ``KeyError``, ``ValueError`` or ``TypeError`` on rows of another shape."""
-    from .report import result_from_json
+    from .report import in_run_folder, result_from_json
 
     if not isinstance(rows, list) or not isinstance(results, list) or len(rows) != len(results):
         raise ValueError("rows and results differ")
-    base = path.resolve().parent.parent
     by_row: dict[tuple[str, str], Result] = {}
     for row, data in zip(rows, results, strict=True):
-        result = result_from_json(data)
-        if result.counterexample is not None and not result.counterexample.is_absolute():
-            result = attrs.evolve(result, counterexample=base / result.counterexample)
-        by_row[(row["kind"], row["name"])] = result
+        by_row[(row["kind"], row["name"])] = in_run_folder(result_from_json(data), path)
     return by_row
 
 

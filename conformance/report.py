@@ -464,6 +464,16 @@ def write_json(results: list[Result], path: Path) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=repr) + "\n")
 
 
+def in_run_folder(result: Result, report: Path) -> Result:
+    """``result`` with a relative counterexample path read against the folder its run ran
+    in: ``report``'s folder's parent, as ``kvfence check`` and ``kvfence mutants`` write it
+    with ``--out DIR --json DIR/x.json``."""
+    path = result.counterexample
+    if path is None or path.is_absolute():
+        return result
+    return attrs.evolve(result, counterexample=report.resolve().parent.parent / path)
+
+
 def read_check_json(
     path: Path, engine: str, client: str, fingerprint: str | None = None
 ) -> Result | None:
@@ -473,9 +483,8 @@ def read_check_json(
     ``fingerprint``, by default a plain ``ci`` check's of this tree (no ``--max-examples``,
     no ``--focus``, the battery first). Else ``None``, also for a missing or unreadable
     file or a result of another shape. A relative counterexample path is read against
-    the folder ``path``'s folder is in (the folder the run ran in, as ``kvfence check --out
-    DIR --json DIR/x.json`` writes it). Which engine release answered is the result's
-    ``engine_version``: the caller compares it."""
+    the folder the run ran in (``in_run_folder``). Which engine release answered is the
+    result's ``engine_version``: the caller compares it."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -493,12 +502,9 @@ def read_check_json(
         ):
             continue
         try:
-            result = result_from_json(item)
+            return in_run_folder(result_from_json(item), path)
         except (KeyError, ValueError, TypeError):
             return None
-        if result.counterexample is not None and not result.counterexample.is_absolute():
-            result = attrs.evolve(result, counterexample=path.parent.parent / result.counterexample)
-        return result
     return None
 
 
