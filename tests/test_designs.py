@@ -57,6 +57,7 @@ from kvfence.conformance.matrix import (
     run_matrices,
 )
 from kvfence.conformance.replay import Replayed, replay_actions
+from kvfence.conformance.runner import Result
 from kvfence.model.actions import (
     Action,
     BeginWeightUpdate,
@@ -107,9 +108,14 @@ def matrices(tmp_path_factory) -> Matrices:
 # ----- the pass matrix -------------------------------------------------------------------
 
 
+def design_row(matrices: Matrices, name: str) -> Result:
+    """The pass-matrix row of the design called ``name``."""
+    return next(r for d, r in matrices.designs if d.name == name)
+
+
 @pytest.mark.parametrize("design", DESIGNS, ids=lambda d: d.name)
 def test_design_passes_at_ci(design, matrices):
-    result = dict((d.name, r) for d, r in matrices.designs)[design.name]
+    result = design_row(matrices, design.name)
     assert passed(result), (result.verdict, [str(v) for v in result.violations], result.error)
     assert result.counterexample is None and result.exit_code == 0
     verdicts = {r.rule.id: r.verdict for r in result.rules}
@@ -126,7 +132,7 @@ def test_design_passes_at_ci(design, matrices):
 @pytest.mark.parametrize("name", ["reference", "reference-closing"])
 def test_reference_passes_every_rule(name, matrices):
     """Both reference systems PASS at ci and reach every scenario (each REACH rule PASS)."""
-    result = dict((d.name, r) for d, r in matrices.designs)[name]
+    result = design_row(matrices, name)
     assert result.verdict == "PASS", [(r.rule.id, r.verdict, r.reason) for r in result.rules]
     verdicts = {r.rule.id: r.verdict for r in result.rules}
     assert {v for k, v in verdicts.items() if k.startswith("REACH")} == {"PASS"}
@@ -137,7 +143,7 @@ def test_reference_passes_every_rule(name, matrices):
 def test_a_resolver_is_not_judged_by_cli_012(matrices):
     """The reference resolver's pass-matrix row: CLI-012 (a program's stitched responses)
     is N/A for a client that makes no engine calls of its own."""
-    result = dict((d.name, r) for d, r in matrices.designs)["reference"]
+    result = design_row(matrices, "reference")
     assert {r.rule.id: r.verdict for r in result.rules}["CLI-012"] == "N/A"
 
 
@@ -155,7 +161,7 @@ def test_correct_program_passes_the_client_rules(name, matrices):
     """A client program's pass-matrix row (its check on the reference engine at ci): the
     client rules judged on the calls its syncs made, each PASS (not only not broken), and
     CLI-012 where it delivers stitched responses."""
-    result = dict((d.name, r) for d, r in matrices.designs)[name]
+    result = design_row(matrices, name)
     assert result.verdict == "PASS", [(r.rule.id, r.verdict, r.reason) for r in result.rules]
     verdicts = {r.rule.id: r.verdict for r in result.rules}
     assert {verdicts[r] for r in ("CLI-001", "CLI-008", "CLI-010", "CLI-011")} == {"PASS"}
