@@ -478,9 +478,17 @@ def _install(
     return tuple((s.with_endpoint(index, e), o) for _, e, o in branches)
 
 
+InstallBranches = tuple[tuple[Install, Endpoint, Outcome], ...]
+
+
+@lru_cache(maxsize=1 << 14)
 def _install_branches(
     ep: Endpoint, version: int, flush_cache: bool | None, plan: Plan
-) -> list[tuple[Install, Endpoint, Outcome]]:
+) -> InstallBranches:
+    """The ``Install`` outcomes of updating ``ep`` to ``version``, each with the endpoint
+    it leaves and the outcome it answers. A function of its arguments alone, so memoized:
+    a search installs the same endpoint value in many states (to depth 3 on the default
+    bounds, about 50,000 installs of under 1,000 distinct arguments)."""
     guarded = ep.config.guarded
     must_flush = guarded or asked_to_flush(ep, flush_cache)
     # With the radix cache off there is nothing to flush, and an engine keying every prefix
@@ -541,7 +549,7 @@ def _install_branches(
         skipped = not plan.flush or not ep.config.radix
         opted = evolve(loaded, waived=skipped and not ep.config.misreports)
         out.append((Install.OPT_OUT, opted, ok(opted, **blame)))
-    return out + _failed(ep, closed, out)
+    return (*out, *_failed(ep, closed, out))
 
 
 _FAILED_NOTE = (
