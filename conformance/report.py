@@ -54,13 +54,23 @@ SHOWN: frozenset[Verdict] = frozenset({Verdict.FAIL, Verdict.WARN, Verdict.ERROR
 """The rows the default output shows: a rule broken, or one the run could not judge."""
 
 
+def heading(result: Result) -> str:
+    """The verdict table's first line: ``kvfence check: engine=NAME client=NAME
+    profile=NAME``, with `` engine_version=X`` after the engine where its adapter reported
+    the release that answered (``Result.engine_version``). Not yet escaped for a console."""
+    version = f" engine_version={result.engine_version}" if result.engine_version else ""
+    return (
+        f"kvfence check: engine={result.engine}{version} client={result.client} "
+        f"profile={result.profile}"
+    )
+
+
 def verdict_table(result: Result, rows: frozenset[Verdict] | None = None) -> Table:
     """One row per rule (only those whose verdict is in ``rows``; ``None``: every rule):
     ID, verdict, level, evidence count, name, note, as a rich table (for a wide console;
     ``print_result`` prints ``verdict_rows``, which fit any width)."""
     table = Table(
-        title=f"kvfence check: engine={_text(result.engine)} client={_text(result.client)} "
-        f"profile={result.profile}",
+        title=_text(heading(result)),
         title_justify="left",
     )
     for col in ("rule", "verdict", "level", "evidence", "name", "note"):
@@ -104,11 +114,7 @@ def verdict_rows(
     never cut; a note that does not fit wraps onto indented lines. Each line comes with
     the verdict that colours it (``None``: the heading)."""
     out: list[tuple[str, Verdict | None]] = [
-        (
-            f"kvfence check: engine={clean(result.engine)} client={clean(result.client)} "
-            f"profile={result.profile}",
-            None,
-        ),
+        (clean(heading(result)), None),
         ("rule     verdict  level     seen name: note", None),
     ]
     unreached = 0

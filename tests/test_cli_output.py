@@ -122,6 +122,18 @@ def test_the_summary_counts_every_rule_and_splits_safety_from_availability(never
     assert f"availability: {never_flush.availability}" in line
 
 
+def test_the_heading_names_the_engine_release_where_the_adapter_reports_one(never_flush):
+    """``Result.engine_version`` (JSON ``engine_version``) is in the text report too: the
+    first line names the release that answered, and says nothing where none was reported
+    (the reference engine names none)."""
+    assert never_flush.engine_version is None
+    first = _print(never_flush).splitlines()[0]
+    assert first == "kvfence check: engine=reference client=never-flush profile=ci"
+    released = attrs.evolve(never_flush, engine_version="0.5.23")
+    first = _print(released).splitlines()[0]
+    assert first.startswith("kvfence check: engine=reference engine_version=0.5.23 client=")
+
+
 def test_80_columns_cut_no_rule_name_and_no_line_is_wider(never_flush):
     out = _print(never_flush, width=80, verbosity=1)
     for rv in never_flush.rules:
