@@ -5,7 +5,8 @@ Tiers: ``pytest -m "not slow"`` is the fast tier (the model, every rule's unit t
 CLI); ``slow`` marks the pass and kill matrices, the real engines (vLLM, SGLang, the peer
 client) and whole checks at the full budget. A module is slow when it is named in
 ``SLOW_MODULES``, a test when its module and name are in ``SLOW_TESTS``; a name there that
-no longer exists in a collected module is a usage error, so the lists cannot go stale.
+no longer exists in a collected module, or a case (``name[id]``) its collected test no
+longer has, is a usage error, so the lists cannot go stale.
 
 Workers: ``pytest`` runs on every core (``-n auto --dist loadgroup``, pyproject.toml).
 The tests of a module that defines a module-scoped fixture share one worker (its
@@ -232,6 +233,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group(f"real-engines-{_engine_family(item)}"))
         elif _module_scoped(item):
             item.add_marker(pytest.mark.xdist_group(path.name))
+    if not any("::" in str(arg) for arg in config.args):  # a node ID narrows parameters
+        _check_slow_cases(items)
+
+
+def _check_slow_cases(items: list[pytest.Item]) -> None:
+    """A ``name[id]`` of ``SLOW_TESTS`` whose test was collected must name one of its
+    collected cases: a renamed parameter would otherwise move a whole check to the fast
+    tier unnoticed. ``UsageError`` naming the entry."""
+    names = {(Path(str(i.fspath)).name, i.name) for i in items}
+    tests = {(module, name.split("[")[0]) for module, name in names}
+    for module, entries in SLOW_TESTS.items():
+        for entry in entries:
+            test = entry.split("[")[0]
+            if "[" in entry and (module, test) in tests and (module, entry) not in names:
+                raise pytest.UsageError(
+                    f"tests/conftest.py SLOW_TESTS names {entry} in {module}, which has no "
+                    "such case"
+                )
 
 
 @pytest.fixture(autouse=True)

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -92,6 +93,20 @@ def test_the_fast_tier_holds_the_model_the_rules_and_the_cli(collected):
         slow = {r["id"].split("::")[1].split("[")[0] for r in rows if r["slow"]}
         assert slow <= named, prefix  # only the whole checks SLOW_TESTS names
         assert len([r for r in rows if not r["slow"]]) > len(slow), prefix
+
+
+def test_a_slow_case_that_no_longer_exists_is_a_usage_error():
+    """``SLOW_TESTS`` names a parametrized case of a collected test that has no such case
+    (a renamed parameter): collection stops naming it, rather than the case moving to the
+    fast tier; a test not collected at all (another selection) is not judged."""
+    conftest = _conftest()
+    conftest.SLOW_TESTS = {"test_x.py": {"test_pin[deep]", "test_other[deep]"}}
+    path = "tests/test_x.py"
+    renamed = [SimpleNamespace(fspath=path, name=f"test_pin[{i}]") for i in ("shallow", "deeper")]
+    with pytest.raises(pytest.UsageError, match=r"test_pin\[deep\] in test_x.py"):
+        conftest._check_slow_cases(renamed)
+    conftest._check_slow_cases([*renamed, SimpleNamespace(fspath=path, name="test_pin[deep]")])
+    conftest._check_slow_cases([SimpleNamespace(fspath="tests/test_y.py", name="test_pin[a]")])
 
 
 def test_the_matrices_and_the_real_engines_are_slow(collected):
