@@ -103,12 +103,14 @@ def _successors(s: State, bounds: Bounds, memo: dict) -> set[State]:
 
 def test_the_semantics_are_equivariant_under_renaming():
     """Every renaming of a reachable state has the same successors up to renaming, and
-    breaks the same rules: what makes merging an orbit sound."""
+    breaks the same rules: what makes merging an orbit sound. Every 14th state of the
+    1,065 within two steps, in the order they were reached (77 states, of every depth),
+    each with its four renamings."""
     initial = initial_state((STANDARD, STANDARD))
     states = _reachable(initial, TWO, 2)
     assert len(states) > 100
     memo: dict = {}
-    for s in states[::7]:
+    for s in states[::14]:
         want = _successors(s, TWO, memo)
         rules = sorted(v.rule for v in check_state(s))
         for image in images(s, TWO):
@@ -119,12 +121,12 @@ def test_the_semantics_are_equivariant_under_renaming():
 def test_the_semantics_ignore_the_funnel():
     """Every update action has the same branches, outcomes included, through every funnel
     as through its representative's: what lets the reduced search step one funnel. Every
-    12th state of the 14,167 within three steps, in the order they were reached (so of
-    every depth): 43,650 update actions stepped through another funnel."""
+    24th state of the 14,167 within three steps, in the order they were reached (so of
+    every depth): 21,468 update actions stepped through another funnel."""
     states = _reachable(initial_state((EXACT, STANDARD)), TWO, 3)
     assert len(states) > 500
     checked = 0
-    for s in states[::12]:
+    for s in states[::24]:
         of_rep: dict = {}  # the representative's branches, stepped once per state
         for a in actions(s, TWO):
             if getattr(a, "funnel", REPRESENTATIVE_FUNNEL) is REPRESENTATIVE_FUNNEL:
