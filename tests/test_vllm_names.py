@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+
 import pytest
 
+from kvfence.adapters.protocol import AdapterFailure
 from kvfence.adapters.registry import ALIASES, REAL_SUMMARIES, VLLM_ENGINES, engine
-from kvfence.adapters.vllm_engine import OFFLINE_CAPABILITIES, VllmAdapter
+from kvfence.adapters.vllm_engine import OFFLINE_CAPABILITIES, VllmAdapter, vllm_installed
 from kvfence.model.capabilities import Capability
 
 WANTED = {"lora", "publish", "pause_clear", "two_phase", "restart_oracle", "derived"}
@@ -103,3 +107,19 @@ def test_missing_reasons_must_name_capabilities():
 
     with pytest.raises(ValueError, match="slep"):
         missing_reasons(Bad())
+
+
+def test_a_folder_named_vllm_is_not_vllm(monkeypatch):
+    """A ``vllm`` folder without ``__init__.py`` on the path (``tests/vllm`` itself, with
+    ``tests/`` on ``sys.path`` as pytest puts it) is a namespace package to ``find_spec``:
+    not vLLM. The engine says vLLM is not installed, naming the install script, instead of
+    failing later on torch missing."""
+    namespace = importlib.machinery.ModuleSpec("vllm", None, is_package=True)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: namespace if name == "vllm" else real(name)
+    )
+    assert not vllm_installed()
+    adapter = engine("vllm")
+    with pytest.raises(AdapterFailure, match=r"vLLM is not installed.*install-vllm\.sh"):
+        adapter.start(adapter.fixed_configs)

@@ -30,7 +30,13 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("vllm")
+from kvfence.adapters.vllm_engine import vllm_installed
+
+if not vllm_installed():  # tests/vllm itself would import as a namespace ``vllm``
+    pytest.skip(
+        "vLLM is not installed: bash scripts/install-vllm.sh .venv/bin/python",
+        allow_module_level=True,
+    )
 
 import subprocess
 import sys
