@@ -106,7 +106,9 @@ import importlib.util
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -179,6 +181,109 @@ def _optimized(on: bool) -> Iterator[None]:
             os.environ["PYTHONOPTIMIZE"] = before
 
 
+class _ForkedHost:
+    """A host forked by a zygote (not this process's child): the part of
+    ``multiprocessing.Process`` that :meth:`SglangAdapter.close` uses, by process ID."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def is_alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def join(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def terminate(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGTERM)
+
+
+class _Zygote:
+    """One :func:`adapters.sglang_host.zygote` process: SGLang imported once, hosts forked
+    from it. Shared by every adapter of this process with the same SGLang folder, ``-O``
+    flag and environment (:func:`_zygote_for`)."""
+
+    def __init__(self, sglang_path: str, optimize: bool) -> None:
+        from . import sglang_host
+
+        self._workdir = tempfile.mkdtemp(prefix="kvfence-sglang-zygote-")
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        spec = {"sglang_path": sglang_path, "log": os.path.join(self._workdir, "zygote.log")}
+        self._proc = ctx.Process(target=sglang_host.zygote, args=(child, spec), daemon=True)
+        with _optimized(optimize):
+            self._proc.start()
+        child.close()
+        kind, payload = self._conn.recv()  # EOFError if it died importing
+        if kind != "ok":
+            self.close()
+            raise RuntimeError(payload)
+        self.modules = frozenset(payload["modules"])
+        """The ``sglang`` modules it imported: an overlay replacing one needs a fresh host."""
+
+    def fork(self, spec: dict[str, Any]) -> tuple[_ForkedHost, Any]:
+        """A host running ``sglang_host.main`` on ``spec`` in this process's working
+        folder, and its connection. ``OSError``/``EOFError`` if the zygote is gone."""
+        parent, child = multiprocessing.Pipe()
+        try:
+            self._conn.send(("fork", child, {**spec, "cwd": os.getcwd()}))
+        finally:
+            child.close()
+        _, pid = self._conn.recv()
+        return _ForkedHost(pid), parent
+
+    def close(self) -> None:
+        self._conn.close()
+        self._proc.join(5)
+        if self._proc.is_alive():
+            self._proc.terminate()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+
+
+_ZYGOTES: dict[tuple[Any, ...], _Zygote | None] = {}
+"""Zygotes by SGLang folder, ``-O`` flag and environment; ``None`` where one could not
+start (hosts are spawned there instead). At most :data:`ZYGOTES_KEPT` live ones."""
+
+ZYGOTES_KEPT = 2
+"""Live zygotes kept per process (each holds SGLang, torch and transformers imported:
+about 0.6 GiB); starting another closes the least recently used."""
+
+
+def _forget(zygote: _Zygote) -> None:
+    """Spawn hosts where ``zygote`` forked them (it is gone)."""
+    for key, z in _ZYGOTES.items():
+        if z is zygote:
+            _ZYGOTES[key] = None
+
+
+def _zygote_for(sglang_path: str, optimize: bool) -> _Zygote | None:
+    """The zygote that forks hosts for this SGLang folder and ``-O`` flag in this
+    environment (a host must see what a spawned one would; pytest's per-test
+    ``PYTEST_CURRENT_TEST`` aside), started on first use; ``None`` if it cannot start."""
+    env = tuple(sorted((k, v) for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"))
+    key = (sglang_path, optimize, env)
+    if key in _ZYGOTES:
+        _ZYGOTES[key] = _ZYGOTES.pop(key)  # most recently used last
+        return _ZYGOTES[key]
+    live = [k for k, z in _ZYGOTES.items() if z is not None]
+    for old in live[: max(0, len(live) - ZYGOTES_KEPT + 1)]:
+        zygote = _ZYGOTES.pop(old)
+        if zygote is not None:
+            zygote.close()
+    try:
+        _ZYGOTES[key] = _Zygote(sglang_path, optimize)
+    except (OSError, EOFError, RuntimeError):
+        _ZYGOTES[key] = None
+    return _ZYGOTES[key]
+
+
 def _config(lane: str, ranks: int = 1) -> Config:
     info = {
         "disable_radix_cache": False,
@@ -199,8 +304,11 @@ class SglangAdapter:
     ``version``: the SGLang release. ``overlay``: a folder of fork files, or ``None``.
     ``lanes``: the endpoints' lanes, in order. ``optimize``: the hosts run under
     ``python -O``. Construction is cheap; the first ``start``
-    launches the host processes (about 15 s each: importing SGLang), later starts rebuild
-    each scheduler in place (milliseconds).
+    launches the host processes, later starts rebuild each scheduler in place
+    (milliseconds). A host is forked from a zygote that imported SGLang once per process
+    (:func:`_zygote_for`; the first costs ~15 s of import, each host then ~1 s), or
+    spawned (~15 s) where the overlay replaces a module the zygote holds or no zygote
+    starts.
     """
 
     capabilities = frozenset(
@@ -316,9 +424,16 @@ class SglangAdapter:
         self._workdir = tempfile.mkdtemp(prefix="kvfence-sglang-")
         from . import sglang_host
 
+        zygote = _zygote_for(path, self.optimize)
+        if zygote is not None and self.overlay is not None:
+            try:
+                replaced = {name for _, name in sglang_host.overlay_modules(str(self.overlay))}
+            except sglang_host.Broken:
+                replaced = {"sglang"}  # a spawned host reports what is wrong with it
+            if replaced & zygote.modules:  # the overlay must load before those import
+                zygote = None
         ctx = multiprocessing.get_context("spawn")
         for i, lane in enumerate(self.lanes):
-            parent, child = ctx.Pipe()
             workdir = os.path.join(self._workdir, f"endpoint{i}")
             os.makedirs(workdir)
             spec = {
@@ -329,6 +444,14 @@ class SglangAdapter:
                 "overlay": None if self.overlay is None else str(self.overlay.resolve()),
                 "ranks": self.ranks,
             }
+            if zygote is not None:
+                try:
+                    self._hosts.append(zygote.fork(spec))
+                    continue
+                except (OSError, EOFError):  # the zygote died: spawn from here on
+                    _forget(zygote)
+                    zygote = None
+            parent, child = ctx.Pipe()
             proc = ctx.Process(target=sglang_host.main, args=(child, spec), daemon=True)
             with _optimized(self.optimize):
                 proc.start()

@@ -1,10 +1,11 @@
 """One SGLang endpoint, hosted in its own process: upstream's scheduler control plane on CPU.
 
-Runs inside a child process started by :class:`adapters.sglang_engine.SglangAdapter` (one
-per endpoint: SGLang keeps its config process-wide, ``runtime_context.publish``, and a
-fork's overlay replaces modules in ``sys.modules``). The child puts the chosen SGLang
-version's folder first on ``sys.path``, applies an overlay if one is given, and then
-builds an endpoint from upstream's own classes:
+Runs inside a process started by :class:`adapters.sglang_engine.SglangAdapter`, forked
+from a :func:`zygote` or spawned (one per endpoint: SGLang keeps its config
+process-wide, ``runtime_context.publish``, and a fork's overlay replaces modules in
+``sys.modules``). The child puts the chosen SGLang version's folder first on
+``sys.path``, applies an overlay if one is given, and then builds an endpoint from
+upstream's own classes:
 
 * the real ``Scheduler`` class (``python/sglang/srt/managers/scheduler.py``), built with
   ``object.__new__`` (its ``__init__`` starts ZMQ sockets, a model runner and CUDA pools)
@@ -902,17 +903,10 @@ def _dist_version() -> str:
     return version("sglang")
 
 
-def install_overlay(overlay: str) -> list[str]:
-    """Serve SGLang modules from a fork's files: every ``*.py`` under ``overlay`` whose
-    path ends in ``sglang/...`` (or is relative to the ``sglang`` package) replaces the
-    module of that name, before anything imports it. The fork's files run unmodified;
-    io_struct names a fork adds beyond the host version are added as placeholders that
-    raise if used (they are only needed by fork-only RPCs kvfence does not drive).
-
-    Returns the module names replaced. ``Broken`` if a file cannot be loaded."""
-    import importlib.util
-
-    replaced = []
+def overlay_modules(overlay: str) -> list[tuple[str, str]]:
+    """``(file, module name)`` for every ``*.py`` under ``overlay``, in the order
+    :func:`install_overlay` loads them: a path ending in ``sglang/...`` (or relative to the
+    ``sglang`` package) names the module it replaces. ``Broken`` if there is no file."""
     files = []
     for root, _, names in os.walk(overlay):
         for name in sorted(names):
@@ -920,6 +914,7 @@ def install_overlay(overlay: str) -> list[str]:
                 files.append(os.path.join(root, name))
     if not files:
         raise Broken(f"overlay {overlay!r} holds no .py file")
+    modules = []
     for path in files:
         rel = os.path.relpath(path, overlay).replace(os.sep, "/")
         if "sglang/" in rel and not rel.startswith("sglang/"):
@@ -929,6 +924,23 @@ def install_overlay(overlay: str) -> list[str]:
         modname = rel[:-3].replace("/", ".")
         if modname.endswith(".__init__"):
             modname = modname[: -len(".__init__")]
+        modules.append((path, modname))
+    return modules
+
+
+def install_overlay(overlay: str) -> list[str]:
+    """Serve SGLang modules from a fork's files: every ``*.py`` under ``overlay``
+    (:func:`overlay_modules`) replaces the module of that name, before anything imports
+    it. The fork's files run unmodified; io_struct names a fork adds beyond the host
+    version are added as placeholders that raise if used (they are only needed by
+    fork-only RPCs kvfence does not drive).
+
+    Returns the module names replaced. ``Broken`` if a file cannot be loaded."""
+    import importlib.util
+
+    replaced = []
+    for path, modname in overlay_modules(overlay):
+        rel = os.path.relpath(path, overlay).replace(os.sep, "/")
         _add_fork_io_names(path)
         parent, _, child = modname.rpartition(".")
         importlib.import_module(parent)
@@ -1019,6 +1031,60 @@ def main(conn: Any, spec: dict[str, Any]) -> None:
             conn.send(("broken", str(e)))
         except BaseException as e:
             conn.send(("broken", f"SGLang {ep.version}: {op}: {type(e).__name__}: {e}{_where(e)}"))
+
+
+PRELOAD = ("sglang.srt.managers.schedule_batch",)
+"""What a zygote (:func:`zygote`) imports before it forks hosts: SGLang's batch
+structures, which pull in torch, transformers and the model layers, about nine tenths of
+a host's start (0.5.23 on CPU: ~6 of ~7 CPU-s). None of the scheduler's own modules, so
+that an overlay replacing one is still loaded before anything imports it."""
+
+
+def zygote(conn: Any, spec: dict[str, Any]) -> None:
+    """A process that imports SGLang's heavy modules once (:data:`PRELOAD`, after the
+    shims, from ``spec["sglang_path"]``) and forks hosts from that state: each host is a
+    fork running :func:`main`, so a host starts in about a second instead of importing
+    SGLang again. Answers ``("ok", {"modules": [...]})`` once loaded (the ``sglang``
+    modules it holds: a host whose overlay replaces one of them cannot be forked from
+    here) or ``("broken", message)``; then, for each ``("fork", host_conn, host_spec)``,
+    forks a host on ``host_conn`` (in ``host_spec["cwd"]``) and answers ``("ok", pid)``,
+    until its own connection closes. Forked hosts are reaped by the system (``SIGCHLD``
+    ignored); they end when their connection closes, as spawned ones do."""
+    import importlib
+    import signal
+
+    log = open(spec["log"], "a", buffering=1)  # noqa: SIM115 (held for the process's life)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.path.insert(0, spec["sglang_path"])
+    try:
+        apply_shims()
+        for name in PRELOAD:
+            importlib.import_module(name)
+    except BaseException as e:
+        conn.send(("broken", f"SGLang preload: {type(e).__name__}: {e}{_where(e)}"))
+        return
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    loaded = sorted(m for m in sys.modules if m == "sglang" or m.startswith("sglang."))
+    conn.send(("ok", {"modules": loaded}))
+    while True:
+        try:
+            _, host_conn, host_spec = conn.recv()
+        except EOFError:
+            return
+        pid = os.fork()
+        if pid == 0:  # the host, in the caller's working folder
+            conn.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            code = 1
+            try:
+                os.chdir(host_spec["cwd"])
+                main(host_conn, host_spec)
+                code = 0
+            finally:
+                os._exit(code)
+        host_conn.close()
+        conn.send(("ok", pid))
 
 
 def dp_flush(spec: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from kvfence.adapters import sglang_engine as sge
 from kvfence.adapters.clients import ReferenceClient
 from kvfence.adapters.sglang_engine import SglangAdapter
 from kvfence.conformance.errors import ConformanceFailure
@@ -363,6 +364,84 @@ def test_resuming_memory_never_released_stops_the_scheduler(sglang):
     bad, steps = script(sglang, [Sleep(1, KV), WakeUp(1)])
     assert rules(bad) == {"LIV-002"}
     assert observed(steps)["status"] == "stopped" and "KeyError" in observed(steps)["detail"]
+
+
+# ----- how hosts start ------------------------------------------------------------------
+
+
+def _parent(pid: int) -> int:
+    """The parent process ID of ``pid`` (``/proc/PID/stat``, field 4)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def test_hosts_fork_from_one_zygote_that_imported_sglang_once(sglang):
+    """Every host is a fork of one zygote process (``sglang_host.zygote``) that imported
+    SGLang once, shared by the adapters of this process: not a child of this process."""
+    from kvfence.adapters.sglang_host import PRELOAD
+
+    sglang.start(sglang.fixed_configs)
+    other = SglangAdapter("0.5.23", lanes=("standard",))
+    try:
+        other.start(other.fixed_configs)
+        hosts = [proc.pid for proc, _ in sglang.inner._hosts + other._hosts]
+        parents = {_parent(pid) for pid in hosts}
+        assert len(hosts) == 3 and len(parents) == 1 and os.getpid() not in parents
+        assert other.loaded["version"] == "0.5.23" and other.loaded["tree"]
+    finally:
+        other.close()
+    zygotes = [z for z in sge._ZYGOTES.values() if z is not None]
+    assert {z._proc.pid for z in zygotes} >= parents
+    assert all(set(PRELOAD) <= z.modules for z in zygotes)
+
+
+def test_zygotes_are_kept_per_folder_flag_and_environment(monkeypatch):
+    """One zygote per SGLang folder, ``-O`` flag and environment (a changed variable gets
+    a new one: a host sees what a spawned one would), the least recently used closed
+    beyond ``ZYGOTES_KEPT``; one that cannot start is ``None`` (hosts are spawned)."""
+    closed = []
+
+    class Fake:
+        def __init__(self, path, optimize):
+            if path == "dead":
+                raise RuntimeError("no SGLang there")
+            self.key = (path, optimize)
+
+        def close(self):
+            closed.append(self.key)
+
+    monkeypatch.setattr(sge, "_Zygote", Fake)
+    monkeypatch.setattr(sge, "_ZYGOTES", {})
+    a = sge._zygote_for("a", False)
+    assert sge._zygote_for("a", False) is a
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "another test")  # not part of the key
+    assert sge._zygote_for("a", False) is a
+    assert sge._zygote_for("dead", False) is None
+    b = sge._zygote_for("a", True)
+    assert b is not a and closed == []
+    monkeypatch.setenv("SGLANG_SOME_SETTING", "1")
+    c = sge._zygote_for("a", True)  # a third live one: the least recently used goes
+    assert c is not b and closed == [("a", False)]
+    assert sum(z is not None for z in sge._ZYGOTES.values()) == sge.ZYGOTES_KEPT
+
+
+def test_an_overlay_of_a_preloaded_module_gets_a_spawned_host(tmp_path):
+    """An overlay replacing a module the zygote imported (here an unmodified copy of
+    ``schedule_batch.py``) must load before anything imports it: its host is spawned,
+    a child of this process, and runs."""
+    need("0.5.23")
+    module = Path(SglangAdapter("0.5.23").sglang_path(), "sglang/srt/managers/schedule_batch.py")
+    target = tmp_path / "sglang/srt/managers/schedule_batch.py"
+    target.parent.mkdir(parents=True)
+    target.write_text(module.read_text())
+    adapter = SglangAdapter("0.5.23", overlay=tmp_path, lanes=("standard",))
+    try:
+        adapter.start(adapter.fixed_configs)
+        ((proc, _),) = adapter._hosts
+        assert _parent(proc.pid) == os.getpid()
+        assert adapter.loaded["version"] == "0.5.23"
+    finally:
+        adapter.close()
 
 
 # ----- the adapter's own breakage is ERROR, never a verdict -----------------------------
