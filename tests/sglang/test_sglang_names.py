@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvfence.adapters import registry
+from kvfence.adapters.protocol import AdapterFailure
 from kvfence.adapters.sglang_engine import DEFAULT_VERSION, SglangAdapter
 from kvfence.conformance.cli import main
 from kvfence.model.vocabulary import Lane
@@ -19,11 +20,10 @@ def sglang_engine(**options):
     """``registry.engine("sglang", **options)``; the test skips, naming the install
     command, where SGLang is not installed."""
     try:
-        return registry.engine("sglang", **options)
-    except ValueError as e:
-        if "is not installed" not in str(e):
-            raise
+        SglangAdapter().sglang_path()
+    except AdapterFailure as e:
         pytest.skip(str(e))
+    return registry.engine("sglang", **options)
 
 
 def test_sglang_names_pick_the_version():

@@ -1,11 +1,14 @@
-"""Setup for the live vLLM tests: the ``vllm`` marker, engine env defaults, and the one
-vLLM HTTP server the drivers' and the attach tests share."""
+"""Setup for the live vLLM tests: the ``vllm`` marker, engine env defaults, the skip of
+every module that imports vLLM where it is not installed, and the one vLLM HTTP server
+the drivers' and the attach tests share."""
 
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from kvfence.adapters.vllm_engine import VLLM_MISSING, vllm_installed
 
 # Before torch/vllm are imported anywhere in this process: no hub access, a
 # 1 GiB CPU KV cache, and no TorchDynamo (else the first logprobs request
@@ -14,6 +17,25 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+
+
+WITHOUT_VLLM = {"test_vllm_process.py", "test_vllm_quiet.py"}
+"""Modules here that import no vLLM (each of their tests that needs it skips itself);
+every other module is skipped whole where vLLM is not installed, before its imports run
+(they would import this folder, a namespace ``vllm``, in vLLM's place)."""
+
+
+class _WithoutVllm(pytest.Module):
+    """A module of this folder collected where vLLM is not installed: skipped, saying so."""
+
+    def collect(self):
+        pytest.skip(f"{self.path.name}: {VLLM_MISSING}")
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector):
+    if module_path.name not in WITHOUT_VLLM and not vllm_installed():
+        return _WithoutVllm.from_parent(parent, path=module_path)
+    return None
 
 
 def pytest_configure(config):

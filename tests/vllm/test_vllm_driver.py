@@ -10,14 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from kvfence.adapters.vllm_engine import vllm_installed
-
-if not vllm_installed():  # tests/vllm itself would import as a namespace ``vllm``
-    pytest.skip(
-        "vLLM is not installed: bash scripts/install-vllm.sh .venv/bin/python",
-        allow_module_level=True,
-    )
-
 from kvfence.adapters.tiny_model import prompt_ids
 from kvfence.adapters.vllm_base import Generation
 from kvfence.adapters.vllm_cold import cold_generate

@@ -26,20 +26,11 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-
-from kvfence.adapters.vllm_engine import vllm_installed
-
-if not vllm_installed():  # tests/vllm itself would import as a namespace ``vllm``
-    pytest.skip(
-        "vLLM is not installed: bash scripts/install-vllm.sh .venv/bin/python",
-        allow_module_level=True,
-    )
-
-import subprocess
-import sys
 
 from kvfence.adapters.registry import client, engine
 from kvfence.adapters.vllm_engine import VllmAdapter

@@ -43,14 +43,6 @@ from __future__ import annotations
 
 import pytest
 
-from kvfence.adapters.vllm_engine import vllm_installed
-
-if not vllm_installed():  # tests/vllm itself would import as a namespace ``vllm``
-    pytest.skip(
-        "vLLM is not installed: bash scripts/install-vllm.sh .venv/bin/python",
-        allow_module_level=True,
-    )
-
 from kvfence.adapters.registry import client
 from kvfence.adapters.vllm_engine import VllmAdapter
 from kvfence.conformance.replay import Replayed, replay_actions

@@ -15,14 +15,6 @@ import time
 
 import pytest
 
-from kvfence.adapters.vllm_engine import vllm_installed
-
-if not vllm_installed():  # tests/vllm itself would import as a namespace ``vllm``
-    pytest.skip(
-        "vLLM is not installed: bash scripts/install-vllm.sh .venv/bin/python",
-        allow_module_level=True,
-    )
-
 from kvfence.adapters.vllm_engine import MIXED_LABEL, VllmAdapter
 from kvfence.model.actions import (
     AbortWeightUpdate,

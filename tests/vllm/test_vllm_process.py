@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kvfence.adapters.vllm_engine import vllm_installed
+from kvfence.adapters.vllm_engine import VLLM_MISSING, vllm_installed
 from kvfence.adapters.vllm_process import group_pids
 
 KVFENCE_LIKE = textwrap.dedent(
@@ -92,7 +92,7 @@ def test_sigterm_to_kvfence_check_kills_its_vllm_server(tmp_path):
     """The real thing: ``kvfence check --engine vllm-http`` starts vLLM's server (from a
     worker thread), gets SIGTERM while it runs, and leaves no server process behind."""
     if not vllm_installed():
-        pytest.skip("vLLM is not installed: bash scripts/install-vllm.sh .venv/bin/python")
+        pytest.skip(VLLM_MISSING)
     cmd = [sys.executable, "-m", "kvfence.conformance.cli", "check", "--engine", "vllm-http"]
     cmd += ["--timeout", "400", "--out", str(tmp_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
