@@ -7,7 +7,7 @@ value in C, the changes replace theirs by position, and the copy is built throug
 class's own ``__init__`` (positionally; by keyword for a class with keyword-only fields):
 converters and validators still run, so the attrs classes stay the spec and this is only a
 faster route to the same value (3.2 to 2.0 us per ``Endpoint`` copy, against 4.0 for
-``attrs.evolve``).
+``attrs.evolve``). ``identity_eq`` lets a value's ``__eq__`` answer for itself at once.
 
 Pure: standard library and attrs only.
 """
@@ -66,4 +66,21 @@ def evolve(inst: T, **changes: Any) -> T:
     return cls(**dict(zip(plan.aliases, values, strict=True)))
 
 
-__all__ = ["evolve"]
+def identity_eq(cls: type[T]) -> type[T]:
+    """``cls`` with its attrs-generated ``__eq__`` answering at once for an object
+    compared with itself. attrs compares field by field (``a.x == b.x and ...``), calling
+    each field's own ``__eq__`` even where both sides hold the same object; states copied
+    by :func:`evolve` share most of their parts, so most of the explorer's field
+    comparisons are of an object with itself. Same answers: every value of the spec
+    equals itself."""
+    compare = cls.__eq__
+
+    def __eq__(self: Any, other: Any) -> Any:
+        return self is other or compare(self, other)
+
+    __eq__.__doc__ = compare.__doc__
+    cls.__eq__ = __eq__  # type: ignore[method-assign]
+    return cls
+
+
+__all__ = ["evolve", "identity_eq"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from attrs import field, frozen
 
-from .fast import evolve
+from .fast import evolve, identity_eq
 from .vocabulary import (
     GARBAGE,
     MIXED,
@@ -124,6 +124,7 @@ def _plain_router_worker(instance: Config, attribute: object, value: object) -> 
         )
 
 
+@identity_eq
 @frozen(cache_hash=True)
 class Config:
     """What an endpoint is; fixed for a run. The fields that say "Profile" (``PROFILE_FIELDS``)
@@ -223,6 +224,7 @@ def with_profile(config: Config, profile: object) -> Config:
     return evolve(config, **profile)
 
 
+@identity_eq
 @frozen(cache_hash=True)
 class Entry:
     """One cache entry: the KV (or encoder output) of one prefix. The lookup key is
@@ -251,6 +253,7 @@ class Entry:
         return f"{self.prefix} {self.kind.value} KV of {made} on {self.tier.value}{lora}{ns}"
 
 
+@identity_eq
 @frozen(cache_hash=True)
 class StoreEntry:
     """One entry of the shared KV store: the KV of one prefix, with what computed it. The
@@ -273,6 +276,7 @@ class StoreEntry:
         return f"{self.prefix} KV of v{self.version} (lineage {self.lineage}, {self.kv_format})"
 
 
+@identity_eq
 @frozen(cache_hash=True)
 class Use:
     """One piece of state a response depended on: ``(component, version)``. Used to judge
@@ -285,6 +289,7 @@ class Use:
     """The version of that component (``GARBAGE``, ``MIXED`` as for ``Entry.version``)."""
 
 
+@identity_eq
 @frozen(cache_hash=True)
 class Request:
     """An in-flight request. ``holds_kv``: it pins cache memory, so a flush is refused
@@ -310,6 +315,7 @@ class Request:
         return not self.retracted
 
 
+@identity_eq
 @frozen(cache_hash=True)
 class Served:
     """One completed response in the ledger: what it was computed with and what was in
@@ -361,6 +367,7 @@ class Served:
         return self.stale
 
 
+@identity_eq
 @frozen(cache_hash=True)
 class OpenUpdate:
     """An open two-phase update window (BeginWeightUpdate .. Finish/AbortWeightUpdate). The
@@ -378,6 +385,7 @@ class OpenUpdate:
     closed (FC-002), not to a whole version."""
 
 
+@identity_eq
 @frozen(cache_hash=True)
 class Endpoint:
     """One endpoint's dynamic state."""
@@ -497,6 +505,7 @@ class Endpoint:
         raise KeyError(f"no in-flight request {rid!r}")
 
 
+@identity_eq
 @frozen(cache_hash=True)
 class Policy:
     """The client's sync policy."""
@@ -512,6 +521,7 @@ class Policy:
     started under (PrimeIntellect-ai/prime-rl PR #2266): such reuse is reported, not failed."""
 
 
+@identity_eq
 @frozen(cache_hash=True)
 class Bounds:
     """How far the model may go: the explorer's search bounds and the machine's draw pool.
@@ -536,6 +546,7 @@ class Bounds:
     ``symmetry.funnel_bounds``)."""
 
 
+@identity_eq
 @frozen(cache_hash=True)
 class State:
     """The whole system: endpoints, client policy, trainer version and the ledger."""
