@@ -328,7 +328,8 @@ class SglangAdapter:
         }
     )
     start_timeout: float = 600.0
-    """Seconds the first ``start()`` may take: two processes import SGLang (and torch)."""
+    """Seconds the first ``start()`` may take: a zygote (or each spawned host) imports SGLang
+    (and torch)."""
     budget: dict[str, int] = {"max_examples": 60, "stateful_step_count": 15}
     """The ``ci`` profile against this adapter: each action is a pipe round trip (~1 ms)."""
 
