@@ -228,12 +228,13 @@ class _Zygote:
         self.modules = frozenset(payload["modules"])
         """The ``sglang`` modules it imported: an overlay replacing one needs a fresh host."""
 
-    def fork(self, spec: dict[str, Any]) -> tuple[_ForkedHost, Any]:
-        """A host running ``sglang_host.main`` on ``spec`` in this process's working
-        folder, and its connection. ``OSError``/``EOFError`` if the zygote is gone."""
+    def fork(self, spec: dict[str, Any], target: str = "main") -> tuple[_ForkedHost, Any]:
+        """A child running ``sglang_host.main`` on ``spec`` (or the ``target`` of
+        ``sglang_host.FORKED_CALLS``) in this process's working folder, and its
+        connection. ``OSError``/``EOFError`` if the zygote is gone."""
         parent, child = multiprocessing.Pipe()
         try:
-            self._conn.send(("fork", child, {**spec, "cwd": os.getcwd()}))
+            self._conn.send((target, child, {**spec, "cwd": os.getcwd()}))
         finally:
             child.close()
         _, pid = self._conn.recv()
@@ -282,6 +283,46 @@ def _zygote_for(sglang_path: str, optimize: bool) -> _Zygote | None:
     except (OSError, EOFError, RuntimeError):
         _ZYGOTES[key] = None
     return _ZYGOTES[key]
+
+
+def run_forked(
+    sglang_path: str, function: str, spec: dict[str, Any], optimize: bool = False
+) -> Any:
+    """``sglang_host.FUNCTION(spec)`` (a whole run of one of ``sglang_host.FORKED_CALLS``:
+    ``dp_flush``, ``dp_update``) in a process of its own with SGLang imported from
+    ``sglang_path`` (under ``python -O`` if ``optimize``): a fork of the zygote, or a
+    spawned process where none starts. Returns its result; ``AdapterFailure`` naming the
+    function if it raises or its process dies."""
+    from . import sglang_host
+
+    if function not in sglang_host.FORKED_CALLS:
+        raise ValueError(f"{function!r} is not one of {sorted(sglang_host.FORKED_CALLS)}")
+    zygote = _zygote_for(sglang_path, optimize)
+    conn = proc = None
+    if zygote is not None:
+        try:
+            _, conn = zygote.fork({**spec, "sglang_path": sglang_path}, function)
+        except (OSError, EOFError):
+            _forget(zygote)
+    if conn is None:
+        ctx = multiprocessing.get_context("spawn")
+        conn, child = ctx.Pipe()
+        call = (child, sglang_host.FORKED_CALLS[function], {**spec, "sglang_path": sglang_path})
+        proc = ctx.Process(target=sglang_host.answer, args=call, daemon=True)
+        with _optimized(optimize):
+            proc.start()
+        child.close()
+    try:
+        kind, payload = conn.recv()
+    except (EOFError, OSError) as e:
+        raise AdapterFailure(f"SGLang {function}: its process died ({type(e).__name__})") from None
+    finally:
+        conn.close()
+        if proc is not None:
+            proc.join(5)
+    if kind != "ok":
+        raise AdapterFailure(payload)
+    return payload
 
 
 def _config(lane: str, ranks: int = 1) -> Config:

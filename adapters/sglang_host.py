@@ -1046,10 +1046,12 @@ def zygote(conn: Any, spec: dict[str, Any]) -> None:
     fork running :func:`main`, so a host starts in about a second instead of importing
     SGLang again. Answers ``("ok", {"modules": [...]})`` once loaded (the ``sglang``
     modules it holds: a host whose overlay replaces one of them cannot be forked from
-    here) or ``("broken", message)``; then, for each ``("fork", host_conn, host_spec)``,
-    forks a host on ``host_conn`` (in ``host_spec["cwd"]``) and answers ``("ok", pid)``,
-    until its own connection closes. Forked hosts are reaped by the system (``SIGCHLD``
-    ignored); they end when their connection closes, as spawned ones do."""
+    here) or ``("broken", message)``; then, for each ``(target, child_conn, child_spec)``,
+    forks a child in ``child_spec["cwd"]`` and answers ``("ok", pid)``, until its own
+    connection closes. The child runs :func:`main` on ``child_conn`` (target ``"main"``)
+    or one of :data:`FORKED_CALLS` on ``child_spec``, sending ``("ok", result)`` or
+    ``("broken", message)`` there. Children are reaped by the system (``SIGCHLD``
+    ignored); a host ends when its connection closes, as a spawned one does."""
     import importlib
     import signal
 
@@ -1069,22 +1071,35 @@ def zygote(conn: Any, spec: dict[str, Any]) -> None:
     conn.send(("ok", {"modules": loaded}))
     while True:
         try:
-            _, host_conn, host_spec = conn.recv()
+            target, child_conn, child_spec = conn.recv()
         except EOFError:
             return
         pid = os.fork()
-        if pid == 0:  # the host, in the caller's working folder
+        if pid == 0:  # the child, in the caller's working folder
             conn.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             code = 1
             try:
-                os.chdir(host_spec["cwd"])
-                main(host_conn, host_spec)
+                os.chdir(child_spec["cwd"])
+                if target == "main":
+                    main(child_conn, child_spec)
+                else:
+                    answer(child_conn, FORKED_CALLS[target], child_spec)
                 code = 0
             finally:
                 os._exit(code)
-        host_conn.close()
+        child_conn.close()
         conn.send(("ok", pid))
+
+
+def answer(conn: Any, function: Any, spec: dict[str, Any]) -> None:
+    """Send ``("ok", function(spec))``, or ``("broken", message)`` if it raises."""
+    try:
+        result = function(spec)
+    except BaseException as e:
+        conn.send(("broken", f"{function.__name__}: {type(e).__name__}: {e}{_where(e)}"))
+        return
+    conn.send(("ok", result))
 
 
 def dp_flush(spec: dict[str, Any]) -> dict[str, Any]:
@@ -1370,3 +1385,8 @@ class RankedEndpoint:
             raise Broken(self.ranks[0]._say(e, op)) from e
         out["view"] = self.probe()
         return out
+
+
+FORKED_CALLS = {"dp_flush": dp_flush, "dp_update": dp_update}
+"""The whole-run functions a zygote's child may run in place of a host
+(:func:`adapters.sglang_engine.run_forked`)."""

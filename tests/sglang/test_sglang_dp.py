@@ -13,13 +13,11 @@ replies. Judged by the spec's ranked semantics:
 
 from __future__ import annotations
 
-import multiprocessing
-
 import pytest
 from test_sglang_engine import need, observed, rules, script
 
-from kvfence.adapters import sglang_host
-from kvfence.adapters.sglang_engine import SglangAdapter, sglang_home
+from kvfence.adapters import sglang_engine as sge
+from kvfence.adapters.sglang_engine import SglangAdapter, run_forked, sglang_home
 from kvfence.model import semantics as spec
 from kvfence.model.actions import (
     FaultRankUpdateFails,
@@ -53,20 +51,18 @@ def allowed_flush_replies(busy_rank: int) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     """{busy rank: what dp_flush measured} and {(False, failing rank): what dp_update
-    measured with assertions on}, all in one spawned process."""
+    measured with assertions on}, each run in a process of its own (``run_forked``)."""
     need("0.5.23")
     path = str((sglang_home() / "0.5.23").resolve())
     out = {}
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        for busy in (1, 0):
-            work = str(tmp_path_factory.mktemp(f"dp{busy}"))
-            out[busy] = pool.apply(
-                sglang_host.dp_flush, ({"sglang_path": path, "workdir": work, "busy_rank": busy},)
-            )
-        for failing in (None, 1):  # the IPC update with assertions on, in the same process
-            work = str(tmp_path_factory.mktemp("dpu"))
-            job = {"sglang_path": path, "workdir": work, "failing_rank": failing}
-            out[False, failing] = pool.apply(sglang_host.dp_update, (job,))
+    for busy in (1, 0):
+        work = str(tmp_path_factory.mktemp(f"dp{busy}"))
+        out[busy] = run_forked(path, "dp_flush", {"workdir": work, "busy_rank": busy})
+    for failing in (None, 1):  # the IPC update with assertions on
+        work = str(tmp_path_factory.mktemp("dpu"))
+        out[False, failing] = run_forked(
+            path, "dp_update", {"workdir": work, "failing_rank": failing}
+        )
     return out
 
 
@@ -82,6 +78,17 @@ def test_first_reply_merge_reports_success_while_rank_1_kept_its_tree(measured):
     assert seen["ranks"] == [True, False] and seen["cached"] == [False, True]
     assert seen["merged"] is True
     assert "ok" not in allowed_flush_replies(1)  # the spec: RNK-001 FAIL
+
+
+def test_a_spawned_run_measures_what_a_forked_one_does(measured, monkeypatch, tmp_path):
+    """Where no zygote starts, ``run_forked`` spawns the run (importing SGLang there):
+    the same measurement; a function that is not a whole run is refused by name."""
+    monkeypatch.setattr(sge, "_zygote_for", lambda path, optimize: None)
+    path = str((sglang_home() / "0.5.23").resolve())
+    job = {"workdir": str(tmp_path), "busy_rank": 1}
+    assert run_forked(path, "dp_flush", job) == measured[1]
+    with pytest.raises(ValueError, match="main"):
+        run_forked(path, "main", job)
 
 
 def test_the_same_merge_is_honest_when_rank_0_refuses(measured):
@@ -103,18 +110,15 @@ def allowed_after_rank_failure() -> list[tuple[str, list[int], bool]]:
 
 @pytest.fixture(scope="module")
 def updates(measured, tmp_path_factory):
-    """{(optimize, failing rank): what dp_update measured}: with assertions on (in
-    ``measured``'s process), and under ``python -O`` in one more spawned process
-    (``PYTHONOPTIMIZE`` in its environment, as ``SglangAdapter(optimize=True)`` sets it)."""
+    """{(optimize, failing rank): what dp_update measured}: with assertions on (from
+    ``measured``), and under ``python -O`` (``run_forked(optimize=True)``: a process
+    started under ``PYTHONOPTIMIZE``, as ``SglangAdapter(optimize=True)``'s hosts are)."""
     path = str((sglang_home() / "0.5.23").resolve())
     out = {k: v for k, v in measured.items() if isinstance(k, tuple)}
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PYTHONOPTIMIZE", "1")
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            for failing in (None, 1):
-                work = str(tmp_path_factory.mktemp("dpu"))
-                job = {"sglang_path": path, "workdir": work, "failing_rank": failing}
-                out[True, failing] = pool.apply(sglang_host.dp_update, (job,))
+    for failing in (None, 1):
+        work = str(tmp_path_factory.mktemp("dpu"))
+        job = {"workdir": work, "failing_rank": failing}
+        out[True, failing] = run_forked(path, "dp_update", job, optimize=True)
     return out
 
 
