@@ -108,6 +108,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -216,6 +217,7 @@ class _Zygote:
         self._workdir = tempfile.mkdtemp(prefix="kvfence-sglang-zygote-")
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
+        self._lock = threading.Lock()  # one request and its answer at a time
         spec = {"sglang_path": sglang_path, "log": os.path.join(self._workdir, "zygote.log")}
         self._proc = ctx.Process(target=sglang_host.zygote, args=(child, spec), daemon=True)
         with _optimized(optimize):
@@ -233,11 +235,12 @@ class _Zygote:
         ``sglang_host.FORKED_CALLS``) in this process's working folder, and its
         connection. ``OSError``/``EOFError`` if the zygote is gone."""
         parent, child = multiprocessing.Pipe()
-        try:
-            self._conn.send((target, child, {**spec, "cwd": os.getcwd()}))
-        finally:
-            child.close()
-        _, pid = self._conn.recv()
+        with self._lock:
+            try:
+                self._conn.send((target, child, {**spec, "cwd": os.getcwd()}))
+            finally:
+                child.close()
+            _, pid = self._conn.recv()
         return _ForkedHost(pid), parent
 
     def close(self) -> None:
@@ -252,6 +255,9 @@ _ZYGOTES: dict[tuple[Any, ...], _Zygote | None] = {}
 """Zygotes by SGLang folder, ``-O`` flag and environment; ``None`` where one could not
 start (hosts are spawned there instead). At most :data:`ZYGOTES_KEPT` live ones."""
 
+_ZYGOTES_LOCK = threading.Lock()
+"""Held while :data:`_ZYGOTES` is read or changed."""
+
 ZYGOTES_KEPT = 2
 """Live zygotes kept per process (each holds SGLang, torch and transformers imported:
 about 0.6 GiB); starting another closes the least recently used."""
@@ -259,15 +265,21 @@ about 0.6 GiB); starting another closes the least recently used."""
 
 def _forget(zygote: _Zygote) -> None:
     """Spawn hosts where ``zygote`` forked them (it is gone)."""
-    for key, z in _ZYGOTES.items():
-        if z is zygote:
-            _ZYGOTES[key] = None
+    with _ZYGOTES_LOCK:
+        for key, z in _ZYGOTES.items():
+            if z is zygote:
+                _ZYGOTES[key] = None
 
 
 def _zygote_for(sglang_path: str, optimize: bool) -> _Zygote | None:
     """The zygote that forks hosts for this SGLang folder and ``-O`` flag in this
     environment (a host must see what a spawned one would; pytest's per-test
     ``PYTEST_CURRENT_TEST`` aside), started on first use; ``None`` if it cannot start."""
+    with _ZYGOTES_LOCK:  # adapters may start from several threads (timed calls)
+        return _zygote_for_locked(sglang_path, optimize)
+
+
+def _zygote_for_locked(sglang_path: str, optimize: bool) -> _Zygote | None:
     env = tuple(sorted((k, v) for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"))
     key = (sglang_path, optimize, env)
     if key in _ZYGOTES:
