@@ -223,7 +223,11 @@ class _Zygote:
         with _optimized(optimize):
             self._proc.start()
         child.close()
-        kind, payload = self._conn.recv()  # EOFError if it died importing
+        try:
+            kind, payload = self._conn.recv()  # EOFError if it died importing
+        except (OSError, EOFError):
+            self.close()
+            raise
         if kind != "ok":
             self.close()
             raise RuntimeError(payload)
