@@ -301,6 +301,33 @@ def _zygote_for_locked(sglang_path: str, optimize: bool) -> _Zygote | None:
     return _ZYGOTES[key]
 
 
+def _start(
+    zygote: _Zygote | None, target: str, spec: dict[str, Any], optimize: bool
+) -> tuple[Any, Any]:
+    """``(process, connection)`` of a child running ``sglang_host.main`` on ``spec``
+    (``target`` ``"main"``) or ``sglang_host.FORKED_CALLS[target]``: forked from
+    ``zygote``, or spawned (under ``python -O`` if ``optimize``) where there is none or it
+    is gone (then forgotten)."""
+    from . import sglang_host
+
+    if zygote is not None:
+        try:
+            return zygote.fork(spec, target)
+        except (OSError, EOFError):
+            _forget(zygote)
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    if target == "main":
+        proc = ctx.Process(target=sglang_host.main, args=(child, spec), daemon=True)
+    else:
+        call = (child, sglang_host.FORKED_CALLS[target], spec)
+        proc = ctx.Process(target=sglang_host.answer, args=call, daemon=True)
+    with _optimized(optimize):
+        proc.start()
+    child.close()
+    return proc, parent
+
+
 def run_forked(
     sglang_path: str, function: str, spec: dict[str, Any], optimize: bool = False
 ) -> Any:
@@ -313,29 +340,15 @@ def run_forked(
 
     if function not in sglang_host.FORKED_CALLS:
         raise ValueError(f"{function!r} is not one of {sorted(sglang_host.FORKED_CALLS)}")
-    zygote = _zygote_for(sglang_path, optimize)
-    conn = proc = None
-    if zygote is not None:
-        try:
-            _, conn = zygote.fork({**spec, "sglang_path": sglang_path}, function)
-        except (OSError, EOFError):
-            _forget(zygote)
-    if conn is None:
-        ctx = multiprocessing.get_context("spawn")
-        conn, child = ctx.Pipe()
-        call = (child, sglang_host.FORKED_CALLS[function], {**spec, "sglang_path": sglang_path})
-        proc = ctx.Process(target=sglang_host.answer, args=call, daemon=True)
-        with _optimized(optimize):
-            proc.start()
-        child.close()
+    spec = {**spec, "sglang_path": sglang_path}
+    proc, conn = _start(_zygote_for(sglang_path, optimize), function, spec, optimize)
     try:
         kind, payload = conn.recv()
     except (EOFError, OSError) as e:
         raise AdapterFailure(f"SGLang {function}: its process died ({type(e).__name__})") from None
     finally:
         conn.close()
-        if proc is not None:
-            proc.join(5)
+        proc.join(5)
     if kind != "ok":
         raise AdapterFailure(payload)
     return payload
@@ -490,7 +503,6 @@ class SglangAdapter:
                 replaced = {"sglang"}  # a spawned host reports what is wrong with it
             if replaced & zygote.modules:  # the overlay must load before those import
                 zygote = None
-        ctx = multiprocessing.get_context("spawn")
         for i, lane in enumerate(self.lanes):
             workdir = os.path.join(self._workdir, f"endpoint{i}")
             os.makedirs(workdir)
@@ -502,19 +514,7 @@ class SglangAdapter:
                 "overlay": None if self.overlay is None else str(self.overlay.resolve()),
                 "ranks": self.ranks,
             }
-            if zygote is not None:
-                try:
-                    self._hosts.append(zygote.fork(spec))
-                    continue
-                except (OSError, EOFError):  # the zygote died: spawn from here on
-                    _forget(zygote)
-                    zygote = None
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=sglang_host.main, args=(child, spec), daemon=True)
-            with _optimized(self.optimize):
-                proc.start()
-            child.close()
-            self._hosts.append((proc, parent))
+            self._hosts.append(_start(zygote, "main", spec, self.optimize))
         try:
             for i in range(len(self._hosts)):
                 self.loaded = self._receive(i, "start")

@@ -981,13 +981,19 @@ def _add_fork_io_names(path: str) -> None:
             setattr(io_struct, name, type(name, (), body))
 
 
-def main(conn: Any, spec: dict[str, Any]) -> None:
-    """The host process: set up, then answer ``(op, args)`` messages on ``conn`` with
-    ``("ok", answer)``, ``("broken", message)`` until ``("close", {})``."""
+def _enter(spec: dict[str, Any]) -> None:
+    """A host's or zygote's first step: its output to ``spec["log"]`` (held open for the
+    process's life), ``spec["sglang_path"]`` first on ``sys.path``."""
     log = open(spec["log"], "a", buffering=1)  # noqa: SIM115 (held for the process's life)
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.path.insert(0, spec["sglang_path"])
+
+
+def main(conn: Any, spec: dict[str, Any]) -> None:
+    """The host process: set up, then answer ``(op, args)`` messages on ``conn`` with
+    ``("ok", answer)``, ``("broken", message)`` until ``("close", {})``."""
+    _enter(spec)
     workdir = spec.get("workdir") or tempfile.mkdtemp(prefix="kvfence-sglang-")
     try:
         apply_shims()
@@ -1055,10 +1061,7 @@ def zygote(conn: Any, spec: dict[str, Any]) -> None:
     import importlib
     import signal
 
-    log = open(spec["log"], "a", buffering=1)  # noqa: SIM115 (held for the process's life)
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    sys.path.insert(0, spec["sglang_path"])
+    _enter(spec)
     try:
         apply_shims()
         for name in PRELOAD:
