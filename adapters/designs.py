@@ -1021,6 +1021,19 @@ DESIGNS: tuple[Design, ...] = (
     *_programs(),
 )
 
+DEFERRED_DESIGNS: dict[str, int] = {
+    "CD-21": 41,
+    "CD-22": 41,
+    "CD-23": 41,
+    "CD-24": 41,
+    "CD-25": 41,
+    "CD-26": 41,
+}
+"""Correct designs of the shared case files not catalogued yet, each with the number of the
+tracker issue that will express them (shared/cases/shipped-designs.md: each avoids the harm
+another way than the reference, and passes only once mechanism deviations without harm are
+notes, not FAILs); ``tests/test_cases.py`` names each as a skip."""
+
 BY_NAME: dict[str, Design] = {d.name: d for d in DESIGNS}
 BY_CASE: dict[str, Design] = {d.case: d for d in DESIGNS if d.case is not None}
 
@@ -1041,6 +1054,7 @@ __all__ = [
     "ALLOWANCES",
     "BY_CASE",
     "BY_NAME",
+    "DEFERRED_DESIGNS",
     "DESIGNS",
     "AbortsBeforePublishCheck",
     "AbortsThenFlushes",
