@@ -134,12 +134,6 @@ ROLE: dict[str, tuple[Role, str]] = {
 }
 """Every SAFETY rule's role and the harm it is or explains."""
 
-CLIENT_MECHANISMS: frozenset[str] = frozenset(
-    r for r, (role, _) in ROLE.items() if role is Role.MECHANISM and r.startswith("CLI-")
-)
-"""The client's mechanism rules: a client that breaks one is driven on with its own plan,
-and judged by the harm that follows (``conformance.lockstep``)."""
-
 
 def role(rule_id: str) -> Role | None:
     """``rule_id``'s role, ``None`` for an availability or check rule."""
